@@ -1,0 +1,1 @@
+"""Domain layer: pure values, validation rules and lifecycle decisions (standard library only)."""

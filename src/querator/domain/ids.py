@@ -1,0 +1,74 @@
+"""Domain layer: item ids, which are also the items' places in their partition.
+
+An id is ``VVVVVVVVVVVVVV SSSSSSSSSS NNNNNN`` (30 lowercase hex digits, no spaces):
+
+- ``V`` the time the item becomes visible to lease, in microseconds since the epoch; the produce
+  time for an ordinary item, ``enqueue_at`` / ``retry_at`` for a scheduled one, the time it went
+  back for an expired or retried one;
+- ``S`` a per-process counter, seeded at random, so items written at the same microsecond keep the
+  order they were produced in;
+- ``N`` a random node number, so two processes never mint the same id.
+
+Sorted as strings, ids are in visible-at order, which is FIFO order: the storage layer keeps them
+as the sort key, so "everything visible now" is one key range and the oldest item comes first.
+An item that goes back to the queue is written under a new id, so an id is valid for one lease
+(fencing): a consumer holding an old id can never act on the item after it was handed out again.
+See docs/adr/0002-item-ids.md.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+from datetime import datetime
+
+from querator.domain.errors import InvalidRequestError
+from querator.domain.model import timestamp_us, utc_from_timestamp_us
+
+_TIME_DIGITS = 14
+_SEQ_DIGITS = 10
+_NODE_DIGITS = 6
+ID_LENGTH = _TIME_DIGITS + _SEQ_DIGITS + _NODE_DIGITS
+_ID_PATTERN = re.compile(rf"[0-9a-f]{{{ID_LENGTH}}}")
+_SEQ_MODULUS = 16**_SEQ_DIGITS
+
+
+def visible_at_of(item_id: str) -> datetime:
+    """The time the item with this id becomes (or became) visible to lease."""
+    return utc_from_timestamp_us(int(item_id[:_TIME_DIGITS], 16))
+
+
+def visible_bound(now: datetime) -> str:
+    """The smallest id that is *not* visible at ``now``: ids below it are due."""
+    return f"{timestamp_us(now) + 1:0{_TIME_DIGITS}x}"
+
+
+def parse_item_id(value: str) -> str:
+    """Return ``value`` when it has the shape of an item id, else raise ``InvalidRequestError``."""
+    if not _ID_PATTERN.fullmatch(value):
+        raise InvalidRequestError(f"'{value}' is not an item id", id=value)
+    return value
+
+
+class IdFactory:
+    """Mints item ids; thread-safe. One per process is enough (and is what keeps produce order)."""
+
+    def __init__(self, *, node: int | None = None, seed: int | None = None) -> None:
+        self._node = secrets.randbelow(16**_NODE_DIGITS) if node is None else node
+        self._seq = secrets.randbelow(_SEQ_MODULUS) if seed is None else seed
+        self._lock = threading.Lock()
+
+    def new_id(self, visible_at: datetime) -> str:
+        return self.new_ids(visible_at, 1)[0]
+
+    def new_ids(self, visible_at: datetime, count: int) -> list[str]:
+        """``count`` ids that sort in the order returned, all visible at ``visible_at``."""
+        prefix = f"{timestamp_us(visible_at):0{_TIME_DIGITS}x}"
+        with self._lock:
+            first = self._seq
+            if first + count > _SEQ_MODULUS:
+                # The counter would wrap inside this batch: restart it so the batch still sorts in order.
+                first = 0
+            self._seq = first + count
+        return [f"{prefix}{first + i:0{_SEQ_DIGITS}x}{self._node:0{_NODE_DIGITS}x}" for i in range(count)]

@@ -1,0 +1,268 @@
+"""Domain layer: the queue's values.
+
+Values are frozen; a state change is a new value. All datetimes are timezone-aware UTC: the
+constructors refuse naive ones, so a local-time bug cannot slip into the ordering keys.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from querator.domain.errors import InvalidRequestError
+
+MAX_QUEUE_NAME_BYTES = 512
+MAX_REFERENCE_BYTES = 2000
+MAX_ATTEMPTS_LIMIT = 65536
+MAX_BATCH = 1000
+#: Upper bound on the partition count of one queue: a lease that finds nothing visits every partition.
+MAX_PARTITIONS = 256
+#: DynamoDB stores at most 400 KB per item; keys and attributes need some of it.
+MAX_PAYLOAD_BYTES = 380_000
+
+
+def check_aware(value: datetime, what: str) -> datetime:
+    """Return ``value`` in UTC, refusing naive datetimes."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidRequestError(f"{what} must be timezone-aware", field=what)
+    return value.astimezone(UTC)
+
+
+def validate_queue_name(name: str) -> str:
+    if not name:
+        raise InvalidRequestError("queue_name is required", field="queue_name")
+    if len(name.encode()) > MAX_QUEUE_NAME_BYTES:
+        raise InvalidRequestError(
+            f"queue_name is longer than {MAX_QUEUE_NAME_BYTES} bytes", field="queue_name"
+        )
+    # '~' separates the queue name from the partition in storage keys, so it cannot be in a name.
+    if "~" in name or any(ch.isspace() for ch in name):
+        raise InvalidRequestError(
+            "queue_name may not contain whitespace or '~'", field="queue_name", value=name
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueInfo:
+    """A queue in the catalog."""
+
+    name: str
+    lease_timeout: timedelta
+    expire_timeout: timedelta
+    max_attempts: int = 0
+    dead_queue: str = ""
+    reference: str = ""
+    partitions: int = 1
+    created_at: datetime
+    updated_at: datetime
+    #: Set while ``queues.delete`` removes the items; the queue refuses work meanwhile.
+    deleting: bool = False
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.name)
+        if self.lease_timeout <= timedelta(0):
+            raise InvalidRequestError("lease_timeout must be greater than zero", field="lease_timeout")
+        if self.expire_timeout <= timedelta(0):
+            raise InvalidRequestError("expire_timeout must be greater than zero", field="expire_timeout")
+        if self.lease_timeout > self.expire_timeout:
+            raise InvalidRequestError(
+                "lease_timeout may not be longer than expire_timeout", field="lease_timeout"
+            )
+        if not 0 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise InvalidRequestError(
+                f"max_attempts must be between 0 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts"
+            )
+        if not 1 <= self.partitions <= MAX_PARTITIONS:
+            raise InvalidRequestError(
+                f"requested_partitions must be between 1 and {MAX_PARTITIONS}",
+                field="requested_partitions",
+            )
+        if len(self.reference.encode()) > MAX_REFERENCE_BYTES:
+            raise InvalidRequestError(
+                f"reference is longer than {MAX_REFERENCE_BYTES} bytes", field="reference"
+            )
+        if self.dead_queue:
+            validate_queue_name(self.dead_queue)
+            if self.dead_queue == self.name:
+                raise InvalidRequestError("dead_queue may not be the queue itself", field="dead_queue")
+        check_aware(self.created_at, "created_at")
+        check_aware(self.updated_at, "updated_at")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueUpdate:
+    """The fields of ``queues.update``; ``None`` means "not in the request, leave as is"."""
+
+    name: str
+    lease_timeout: timedelta | None = None
+    expire_timeout: timedelta | None = None
+    max_attempts: int | None = None
+    dead_queue: str | None = None
+    reference: str | None = None
+    partitions: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewItem:
+    """An item as a producer hands it in."""
+
+    payload: bytes = b""
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    #: When set and in the future, the item is scheduled: invisible to lease until then.
+    enqueue_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.payload) > MAX_PAYLOAD_BYTES:
+            raise InvalidRequestError(
+                f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload"
+            )
+        for name in ("reference", "encoding", "kind"):
+            if len(getattr(self, name).encode()) > MAX_REFERENCE_BYTES:
+                raise InvalidRequestError(f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes")
+        if self.enqueue_at is not None:
+            object.__setattr__(self, "enqueue_at", check_aware(self.enqueue_at, "enqueue_at"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Item:
+    """An item as stored in one partition of a queue.
+
+    ``id`` is the item's place in its partition and is valid for one lease: an item that goes back
+    to the queue is written again under a new id (see ``querator.domain.ids``).
+    """
+
+    id: str
+    payload: bytes = b""
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    attempts: int = 0
+    #: Set once the item is leased; a deadline in the past means the lease ran out.
+    lease_deadline: datetime | None = None
+    expire_deadline: datetime
+    created_at: datetime
+    #: The time the item was scheduled for, when it was produced or retried with one.
+    enqueue_at: datetime | None = None
+    #: The item's id in the queue it was dead-lettered or imported from.
+    source_id: str = ""
+
+    def is_leased(self, now: datetime) -> bool:
+        return self.lease_deadline is not None and self.lease_deadline > now
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemState:
+    """The few attributes that lifecycle decisions need; what a lease scan reads."""
+
+    id: str
+    attempts: int = 0
+    lease_deadline: datetime | None = None
+    expire_deadline: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """The reply of a lease: items of one partition, oldest first."""
+
+    queue_name: str
+    partition: int
+    items: list[Item] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryRequest:
+    id: str
+    #: ``None``: back to the tail now; otherwise scheduled for that time.
+    retry_at: datetime | None = None
+    #: Straight to the dead-letter queue (deleted when the queue has none).
+    dead: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdFailure:
+    """Why one id of a complete / retry / renew request was not applied."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchOutcome:
+    """Per-id result of complete / retry: everything not listed in ``failed`` was applied."""
+
+    applied: list[str] = field(default_factory=list)
+    failed: list[IdFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Renewal:
+    id: str
+    lease_deadline: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenewOutcome:
+    queue_name: str
+    partition: int
+    items: list[Renewal] = field(default_factory=list)
+    failed: list[IdFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionStats:
+    partition: int
+    total: int = 0
+    total_leased: int = 0
+    scheduled: int = 0
+    average_age: timedelta = timedelta(0)
+    average_leased_age: timedelta = timedelta(0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceReceipt:
+    """Where a produce landed; returned again, unchanged, for a retried idempotent produce."""
+
+    queue_name: str
+    partition: int
+    ids: list[str]
+
+
+class ClearScope(enum.Flag):
+    """What ``queue.clear`` removes."""
+
+    #: Items that are not leased and not scheduled.
+    QUEUE = enum.auto()
+    #: Scheduled items.
+    SCHEDULED = enum.auto()
+    #: Leased items too (with ``QUEUE``).
+    DESTRUCTIVE = enum.auto()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StorageItem:
+    """An item for ``storage/items.import``: written verbatim, under a new id."""
+
+    payload: bytes = b""
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    attempts: int = 0
+    lease_deadline: datetime | None = None
+    expire_deadline: datetime | None = None
+    created_at: datetime | None = None
+    enqueue_at: datetime | None = None
+    source_id: str = ""
+
+
+def utc_from_timestamp_us(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+
+
+def timestamp_us(value: datetime) -> int:
+    delta = check_aware(value, "timestamp") - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

@@ -1,0 +1,1 @@
+"""Storage adapters: the only code that speaks to a database."""

@@ -1,0 +1,1 @@
+"""Storage layer: DynamoDB adapters for the item store and the queue catalog."""

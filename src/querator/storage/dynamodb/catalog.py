@@ -1,0 +1,196 @@
+"""Storage layer: the queue catalog on PynamoDB.
+
+Queues are few, read on every request and written rarely: a PynamoDB model with typed attributes is
+the plainest way to keep them, and ``queues.list`` is one ordered Query on the ``queue`` hash key.
+The model class is built per table by ``_model_for`` because PynamoDB fixes table and host on the
+class ``Meta`` (PynamoDB issue #287): a module-level model would pin one table for the process.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import cache
+from typing import TYPE_CHECKING
+
+from pynamodb.attributes import BooleanAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.exceptions import DeleteError, DoesNotExist, GetError, PutError, QueryError, UpdateError
+from pynamodb.models import Model
+
+from querator.domain.errors import (
+    ConflictError,
+    QueueAlreadyExistsError,
+    QueueNotFoundError,
+    StoreThrottledError,
+    StoreUnavailableError,
+)
+from querator.domain.model import QueueInfo, timestamp_us, utc_from_timestamp_us
+from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.errors import THROTTLING_CODES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from datetime import datetime
+
+    from pynamodb.exceptions import PynamoDBException
+
+_BOOKMARK = "bookmark"
+
+
+class _CatalogRecord(Model):
+    """Attributes shared by every catalog record; concrete models come from ``_model_for``."""
+
+    kind = UnicodeAttribute(hash_key=True)
+    name = UnicodeAttribute(range_key=True)
+    lease_timeout_us = NumberAttribute(null=True)
+    expire_timeout_us = NumberAttribute(null=True)
+    max_attempts = NumberAttribute(null=True)
+    dead_queue = UnicodeAttribute(null=True)
+    reference = UnicodeAttribute(null=True)
+    partitions = NumberAttribute(null=True)
+    created_at_us = NumberAttribute(null=True)
+    updated_at_us = NumberAttribute(null=True)
+    deleting = BooleanAttribute(null=True)
+    bookmark = UnicodeAttribute(null=True)
+
+
+@cache
+def _model_for(table_name: str, host: str | None, region: str | None) -> type[_CatalogRecord]:
+    meta = type(
+        "Meta",
+        (),
+        {"table_name": table_name, "host": host, "region": region, "max_retry_attempts": 3},
+    )
+    return type("CatalogRecord", (_CatalogRecord,), {"Meta": meta})
+
+
+def _us(value: timedelta) -> int:
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+
+
+def _raise_store_error(exc: PynamoDBException, operation: str) -> None:
+    code = exc.cause_response_code or ""
+    if code in THROTTLING_CODES:
+        raise StoreThrottledError(f"the store is throttling {operation}; retry", store_code=code) from exc
+    raise StoreUnavailableError(f"{operation} failed: {code or exc}", store_code=code) from exc
+
+
+class DynamoDBQueueCatalog:
+    """``QueueCatalog`` on the catalog table; ``host`` is the DynamoDB endpoint (None: AWS)."""
+
+    def __init__(self, table_name: str, *, host: str | None = None, region: str | None = None) -> None:
+        self._model = _model_for(table_name, host, region)
+
+    def _to_record(self, info: QueueInfo) -> _CatalogRecord:
+        return self._model(
+            schema.CATALOG_QUEUE_KIND,
+            info.name,
+            lease_timeout_us=_us(info.lease_timeout),
+            expire_timeout_us=_us(info.expire_timeout),
+            max_attempts=info.max_attempts,
+            dead_queue=info.dead_queue or None,
+            reference=info.reference or None,
+            partitions=info.partitions,
+            created_at_us=timestamp_us(info.created_at),
+            updated_at_us=timestamp_us(info.updated_at),
+            deleting=info.deleting,
+        )
+
+    @staticmethod
+    def _to_info(record: _CatalogRecord) -> QueueInfo:
+        return QueueInfo(
+            name=record.name,
+            lease_timeout=timedelta(microseconds=int(record.lease_timeout_us or 0)),
+            expire_timeout=timedelta(microseconds=int(record.expire_timeout_us or 0)),
+            max_attempts=int(record.max_attempts or 0),
+            dead_queue=record.dead_queue or "",
+            reference=record.reference or "",
+            partitions=int(record.partitions or 1),
+            created_at=utc_from_timestamp_us(int(record.created_at_us or 0)),
+            updated_at=utc_from_timestamp_us(int(record.updated_at_us or 0)),
+            deleting=bool(record.deleting),
+        )
+
+    def create(self, info: QueueInfo) -> None:
+        record = self._to_record(info)
+        try:
+            # Two creates of one name race: the first write wins, the second is told the queue exists.
+            record.save(condition=self._model.name.does_not_exist())
+        except PutError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise QueueAlreadyExistsError(f"queue '{info.name}' already exists") from exc
+            _raise_store_error(exc, "queues.create")
+
+    def get(self, name: str) -> QueueInfo:
+        try:
+            record = self._model.get(schema.CATALOG_QUEUE_KIND, name, consistent_read=True)
+        except DoesNotExist as exc:
+            raise QueueNotFoundError(f"queue '{name}' does not exist", queue=name) from exc
+        except GetError as exc:
+            _raise_store_error(exc, "queues.info")
+        return self._to_info(record)
+
+    def list(self, *, pivot: str, limit: int) -> list[QueueInfo]:
+        condition = self._model.name >= pivot if pivot else None
+        try:
+            return [
+                self._to_info(record)
+                for record in self._model.query(
+                    schema.CATALOG_QUEUE_KIND, range_key_condition=condition, limit=limit, consistent_read=True
+                )
+            ]
+        except QueryError as exc:
+            _raise_store_error(exc, "queues.list")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def iterate(self) -> Iterator[QueueInfo]:
+        try:
+            for record in self._model.query(schema.CATALOG_QUEUE_KIND, consistent_read=True):
+                yield self._to_info(record)
+        except QueryError as exc:
+            _raise_store_error(exc, "queues.list")
+
+    def replace(self, info: QueueInfo, *, expected_updated_at: datetime) -> None:
+        record = self._to_record(info)
+        try:
+            # Optimistic concurrency: two updates read the same version; the second must not undo
+            # the first, so it fails and the service retries on the fresh version.
+            record.save(condition=self._model.updated_at_us == timestamp_us(expected_updated_at))
+        except PutError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise ConflictError(f"queue '{info.name}' changed or was deleted meanwhile") from exc
+            _raise_store_error(exc, "queues.update")
+
+    def mark_deleting(self, name: str) -> QueueInfo:
+        record = self._model(schema.CATALOG_QUEUE_KIND, name)
+        try:
+            # Only an existing queue is marked; a missing one must not be recreated by the update.
+            record.update(actions=[self._model.deleting.set(True)], condition=self._model.name.exists())
+        except UpdateError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise QueueNotFoundError(f"queue '{name}' does not exist", queue=name) from exc
+            _raise_store_error(exc, "queues.delete")
+        return self._to_info(record)
+
+    def remove(self, name: str) -> None:
+        try:
+            self._model(schema.CATALOG_QUEUE_KIND, name).delete()
+        except DeleteError as exc:
+            _raise_store_error(exc, "queues.delete")
+
+    def load_bookmark(self) -> str | None:
+        try:
+            record = self._model.get(schema.CATALOG_REAPER_KIND, _BOOKMARK, consistent_read=True)
+        except DoesNotExist:
+            return None
+        except GetError as exc:
+            _raise_store_error(exc, "reaper")
+        return record.bookmark or None
+
+    def save_bookmark(self, bookmark: str | None) -> None:
+        record = self._model(schema.CATALOG_REAPER_KIND, _BOOKMARK, bookmark=bookmark)
+        try:
+            record.save()
+        except PutError as exc:
+            _raise_store_error(exc, "reaper")
+
+

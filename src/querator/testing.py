@@ -1,0 +1,111 @@
+"""Test kit shipped with the package (like ``procrastinate.testing``): a fake clock and store factories.
+
+Nothing in the product imports this module; tests, benchmarks and the local server do.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+
+from querator.domain.ids import IdFactory
+from querator.service import QueueService
+from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.store import DynamoDBItemStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class FakeClock:
+    """A clock that moves only when told to; ``sleep`` advances it instead of waiting."""
+
+    def __init__(self, start: datetime = EPOCH) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(timedelta(seconds=seconds))
+
+    def advance(self, delta: timedelta) -> datetime:
+        with self._lock:
+            self._now += delta
+            return self._now
+
+
+class SystemClock:
+    """The real clock, in UTC."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        threading.Event().wait(seconds)
+
+
+def dynamodb_client(endpoint_url: str | None = None, *, max_pool: int = 10) -> DynamoDBClient:
+    """A DynamoDB client with fake credentials, for moto (in-process when ``endpoint_url`` is None)."""
+    return boto3.client(
+        "dynamodb",
+        region_name="us-east-1",
+        endpoint_url=endpoint_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",  # noqa: S106 - moto's fake credentials
+        config=Config(retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=max_pool),
+    )
+
+
+def build_service(
+    client: DynamoDBClient, *, clock: Any, prefix: str | None = None, ids: IdFactory | None = None
+) -> QueueService:
+    """Create fresh tables (named with ``prefix``) and a service over them."""
+    prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
+    items_table, catalog_table = f"{prefix}-items", f"{prefix}-queues"
+    schema.create_tables(client, items_table=items_table, catalog_table=catalog_table)
+    return QueueService(
+        catalog=DynamoDBQueueCatalog(catalog_table, host=client.meta.endpoint_url, region="us-east-1"),
+        store=DynamoDBItemStore(client, items_table),
+        clock=clock,
+        ids=ids,
+    )
+
+
+@contextmanager
+def moto_server_process() -> Iterator[str]:
+    """A single-threaded moto server in a child process; yields its endpoint URL.
+
+    A separate process keeps its state apart from any in-process ``mock_aws`` of the tests.
+    """
+    child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+        [sys.executable, "-m", "querator.localstore", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None  # noqa: S101
+        endpoint = child.stdout.readline().strip()
+        if not endpoint.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"moto server did not start: {endpoint!r}")
+        yield endpoint
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+        if child.stdout is not None:
+            child.stdout.close()

@@ -1,0 +1,105 @@
+"""Contract: the queue catalog (create, info, list with pivot paging, update, delete with items)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from querator.domain.errors import InvalidRequestError, QueueAlreadyExistsError, QueueNotFoundError
+from querator.domain.model import QueueUpdate
+from tests.contract.helpers import items, make_queue
+
+
+def test_created_queue_is_returned_by_info_with_the_service_times(service, clock):
+    make_queue(service, "orders", max_attempts=3, reference="team-a", partitions=4)
+
+    info = service.get_queue("orders")
+
+    assert (info.max_attempts, info.reference, info.partitions) == (3, "team-a", 4)
+    assert info.created_at == info.updated_at == clock.now()
+
+
+def test_create_refuses_a_name_that_exists(service):
+    make_queue(service, "orders")
+    with pytest.raises(QueueAlreadyExistsError):
+        make_queue(service, "orders")
+
+
+@pytest.mark.parametrize("name", ["has space", "tilde~name", "x" * 513])
+def test_create_refuses_bad_names(service, name):
+    with pytest.raises(InvalidRequestError):
+        make_queue(service, name)
+
+
+def test_dead_queue_must_exist_differ_and_have_no_dead_queue_of_its_own(service):
+    make_queue(service, "dlq")
+    make_queue(service, "work", dead_queue="dlq")
+    with pytest.raises(InvalidRequestError, match="does not exist"):
+        make_queue(service, "a", dead_queue="missing")
+    with pytest.raises(InvalidRequestError, match="itself"):
+        make_queue(service, "b", dead_queue="b")
+    with pytest.raises(InvalidRequestError, match="dead_queue of its own"):
+        make_queue(service, "c", dead_queue="work")
+
+
+def test_list_pages_in_name_order_from_an_inclusive_pivot(service):
+    for name in ["d", "a", "c", "b", "e"]:
+        make_queue(service, name)
+
+    first = service.list_queues(limit=2)
+    second = service.list_queues(pivot=first[-1].name, limit=3)
+
+    assert [q.name for q in first] == ["a", "b"]
+    assert [q.name for q in second] == ["b", "c", "d"]
+
+
+def test_update_changes_only_present_fields(service, clock):
+    make_queue(service, "orders", max_attempts=3, reference="keep me")
+    clock.advance(timedelta(seconds=5))
+
+    updated = service.update_queue(QueueUpdate(name="orders", lease_timeout=timedelta(seconds=10)))
+
+    info = service.get_queue("orders")
+    assert info == updated
+    assert info.lease_timeout == timedelta(seconds=10)
+    assert (info.max_attempts, info.reference) == (3, "keep me")
+    assert info.updated_at == clock.now() != info.created_at
+
+
+def test_update_validates_the_result(service):
+    make_queue(service, "orders")
+    with pytest.raises(InvalidRequestError, match="lease_timeout"):
+        service.update_queue(QueueUpdate(name="orders", lease_timeout=timedelta(hours=2)))
+    with pytest.raises(InvalidRequestError, match="reduced"):
+        service.update_queue(QueueUpdate(name="orders", partitions=2))
+        service.update_queue(QueueUpdate(name="orders", partitions=1))
+    with pytest.raises(QueueNotFoundError):
+        service.update_queue(QueueUpdate(name="missing", max_attempts=1))
+
+
+def test_delete_removes_the_queue_and_its_items(service):
+    make_queue(service, "orders", partitions=2)
+    service.produce("orders", items("a", "b"))
+    service.produce("orders", items("c"))
+
+    service.delete_queue("orders")
+
+    with pytest.raises(QueueNotFoundError):
+        service.get_queue("orders")
+    make_queue(service, "orders", partitions=2)  # same name again: nothing left from before
+    assert sum(s.total for s in service.stats("orders")) == 0
+
+
+def test_delete_refuses_a_queue_used_as_dead_queue(service):
+    make_queue(service, "dlq")
+    make_queue(service, "work", dead_queue="dlq")
+    with pytest.raises(InvalidRequestError, match="dead_queue of work"):
+        service.delete_queue("dlq")
+
+
+def test_unknown_queue_is_reported(service):
+    with pytest.raises(QueueNotFoundError):
+        service.get_queue("nope")
+    with pytest.raises(QueueNotFoundError):
+        service.produce("nope", items("a"))
