@@ -56,7 +56,10 @@ class IdFactory:
 
     def __init__(self, *, node: int | None = None, seed: int | None = None) -> None:
         self._node = secrets.randbelow(16**_NODE_DIGITS) if node is None else node
-        self._seq = secrets.randbelow(_SEQ_MODULUS) if seed is None else seed
+        # Seeded in the lower half: the counter then wraps only after 2**39 ids in one process
+        # (days at a million ids a second), and only a wrap can break the produce order of ids
+        # minted for the same microsecond.
+        self._seq = secrets.randbelow(_SEQ_MODULUS // 2) if seed is None else seed
         self._lock = threading.Lock()
 
     def new_id(self, visible_at: datetime) -> str:

@@ -1,0 +1,208 @@
+"""HTTP wire layer: the OpenAPI 3.1 document, built from ``ROUTES`` and the pydantic models.
+
+Generated, never hand-written, so it cannot drift from what the handlers accept. Request schemas use
+the snake_case names (camelCase is accepted too but not advertised); every POST lists the contract's
+error statuses with the error envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from importlib import metadata
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from querator.api import routes
+from querator.api.errors import (
+    BAD_REQUEST,
+    INTERNAL_ERROR,
+    PAYLOAD_TOO_LARGE,
+    REQUEST_FAILED,
+    RETRY_REQUEST,
+    UNSUPPORTED_CONTENT,
+    ErrorBody,
+    code_text,
+)
+
+_REF: Final = "#/components/schemas/{model}"
+_JSON: Final = "application/json"
+#: What each error status means on this API (contract's table), for the response descriptions.
+_ERROR_MEANING: Final = {
+    BAD_REQUEST: "Invalid request, unknown queue, unknown or stale item id, item not leased.",
+    PAYLOAD_TOO_LARGE: "Body over the endpoint's size limit.",
+    REQUEST_FAILED: "Valid request that cannot succeed now (queue being deleted, dead-letter queue missing).",
+    RETRY_REQUEST: "Try again: nothing to lease before the timeout, or throttled by the store.",
+    UNSUPPORTED_CONTENT: "Body not JSON, a key the message does not define, or a non-JSON Content-Type.",
+    INTERNAL_ERROR: "Unexpected; the message is generic and the details are in the service log.",
+}
+_POST_ERRORS: Final = (BAD_REQUEST, PAYLOAD_TOO_LARGE, REQUEST_FAILED, RETRY_REQUEST, UNSUPPORTED_CONTENT)
+
+#: One short request per route, shown in the document and checked against the models by the tests.
+EXAMPLES: Final[dict[str, dict[str, Any]]] = {
+    "queues.create": {
+        "queue_name": "orders",
+        "lease_timeout": "1m",
+        "expire_timeout": "24h",
+        "max_attempts": 5,
+        "dead_queue": "orders-dead",
+        "requested_partitions": 4,
+    },
+    "queues.update": {"queue_name": "orders", "lease_timeout": "5m"},
+    "queues.info": {"queue_name": "orders"},
+    "queues.list": {"pivot": "", "limit": 100},
+    "queues.delete": {"queue_name": "orders"},
+    "queue.produce": {
+        "queue_name": "orders",
+        "items": [
+            {"reference": "account-0001", "kind": "order-v1", "encoding": "json", "utf8": '{"id": 1}'},
+            {"bytes": "aGVsbG8=", "enqueue_at": "2026-11-22T05:33:11Z"},
+        ],
+    },
+    "queue.lease": {
+        "queue_name": "orders",
+        "batch_size": 10,
+        "client_id": "worker-1",
+        "request_timeout": "15s",
+    },
+    "queue.complete": {"queue_name": "orders", "partition": 0, "ids": ["0006442f1a2b3c4d00000000010a1b2c"]},
+    "queue.retry": {
+        "queue_name": "orders",
+        "partition": 0,
+        "items": [
+            {"id": "0006442f1a2b3c4d00000000010a1b2c", "retry_at": "2026-11-22T06:00:00Z"},
+            {"id": "0006442f1a2b3c4d00000000020a1b2c", "dead": True},
+        ],
+    },
+    "queue.renew": {
+        "queue_name": "orders",
+        "partition": 0,
+        "ids": ["0006442f1a2b3c4d00000000010a1b2c"],
+        "lease_timeout": "2m",
+    },
+    "queue.stats": {"queue_name": "orders"},
+    "queue.clear": {"queue_name": "orders", "queue": True, "scheduled": True},
+    "storage/items.list": {"queue_name": "orders", "partition": 0, "limit": 100},
+    "storage/scheduled.list": {"queue_name": "orders", "partition": 0},
+    "storage/items.import": {
+        "queue_name": "orders",
+        "partition": 0,
+        "items": [{"source_id": "0006442f1a2b3c4d00000000010a1b2c", "attempts": 1, "payload": "aGVsbG8="}],
+    },
+    "storage/items.delete": {
+        "queue_name": "orders",
+        "partition": 0,
+        "ids": ["0006442f1a2b3c4d00000000010a1b2c"],
+    },
+}
+
+_IDEMPOTENCY_KEY: Final = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "A retried produce with the same key returns the first reply instead of storing twice.",
+    "schema": {"type": "string", "maxLength": 256},
+}
+
+
+def _schemas(
+    models: Collection[type[BaseModel]], mode: JsonSchemaMode, *, by_alias: bool
+) -> tuple[dict[type[BaseModel], dict[str, Any]], dict[str, Any]]:
+    ordered = sorted(models, key=lambda m: m.__name__)
+    refs, top = models_json_schema([(m, mode) for m in ordered], ref_template=_REF, by_alias=by_alias)
+    return {model: refs[(model, mode)] for model in ordered}, top.get("$defs", {})
+
+
+def _operation_id(route: routes.Route) -> str:
+    return route.name.replace("/", "_").replace(".", "_")
+
+
+def _error_response(status: int) -> dict[str, Any]:
+    return {
+        "description": f"{code_text(status)}: {_ERROR_MEANING[status]}",
+        "content": {
+            _JSON: {
+                "schema": {"$ref": _REF.format(model="ErrorBody")},
+                "example": {
+                    "code": status,
+                    "code_text": code_text(status),
+                    "message": "<stable class>; <details>",
+                },
+            }
+        },
+    }
+
+
+def build_openapi(*, version: str | None = None, server_url: str | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every route in ``routes.ROUTES``.
+
+    ``version`` defaults to the installed package's; ``server_url`` adds a ``servers`` entry.
+    """
+    requests = {r.request_model for r in routes.ROUTES if r.request_model is not None}
+    responses = {r.response_model for r in routes.ROUTES if r.response_model is not None} | {ErrorBody}
+    # Requests are documented by field name (snake_case, as the contract spells keys); responses by
+    # alias, because the one alias there (logicalQueues) is what goes on the wire.
+    request_refs, request_defs = _schemas(requests, "validation", by_alias=False)
+    response_refs, response_defs = _schemas(responses, "serialization", by_alias=True)
+
+    paths: dict[str, Any] = {}
+    for route in routes.ROUTES:
+        operation: dict[str, Any] = {
+            "operationId": _operation_id(route),
+            "summary": route.summary,
+            "tags": [route.function],
+        }
+        if route.request_model is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "description": f"At most {route.body_limit:,} bytes.",
+                "content": {
+                    _JSON: {
+                        "schema": request_refs[route.request_model],
+                        "example": EXAMPLES.get(route.name, {}),
+                    }
+                },
+            }
+        if route is routes.PRODUCE:
+            operation["parameters"] = [_IDEMPOTENCY_KEY]
+        ok_schema: dict[str, Any] = (
+            response_refs[route.response_model] if route.response_model is not None else {"type": "object"}
+        )
+        operation["responses"] = {"200": {"description": "OK", "content": {_JSON: {"schema": ok_schema}}}}
+        statuses = (*_POST_ERRORS, INTERNAL_ERROR) if route.method == "POST" else (INTERNAL_ERROR,)
+        for status in statuses:
+            operation["responses"][str(status)] = {"$ref": f"#/components/responses/Error{status}"}
+        method: Literal["get", "post"] = "post" if route.method == "POST" else "get"
+        paths.setdefault(route.path, {})[method] = operation
+
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "querator",
+            "version": version or _package_version(),
+            "description": (
+                "A lease (reservation) FIFO queue. Every call is POST with a JSON body; durations are "
+                "Go strings ('30s', '1h30m'), timestamps RFC 3339. Errors carry "
+                '{"code", "code_text", "message"} with message = "<stable class>; <details>".'
+            ),
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {**request_defs, **response_defs},
+            "responses": {
+                f"Error{status}": _error_response(status) for status in (*_POST_ERRORS, INTERNAL_ERROR)
+            },
+        },
+    }
+    if server_url:
+        document["servers"] = [{"url": server_url}]
+    return document
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("querator")
+    except metadata.PackageNotFoundError:
+        # Running from a source tree that was never installed (e.g. a bare Lambda zip).
+        return "0.0.0"

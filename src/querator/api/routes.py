@@ -1,0 +1,239 @@
+"""HTTP wire layer: the single route table.
+
+Handlers, the local server, the OpenAPI document and the CDK app all read ``ROUTES``, so a path, its
+method, the Lambda function that serves it and its body limit are written down once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from querator.api import schemas
+from querator.api.errors import unknown_path, wrong_method
+
+#: A synchronous Lambda payload is at most 6 MB; leave room for the API Gateway event around the body.
+LARGE_BODY_LIMIT: Final = 5_000_000
+#: Every endpoint that does not carry payloads (contract: 256 KB).
+SMALL_BODY_LIMIT: Final = 262_144
+
+
+class Function:
+    """Names of the Lambda functions; each serves the routes whose ``function`` it is."""
+
+    PRODUCE: Final = "produce"
+    LEASE: Final = "lease"
+    #: complete, retry, renew: short calls on leased items.
+    ITEMS: Final = "items"
+    QUEUES: Final = "queues"
+    #: stats, clear and storage inspection: rare, slow, and allowed to read whole partitions.
+    ADMIN: Final = "admin"
+    META: Final = "meta"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    """One endpoint. ``request_model`` is ``None`` for the GETs, which take no body;
+    ``response_model`` is ``None`` where the body is not a schema (the OpenAPI document)."""
+
+    name: str
+    method: str
+    path: str
+    function: str
+    request_model: type[schemas.WireRequest] | None
+    response_model: type[schemas.WireResponse] | None
+    body_limit: int = SMALL_BODY_LIMIT
+    summary: str
+
+
+def _post(
+    name: str,
+    function: str,
+    request_model: type[schemas.WireRequest],
+    response_model: type[schemas.WireResponse],
+    summary: str,
+    *,
+    body_limit: int = SMALL_BODY_LIMIT,
+) -> Route:
+    return Route(
+        name=name,
+        method="POST",
+        path=f"/v1/{name}",
+        function=function,
+        request_model=request_model,
+        response_model=response_model,
+        body_limit=body_limit,
+        summary=summary,
+    )
+
+
+QUEUES_CREATE: Final = _post(
+    "queues.create", Function.QUEUES, schemas.CreateQueueRequest, schemas.OkResponse, "Create a queue."
+)
+QUEUES_UPDATE: Final = _post(
+    "queues.update",
+    Function.QUEUES,
+    schemas.UpdateQueueRequest,
+    schemas.OkResponse,
+    "Change the fields present in the request.",
+)
+QUEUES_INFO: Final = _post(
+    "queues.info", Function.QUEUES, schemas.QueueInfoRequest, schemas.QueueInfoResponse, "One queue."
+)
+QUEUES_LIST: Final = _post(
+    "queues.list",
+    Function.QUEUES,
+    schemas.ListQueuesRequest,
+    schemas.ListQueuesResponse,
+    "Queues in name order from pivot (inclusive).",
+)
+QUEUES_DELETE: Final = _post(
+    "queues.delete",
+    Function.QUEUES,
+    schemas.DeleteQueueRequest,
+    schemas.OkResponse,
+    "Delete a queue and its items.",
+)
+PRODUCE: Final = _post(
+    "queue.produce",
+    Function.PRODUCE,
+    schemas.ProduceRequest,
+    schemas.OkResponse,
+    "Store 1-1000 items; replies once every item is durably stored.",
+    body_limit=LARGE_BODY_LIMIT,
+)
+LEASE: Final = _post(
+    "queue.lease",
+    Function.LEASE,
+    schemas.LeaseRequest,
+    schemas.LeaseResponse,
+    "Lease items of one partition, oldest first; waits up to request_timeout, then 454.",
+)
+COMPLETE: Final = _post(
+    "queue.complete", Function.ITEMS, schemas.CompleteRequest, schemas.OkResponse, "Delete leased items."
+)
+RETRY: Final = _post(
+    "queue.retry",
+    Function.ITEMS,
+    schemas.RetryRequest,
+    schemas.OkResponse,
+    "Put leased items back: now, at retry_at, or into the dead-letter queue.",
+)
+RENEW: Final = _post(
+    "queue.renew",
+    Function.ITEMS,
+    schemas.RenewRequest,
+    schemas.RenewResponse,
+    "Extend leases to now + lease_timeout.",
+)
+STATS: Final = _post(
+    "queue.stats",
+    Function.ADMIN,
+    schemas.StatsRequest,
+    schemas.StatsResponse,
+    "Counts and ages per partition, read from storage.",
+)
+CLEAR: Final = _post(
+    "queue.clear",
+    Function.ADMIN,
+    schemas.ClearRequest,
+    schemas.OkResponse,
+    "Remove un-leased, scheduled or (destructive) leased items.",
+)
+ITEMS_LIST: Final = _post(
+    "storage/items.list",
+    Function.ADMIN,
+    schemas.ListItemsRequest,
+    schemas.ListItemsResponse,
+    "Page through the items of one partition in FIFO order.",
+)
+SCHEDULED_LIST: Final = _post(
+    "storage/scheduled.list",
+    Function.ADMIN,
+    schemas.ListScheduledRequest,
+    schemas.ListItemsResponse,
+    "Page through the scheduled items of one partition.",
+)
+ITEMS_IMPORT: Final = _post(
+    "storage/items.import",
+    Function.ADMIN,
+    schemas.ImportItemsRequest,
+    schemas.ImportItemsResponse,
+    "Write items verbatim under new ids, skipping known source_ids.",
+    body_limit=LARGE_BODY_LIMIT,
+)
+ITEMS_DELETE: Final = _post(
+    "storage/items.delete",
+    Function.ADMIN,
+    schemas.DeleteItemsRequest,
+    schemas.OkResponse,
+    "Delete items in any state; deleting twice succeeds.",
+)
+HEALTH: Final = Route(
+    name="health",
+    method="GET",
+    path="/health",
+    function=Function.META,
+    request_model=None,
+    response_model=schemas.HealthResponse,
+    summary="Liveness.",
+)
+OPENAPI: Final = Route(
+    name="openapi",
+    method="GET",
+    path="/openapi.json",
+    function=Function.META,
+    request_model=None,
+    response_model=None,
+    summary="This API as an OpenAPI 3.1 document.",
+)
+
+ROUTES: Final[tuple[Route, ...]] = (
+    QUEUES_CREATE,
+    QUEUES_UPDATE,
+    QUEUES_INFO,
+    QUEUES_LIST,
+    QUEUES_DELETE,
+    PRODUCE,
+    LEASE,
+    COMPLETE,
+    RETRY,
+    RENEW,
+    STATS,
+    CLEAR,
+    ITEMS_LIST,
+    SCHEDULED_LIST,
+    ITEMS_IMPORT,
+    ITEMS_DELETE,
+    HEALTH,
+    OPENAPI,
+)
+
+_BY_PATH: Final = MappingProxyType({route.path: route for route in ROUTES})
+
+
+def by_path(path: str) -> Route | None:
+    """The route at ``path`` (exact match), or ``None``."""
+    return _BY_PATH.get(path)
+
+
+def for_function(function: str) -> tuple[Route, ...]:
+    """The routes one Lambda function serves (what the CDK app wires to it)."""
+    return tuple(route for route in ROUTES if route.function == function)
+
+
+def resolve(method: str, path: str) -> Route:
+    """The route for a request, applying the contract's rules for the misses.
+
+    Raises
+    ------
+    WireError
+        501 for an unknown path, 400 for a known path with another method.
+    """
+    route = by_path(path)
+    if route is None:
+        raise unknown_path(method, path)
+    if method.upper() != route.method:
+        raise wrong_method(method, path, route.method)
+    return route

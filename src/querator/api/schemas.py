@@ -1,0 +1,752 @@
+"""HTTP wire layer: request and response models of every endpoint in ``contract/API.md``.
+
+Requests accept snake_case keys and their camelCase spellings and refuse any other key; durations are
+Go strings and timestamps RFC 3339. Each request turns itself into domain values (``to_domain``) and
+each response is built from domain values (``from_domain``) and sent with ``to_wire()``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Final, Self, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from querator.api.durations import format_duration, format_timestamp, parse_duration, parse_timestamp
+from querator.api.errors import body_too_large, unsupported_content
+from querator.domain import model as domain
+from querator.domain.errors import InvalidRequestError
+from querator.domain.model import MAX_BATCH
+
+#: Default page size of the storage listings (contract: ``limit`` default 1000).
+DEFAULT_LIST_LIMIT: Final = 1000
+#: Default page size of ``queues.list``; the contract leaves it open, Querator uses 100.
+DEFAULT_QUEUES_LIMIT: Final = 100
+#: pydantic error types that mean "the body is not a message we understand" (455), not "a value is
+#: wrong" (400): broken JSON, a key the message does not define, a body that is not an object.
+_UNSUPPORTED_TYPES: Final = frozenset({"json_invalid", "extra_forbidden"})
+_NOT_AN_OBJECT_TYPES: Final = frozenset({"model_type", "model_attributes_type", "dict_type"})
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+# -- field types --------------------------------------------------------------------------------------
+
+
+def _custom_error(kind: str, reason: str) -> PydanticCustomError:
+    # The reason goes in the context, not the template: user input may contain '{...}'.
+    return PydanticCustomError(kind, "{reason}", {"reason": reason})
+
+
+def _to_duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str):
+        raise _custom_error("duration_type", "must be a Go duration string such as '30s' or '1h30m'")
+    try:
+        return parse_duration(value)
+    except InvalidRequestError as exc:
+        raise _custom_error("duration_parsing", str(exc)) from exc
+
+
+def _to_timestamp(value: object) -> datetime:
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise _custom_error("timestamp_naive", "must be timezone-aware")
+        return value
+    if not isinstance(value, str):
+        raise _custom_error("timestamp_type", "must be an RFC 3339 string such as '2026-11-22T05:33:11Z'")
+    try:
+        return parse_timestamp(value)
+    except InvalidRequestError as exc:
+        raise _custom_error("timestamp_parsing", str(exc)) from exc
+
+
+def _to_payload(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise _custom_error("base64_type", "must be a standard base64 string")
+    # protojson writes padding but accepts input without it; so do we.
+    padded = value + "=" * (-len(value) % 4)
+    try:
+        return base64.b64decode(padded, validate=True)
+    except binascii.Error as exc:
+        raise _custom_error("base64_decode", f"invalid standard base64: {exc}") from exc
+
+
+def _encode_payload(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def _check_queue_name(value: str) -> str:
+    try:
+        return domain.validate_queue_name(value)
+    except InvalidRequestError as exc:
+        raise _custom_error("queue_name", str(exc)) from exc
+
+
+#: A Go duration string on the wire, a ``timedelta`` in Python.
+GoDuration = Annotated[
+    timedelta,
+    PlainValidator(_to_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {"type": "string", "description": "Go duration such as '30s' or '1h30m'", "examples": ["1m0s"]}
+    ),
+]
+#: An RFC 3339 string on the wire (output in UTC with ``Z``), an aware ``datetime`` in Python.
+Timestamp = Annotated[
+    datetime,
+    PlainValidator(_to_timestamp),
+    PlainSerializer(format_timestamp, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-11-22T05:33:11.123456Z"]}),
+]
+#: Standard base64 on the wire, ``bytes`` in Python.
+Payload = Annotated[
+    bytes,
+    PlainValidator(_to_payload),
+    PlainSerializer(_encode_payload, return_type=str),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64"}),
+]
+QueueName = Annotated[str, AfterValidator(_check_queue_name)]
+ItemIds = Annotated[list[str], Field(min_length=1, max_length=MAX_BATCH)]
+Partition = Annotated[int, Field(ge=0)]
+
+
+# -- bases --------------------------------------------------------------------------------------------
+
+
+class WireRequest(BaseModel):
+    """Base of every request body."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        # populate_by_name=True in pydantic < 2.11 terms: accept snake_case names and camelCase aliases.
+        validate_by_name=True,
+        validate_by_alias=True,
+        alias_generator=to_camel,
+        # Error messages name the snake_case field, whichever spelling the client used.
+        loc_by_alias=False,
+        frozen=True,
+    )
+
+
+class WireResponse(BaseModel):
+    """Base of every response body: snake_case keys, ``None`` left out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready body."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# -- queues -------------------------------------------------------------------------------------------
+
+
+class CreateQueueRequest(WireRequest):
+    """``queues.create``: a ``QueueInfo``; ``lease_timeout`` and ``expire_timeout`` are required."""
+
+    queue_name: QueueName
+    lease_timeout: GoDuration
+    expire_timeout: GoDuration
+    max_attempts: int = 0
+    dead_queue: str = ""
+    reference: str = ""
+    requested_partitions: int = 1
+    # Output-only fields of QueueInfo, accepted and ignored, so the body of a queues.info reply can be
+    # sent back as is.
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+
+    def to_domain(self, now: datetime) -> domain.QueueInfo:
+        """The queue to create, stamped with ``now``. Raises ``InvalidRequestError`` on a bad field."""
+        return domain.QueueInfo(
+            name=self.queue_name,
+            lease_timeout=self.lease_timeout,
+            expire_timeout=self.expire_timeout,
+            max_attempts=self.max_attempts,
+            dead_queue=self.dead_queue,
+            reference=self.reference,
+            partitions=self.requested_partitions,
+            created_at=now,
+            updated_at=now,
+        )
+
+
+class UpdateQueueRequest(WireRequest):
+    """``queues.update``: only the fields present in the body change."""
+
+    queue_name: QueueName
+    lease_timeout: GoDuration | None = None
+    expire_timeout: GoDuration | None = None
+    max_attempts: int | None = None
+    dead_queue: str | None = None
+    reference: str | None = None
+    requested_partitions: int | None = None
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+
+    def to_domain(self) -> domain.QueueUpdate:
+        """The update; a field absent from the body (or ``null``) is ``None``: leave as is."""
+
+        def present(name: str) -> Any:
+            return getattr(self, name) if name in self.model_fields_set else None
+
+        return domain.QueueUpdate(
+            name=self.queue_name,
+            lease_timeout=present("lease_timeout"),
+            expire_timeout=present("expire_timeout"),
+            max_attempts=present("max_attempts"),
+            dead_queue=present("dead_queue"),
+            reference=present("reference"),
+            partitions=present("requested_partitions"),
+        )
+
+
+class QueueNameRequest(WireRequest):
+    """A body that names one queue."""
+
+    queue_name: QueueName
+
+
+class QueueInfoRequest(QueueNameRequest):
+    """``queues.info``."""
+
+
+class DeleteQueueRequest(QueueNameRequest):
+    """``queues.delete``: removes the queue and its items."""
+
+
+class ListQueuesRequest(WireRequest):
+    """``queues.list``: queues in name order from ``pivot`` (inclusive)."""
+
+    pivot: str = ""
+    limit: int = Field(default=DEFAULT_QUEUES_LIMIT, ge=1, le=MAX_BATCH)
+
+
+class QueueInfoResponse(WireResponse):
+    """A ``QueueInfo`` as ``queues.info`` (and create / update) return it."""
+
+    queue_name: str
+    lease_timeout: GoDuration
+    expire_timeout: GoDuration
+    max_attempts: int
+    dead_queue: str
+    reference: str
+    requested_partitions: int
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    @classmethod
+    def from_domain(cls, info: domain.QueueInfo) -> Self:
+        return cls(
+            queue_name=info.name,
+            lease_timeout=info.lease_timeout,
+            expire_timeout=info.expire_timeout,
+            max_attempts=info.max_attempts,
+            dead_queue=info.dead_queue,
+            reference=info.reference,
+            requested_partitions=info.partitions,
+            created_at=info.created_at,
+            updated_at=info.updated_at,
+        )
+
+
+class ListQueuesResponse(WireResponse):
+    """``queues.list``: ``{"items": [QueueInfo...]}``."""
+
+    items: list[QueueInfoResponse]
+
+    @classmethod
+    def from_domain(cls, queues: Sequence[domain.QueueInfo]) -> Self:
+        return cls(items=[QueueInfoResponse.from_domain(q) for q in queues])
+
+
+# -- produce and lease --------------------------------------------------------------------------------
+
+
+class ProduceItem(WireRequest):
+    """One item of ``queue.produce``: the payload is ``bytes`` (base64) or ``utf8``, not both."""
+
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    bytes: Payload | None = None
+    utf8: str | None = None
+    #: In the future: the item is scheduled until then.
+    enqueue_at: Timestamp | None = None
+
+    @field_validator("utf8")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        # A JSON string may carry a lone surrogate ("\ud800"), which has no UTF-8 form.
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise _custom_error("utf8", f"not encodable as UTF-8: {exc.reason}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> Self:
+        # Querator lets bytes win silently; the contract says "bytes or utf8", so a body with both is a
+        # client bug worth reporting.
+        if self.bytes is not None and self.utf8 is not None:
+            raise _custom_error("payload_ambiguous", "give either 'bytes' or 'utf8', not both")
+        return self
+
+    def to_domain(self) -> domain.NewItem:
+        """Raises ``InvalidRequestError`` when the payload or a text field is over its limit."""
+        if self.bytes is not None:
+            payload = self.bytes
+        elif self.utf8 is not None:
+            payload = self.utf8.encode("utf-8")
+        else:
+            payload = b""
+        return domain.NewItem(
+            payload=payload,
+            reference=self.reference,
+            encoding=self.encoding,
+            kind=self.kind,
+            enqueue_at=self.enqueue_at,
+        )
+
+
+class ProduceRequest(WireRequest):
+    """``queue.produce``: 1-1000 items, stored together in one partition."""
+
+    queue_name: QueueName
+    request_timeout: GoDuration | None = None
+    items: list[ProduceItem] = Field(min_length=1, max_length=MAX_BATCH)
+
+    def to_domain(self) -> list[domain.NewItem]:
+        return [item.to_domain() for item in self.items]
+
+
+class LeaseRequest(WireRequest):
+    """``queue.lease``: up to ``batch_size`` items of one partition, oldest first.
+
+    ``request_timeout`` is ``None`` when absent; the handler applies its default and platform cap.
+    """
+
+    queue_name: QueueName
+    batch_size: int = Field(ge=1, le=MAX_BATCH)
+    client_id: str = Field(min_length=1)
+    request_timeout: GoDuration | None = None
+
+
+class LeaseItem(WireResponse):
+    """One leased item; ``attempts`` counts this lease too."""
+
+    id: str
+    attempts: int
+    lease_deadline: Timestamp | None = None
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    bytes: Payload = b""
+
+    @classmethod
+    def from_domain(cls, item: domain.Item) -> Self:
+        return cls(
+            id=item.id,
+            attempts=item.attempts,
+            lease_deadline=item.lease_deadline,
+            reference=item.reference,
+            encoding=item.encoding,
+            kind=item.kind,
+            bytes=item.payload,
+        )
+
+
+class LeaseResponse(WireResponse):
+    """``queue.lease`` reply: items of one partition."""
+
+    queue_name: str
+    partition: int
+    items: list[LeaseItem]
+
+    @classmethod
+    def from_domain(cls, lease: domain.Lease) -> Self:
+        return cls(
+            queue_name=lease.queue_name,
+            partition=lease.partition,
+            items=[LeaseItem.from_domain(i) for i in lease.items],
+        )
+
+
+# -- complete, retry, renew ---------------------------------------------------------------------------
+
+
+class CompleteRequest(WireRequest):
+    """``queue.complete``: delete leased items."""
+
+    queue_name: QueueName
+    partition: Partition = 0
+    request_timeout: GoDuration | None = None
+    ids: ItemIds
+
+
+class RetryItem(WireRequest):
+    """One item of ``queue.retry``: back now, at ``retry_at``, or (``dead``) to the dead-letter queue."""
+
+    id: str = Field(min_length=1)
+    retry_at: Timestamp | None = None
+    dead: bool = False
+
+    def to_domain(self) -> domain.RetryRequest:
+        return domain.RetryRequest(id=self.id, retry_at=self.retry_at, dead=self.dead)
+
+
+class RetryRequest(WireRequest):
+    """``queue.retry``: put leased items back."""
+
+    queue_name: QueueName
+    partition: Partition = 0
+    items: list[RetryItem] = Field(min_length=1, max_length=MAX_BATCH)
+
+    def to_domain(self) -> list[domain.RetryRequest]:
+        return [item.to_domain() for item in self.items]
+
+
+class RenewRequest(WireRequest):
+    """``queue.renew``: extend leases to now + ``lease_timeout`` (``None``: the queue's)."""
+
+    queue_name: QueueName
+    partition: Partition = 0
+    ids: ItemIds
+    lease_timeout: GoDuration | None = None
+
+
+class RenewedItem(WireResponse):
+    id: str
+    lease_deadline: Timestamp
+
+
+class RenewResponse(WireResponse):
+    """``queue.renew`` reply: the renewed ids and their new deadlines."""
+
+    queue_name: str
+    partition: int
+    items: list[RenewedItem]
+
+    @classmethod
+    def from_domain(cls, outcome: domain.RenewOutcome) -> Self:
+        return cls(
+            queue_name=outcome.queue_name,
+            partition=outcome.partition,
+            items=[RenewedItem(id=r.id, lease_deadline=r.lease_deadline) for r in outcome.items],
+        )
+
+
+class OkResponse(WireResponse):
+    """``{"code": 200}``: Querator's reply to every call with nothing else to return (produce,
+    complete, retry, queues.create / update / delete, clear, storage/items.delete)."""
+
+    code: int = 200
+
+
+# -- stats and clear ----------------------------------------------------------------------------------
+
+
+class StatsRequest(QueueNameRequest):
+    """``queue.stats``."""
+
+
+class PartitionStatsResponse(WireResponse):
+    partition: int
+    #: Items that are not scheduled, leased or not.
+    total: int
+    total_leased: int
+    scheduled: int
+    average_age: GoDuration
+    average_leased_age: GoDuration
+
+    @classmethod
+    def from_domain(cls, stats: domain.PartitionStats) -> Self:
+        return cls(
+            partition=stats.partition,
+            total=stats.total,
+            total_leased=stats.total_leased,
+            scheduled=stats.scheduled,
+            average_age=stats.average_age,
+            average_leased_age=stats.average_leased_age,
+        )
+
+
+class LogicalQueueStats(WireResponse):
+    partitions: list[PartitionStatsResponse]
+
+
+class StatsResponse(WireResponse):
+    """``queue.stats`` reply in Querator's shape: one logical queue holding every partition."""
+
+    queue_name: str
+    # The one camelCase key of the contract: Querator's proto has no json_name for it.
+    logical_queues: list[LogicalQueueStats] = Field(serialization_alias="logicalQueues")
+
+    @classmethod
+    def from_domain(cls, queue_name: str, stats: Sequence[domain.PartitionStats]) -> Self:
+        partitions = [PartitionStatsResponse.from_domain(s) for s in stats]
+        return cls(queue_name=queue_name, logical_queues=[LogicalQueueStats(partitions=partitions)])
+
+
+class ClearRequest(WireRequest):
+    """``queue.clear``: ``queue`` and / or ``scheduled`` is required; ``destructive`` adds leased items."""
+
+    queue_name: QueueName
+    queue: bool = False
+    scheduled: bool = False
+    destructive: bool = False
+
+    @model_validator(mode="after")
+    def _something_to_clear(self) -> Self:
+        if not (self.queue or self.scheduled):
+            raise _custom_error("clear_scope", "set 'queue' or 'scheduled' (or both)")
+        return self
+
+    def to_domain(self) -> domain.ClearScope:
+        scope = domain.ClearScope(0)
+        if self.queue:
+            scope |= domain.ClearScope.QUEUE
+        if self.scheduled:
+            scope |= domain.ClearScope.SCHEDULED
+        if self.destructive:
+            scope |= domain.ClearScope.DESTRUCTIVE
+        return scope
+
+
+# -- storage inspection -------------------------------------------------------------------------------
+
+
+class ListItemsRequest(WireRequest):
+    """``storage/items.list``: one partition in FIFO order from ``pivot`` (an item id, inclusive)."""
+
+    queue_name: QueueName
+    partition: Partition = 0
+    pivot: str = ""
+    limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_BATCH)
+
+
+class ListScheduledRequest(ListItemsRequest):
+    """``storage/scheduled.list``: the scheduled items of one partition, in the order they come due."""
+
+
+class StorageItemResponse(WireResponse):
+    """An item as stored, for inspection."""
+
+    id: str
+    source_id: str = ""
+    is_leased: bool = False
+    lease_deadline: Timestamp | None = None
+    expire_deadline: Timestamp
+    created_at: Timestamp
+    enqueue_at: Timestamp | None = None
+    attempts: int = 0
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    payload: Payload = b""
+
+    @classmethod
+    def from_domain(cls, item: domain.Item, now: datetime) -> Self:
+        """``now`` decides ``is_leased``: a deadline in the past is a lease that ran out."""
+        return cls(
+            id=item.id,
+            source_id=item.source_id,
+            is_leased=item.is_leased(now),
+            lease_deadline=item.lease_deadline,
+            expire_deadline=item.expire_deadline,
+            created_at=item.created_at,
+            enqueue_at=item.enqueue_at,
+            attempts=item.attempts,
+            reference=item.reference,
+            encoding=item.encoding,
+            kind=item.kind,
+            payload=item.payload,
+        )
+
+
+class ListItemsResponse(WireResponse):
+    """``storage/items.list`` and ``storage/scheduled.list`` reply."""
+
+    items: list[StorageItemResponse]
+
+    @classmethod
+    def from_domain(cls, items: Sequence[domain.Item], now: datetime) -> Self:
+        return cls(items=[StorageItemResponse.from_domain(i, now) for i in items])
+
+
+class ImportItem(WireRequest):
+    """One item of ``storage/items.import``, written verbatim under a new id.
+
+    Takes every key that a listing returns, so a page of ``storage/items.list`` can be imported as
+    is; ``id`` and ``is_leased`` are accepted and ignored (the id is new, the lease is its deadline).
+    """
+
+    id: str = ""
+    source_id: str = ""
+    is_leased: bool = False
+    lease_deadline: Timestamp | None = None
+    expire_deadline: Timestamp | None = None
+    created_at: Timestamp | None = None
+    enqueue_at: Timestamp | None = None
+    attempts: int = Field(default=0, ge=0)
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    payload: Payload = b""
+
+    def to_domain(self) -> domain.StorageItem:
+        return domain.StorageItem(
+            payload=self.payload,
+            reference=self.reference,
+            encoding=self.encoding,
+            kind=self.kind,
+            attempts=self.attempts,
+            lease_deadline=self.lease_deadline,
+            expire_deadline=self.expire_deadline,
+            created_at=self.created_at,
+            enqueue_at=self.enqueue_at,
+            source_id=self.source_id,
+        )
+
+
+class ImportItemsRequest(WireRequest):
+    """``storage/items.import``: items are skipped when their ``source_id`` is already in the partition."""
+
+    queue_name: QueueName
+    partition: Partition = 0
+    items: list[ImportItem] = Field(min_length=1, max_length=MAX_BATCH)
+
+    def to_domain(self) -> list[domain.StorageItem]:
+        return [item.to_domain() for item in self.items]
+
+
+class ImportedItem(WireResponse):
+    id: str
+
+
+class ImportItemsResponse(WireResponse):
+    """``storage/items.import`` reply: the new ids (Querator's ``items`` shape, other fields omitted)."""
+
+    items: list[ImportedItem]
+
+    @classmethod
+    def from_domain(cls, ids: Sequence[str]) -> Self:
+        return cls(items=[ImportedItem(id=i) for i in ids])
+
+
+class DeleteItemsRequest(WireRequest):
+    """``storage/items.delete``: deletes in any state; deleting twice succeeds."""
+
+    queue_name: QueueName
+    partition: Partition = 0
+    ids: ItemIds
+
+
+# -- meta ---------------------------------------------------------------------------------------------
+
+
+class HealthResponse(WireResponse):
+    """``GET /health``."""
+
+    status: str = "pass"
+
+
+# -- parsing ------------------------------------------------------------------------------------------
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _describe(details: Sequence[ErrorDetails]) -> str:
+    parts = []
+    for detail in details:
+        where = _location(detail["loc"])
+        message = "unknown key" if detail["type"] == "extra_forbidden" else detail["msg"]
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+def _is_unsupported(detail: ErrorDetails) -> bool:
+    return detail["type"] in _UNSUPPORTED_TYPES or (
+        not detail["loc"] and detail["type"] in _NOT_AN_OBJECT_TYPES
+    )
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One readable line naming each failing field: ``"items[3].bytes: invalid standard base64 …"``."""
+    return _describe(error.errors(include_url=False))
+
+
+def is_unsupported_content(error: ValidationError) -> bool:
+    """Whether the contract answers 455 (body not understood) rather than 400 (a value is wrong)."""
+    return any(_is_unsupported(detail) for detail in error.errors(include_url=False))
+
+
+def is_json_content_type(content_type: str | None) -> bool:
+    """``application/json`` (any parameters) or a ``+json`` type; a missing header is let through.
+
+    A missing header is accepted because some HTTP tools send none for a JSON body; the body must
+    still parse as JSON.
+    """
+    if content_type is None or not content_type.strip():
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def parse_request(
+    model: type[ModelT],
+    body: str | bytes | None,
+    *,
+    content_type: str | None = None,
+    limit: int | None = None,
+) -> ModelT:
+    """Decode a request body into ``model``, applying the contract's wire rules in order.
+
+    An empty body is ``{}`` (all defaults). Raises ``WireError`` (455) when the content type is not
+    JSON, the body is not a JSON object, or it has a key the message does not define;
+    ``PayloadTooLargeError`` (413) when it is over ``limit`` bytes; ``InvalidRequestError`` (400) for
+    a wrong value, naming the field(s).
+    """
+    if not is_json_content_type(content_type):
+        raise unsupported_content(f"Content-Type {content_type!r} is not application/json")
+    raw = body.encode("utf-8") if isinstance(body, str) else (body or b"")
+    if limit is not None and len(raw) > limit:
+        raise body_too_large(len(raw), limit)
+    if not raw.strip():
+        raw = b"{}"
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        details = exc.errors(include_url=False)
+        # Not understanding the body is the cause of the other errors (a misspelt key also shows up
+        # as a missing field), so a 455 names only what was not understood.
+        unsupported = [d for d in details if _is_unsupported(d)]
+        if unsupported:
+            raise unsupported_content(_describe(unsupported)) from exc
+        raise InvalidRequestError(_describe(details)) from exc

@@ -1,0 +1,91 @@
+"""Contract: the reaper dead-letters what nobody else would, within its time budget, and resumes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from querator.domain.model import QueueUpdate
+from querator.testing import FakeClock
+from tests.contract.helpers import LEASE, items, make_queue, payloads
+
+
+def test_reaper_dead_letters_expired_and_exhausted_items_and_keeps_valid_leases(service, clock):
+    make_queue(service, "dlq")
+    make_queue(
+        service, dead_queue="dlq", max_attempts=1, lease_timeout=timedelta(minutes=1),
+        expire_timeout=timedelta(minutes=10),
+    )
+    make_queue(service, "plain", expire_timeout=timedelta(minutes=10))
+    service.produce("jobs", items("exhausted", "held", "expired"))
+    service.produce("plain", items("deleted"))
+    exhausted, held = service.lease("jobs", batch_size=2, client_id="c").items
+    service.renew("jobs", 0, [held.id], lease_timeout=timedelta(minutes=30))
+    clock.advance(timedelta(minutes=2))  # the lease of "exhausted" ran out with its one attempt used
+
+    first = service.reap(clock.now(), timedelta(seconds=30))
+    clock.advance(timedelta(minutes=9))  # everything is past expire_timeout; "held" is still leased
+    second = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert first.finished and second.finished
+    assert (first.dead_lettered, first.deleted, first.counts_by_reason) == (1, 0, {"max_attempts": 1})
+    assert (second.dead_lettered, second.deleted, second.counts_by_reason) == (1, 1, {"expired": 2})
+    dead = service.list_items("dlq", 0)
+    assert payloads(dead) == [b"exhausted", b"expired"]
+    assert dead[0].source_id == exhausted.id
+    assert service.list_items("plain", 0) == []
+    assert [i.id for i in service.list_items("jobs", 0)] == [held.id]  # a valid lease is never taken
+
+
+def test_reaper_leaves_expired_leases_with_attempts_left_to_the_next_lease(service, clock):
+    make_queue(service, max_attempts=5)
+    service.produce("jobs", items("a"))
+    held = service.lease("jobs", batch_size=1, client_id="c").items[0]
+    clock.advance(LEASE)
+
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.dead_lettered == report.deleted == 0
+    assert [i.id for i in service.list_items("jobs", 0)] == [held.id]
+
+
+class TickingClock(FakeClock):
+    """Every reading of the clock costs a second: a reaper with a small budget stops early."""
+
+    def now(self):
+        return self.advance(timedelta(seconds=1))
+
+
+def test_reaper_stops_when_its_budget_is_spent_and_resumes_where_it_stopped(service, clock):
+    make_queue(service, "a", expire_timeout=timedelta(minutes=1), partitions=2)
+    make_queue(service, "b", expire_timeout=timedelta(minutes=1))
+    for queue in ("a", "a", "b"):
+        service.produce(queue, items("x"))
+    clock.advance(timedelta(minutes=2))
+    service._clock = TickingClock(clock.now())
+
+    runs = []
+    while not runs or not runs[-1].finished:
+        runs.append(service.reap(clock.now(), timedelta(seconds=1)))
+        assert len(runs) < 10, "the reaper must make progress between runs"
+
+    assert len(runs) > 1
+    assert sum(r.deleted for r in runs) == 3
+    assert all(sum(s.total for s in service.stats(q)) == 0 for q in ("a", "b"))
+
+
+def test_reaper_finishes_an_interrupted_queue_delete(service):
+    make_queue(service, "gone", partitions=2)
+    service.produce("gone", items("x"))
+    service._catalog.mark_deleting("gone")  # as if the delete request died after marking
+
+    report = service.reap(service._clock.now(), timedelta(seconds=30))
+
+    assert report.queues_deleted == 1
+    assert [q.name for q in service.list_queues()] == []
+
+
+def test_partitions_added_by_update_are_leased_and_produced_to(service):
+    make_queue(service)
+    service.update_queue(QueueUpdate(name="jobs", partitions=3))
+    receipts = [service.produce("jobs", items("x")) for _ in range(3)]
+    assert {r.partition for r in receipts} == {0, 1, 2}

@@ -1,0 +1,165 @@
+"""Domain error → HTTP status, and the contract's error envelope (querator.api.errors)."""
+
+from __future__ import annotations
+
+import pytest
+
+from querator.api import errors
+from querator.api.errors import error_response, status_for
+from querator.domain import errors as domain_errors
+from querator.domain.errors import (
+    ConflictError,
+    DeadLetterQueueMissingError,
+    DuplicateClientError,
+    InvalidRequestError,
+    ItemNotLeasedError,
+    NothingToLeaseError,
+    PayloadTooLargeError,
+    QueratorError,
+    QueueAlreadyExistsError,
+    QueueDeletingError,
+    QueueNotFoundError,
+    RequestInProgressError,
+    RetryLaterError,
+    StoreThrottledError,
+    StoreUnavailableError,
+)
+from querator.domain.model import IdFailure
+
+EXPECTED_STATUS: dict[type[QueratorError], int] = {
+    InvalidRequestError: 400,
+    QueueNotFoundError: 400,
+    QueueAlreadyExistsError: 400,
+    ItemNotLeasedError: 400,
+    DuplicateClientError: 400,
+    PayloadTooLargeError: 413,
+    ConflictError: 453,
+    QueueDeletingError: 453,
+    DeadLetterQueueMissingError: 453,
+    RequestInProgressError: 453,
+    RetryLaterError: 454,
+    NothingToLeaseError: 454,
+    StoreThrottledError: 454,
+    StoreUnavailableError: 500,
+    QueratorError: 500,
+}
+
+
+@pytest.mark.parametrize(
+    ("error_type", "status"), EXPECTED_STATUS.items(), ids=lambda v: getattr(v, "__name__", v)
+)
+def test_status_of_each_error_class(error_type: type[QueratorError], status: int) -> None:
+    assert status_for(error_type) == status
+    assert status_for(error_type("details")) == status
+    assert error_response(error_type("details")).status == status
+
+
+def test_every_domain_error_class_has_a_row_in_this_test() -> None:
+    defined = {
+        value
+        for value in vars(domain_errors).values()
+        if isinstance(value, type) and issubclass(value, QueratorError)
+    }
+    assert defined == set(EXPECTED_STATUS)
+
+
+def test_status_is_inherited_through_the_mro() -> None:
+    class QueuePausedError(ConflictError):
+        """Queue is paused."""
+
+    class SomethingOddError(QueratorError):
+        """Something odd."""
+
+    assert status_for(QueuePausedError()) == 453
+    assert status_for(SomethingOddError()) == 500
+    assert status_for(KeyError("x")) == 500
+
+
+def test_envelope_shape_and_message() -> None:
+    response = error_response(QueueNotFoundError("no queue named 'orders'"))
+    assert response.status == 400
+    assert response.body == {
+        "code": 400,
+        "code_text": "Bad Request",
+        "message": "Queue does not exist; no queue named 'orders'",
+    }
+    stable, _, details = response.body["message"].partition(";")
+    assert stable == "Queue does not exist"
+    assert details.strip() == "no queue named 'orders'"
+
+
+def test_message_without_details_is_the_stable_class_alone() -> None:
+    assert error_response(QueueNotFoundError()).body["message"] == "Queue does not exist"
+    assert error_response(NothingToLeaseError()).body == {
+        "code": 454,
+        "code_text": "Retry Request",
+        "message": "Nothing to lease before the request timeout",
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "code_text"),
+    [
+        (PayloadTooLargeError("body is 6000000 bytes"), "Request Entity Too Large"),
+        (QueueDeletingError("queue 'q' is being deleted"), "Request Failed"),
+        (StoreThrottledError("slow down"), "Retry Request"),
+    ],
+)
+def test_code_text_of_nonstandard_codes(error: QueratorError, code_text: str) -> None:
+    assert error_response(error).body["code_text"] == code_text
+
+
+def test_internal_errors_never_leak_details() -> None:
+    secret = "table arn:aws:dynamodb:us-east-1:123456789012:table/q failed"
+    for error in (StoreUnavailableError(secret), QueratorError(secret), RuntimeError(secret)):
+        response = error_response(error)
+        assert response.status == 500
+        assert response.body == {
+            "code": 500,
+            "code_text": "Internal Server Error",
+            "message": "Internal error",
+        }
+    with_id = error_response(RuntimeError(secret), request_id="req-123")
+    assert with_id.body["message"] == "Internal error; request id req-123"
+
+
+def test_wire_errors() -> None:
+    cases = [
+        (errors.unsupported_content("colour: unknown key"), 455, "Unsupported Content"),
+        (errors.unknown_path("POST", "/v1/queue.nope"), 501, "Not Implemented"),
+        (errors.wrong_method("GET", "/v1/queue.produce", "POST"), 400, "Bad Request"),
+    ]
+    for error, status, code_text in cases:
+        response = error_response(error)
+        assert response.status == status == status_for(error)
+        assert response.body["code"] == status
+        assert response.body["code_text"] == code_text
+        assert ";" in response.body["message"]
+    assert error_response(cases[0][0]).body["message"] == "Unsupported content; colour: unknown key"
+    assert "/v1/queue.nope" in error_response(cases[1][0]).body["message"]
+
+
+def test_body_too_large_is_413() -> None:
+    error = errors.body_too_large(300_000, 262_144)
+    assert status_for(error) == 413
+    assert "262144" in error_response(error).body["message"]
+
+
+def test_failed_ids_error_names_each_id() -> None:
+    error = errors.failed_ids_error(
+        [
+            IdFailure(id="abc", reason="item is unknown, stale or not leased"),
+            IdFailure(id="def", reason="bad id"),
+        ]
+    )
+    response = error_response(error)
+    assert response.status == 400
+    assert response.body["message"].startswith("Item id is unknown, stale or not leased; ")
+    assert "'abc'" in response.body["message"]
+    assert "'def' (bad id)" in response.body["message"]
+    assert error.context["ids"] == ["abc", "def"]
+
+
+def test_error_body_model_matches_envelope() -> None:
+    body = errors.envelope(453, "Queue is being deleted")
+    assert errors.ErrorBody.model_validate(body).model_dump() == body

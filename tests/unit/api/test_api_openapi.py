@@ -1,0 +1,87 @@
+"""The generated OpenAPI document (querator.api.openapi)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from querator.api import routes
+from querator.api.openapi import EXAMPLES, build_openapi
+from querator.api.schemas import parse_request
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    return build_openapi(version="1.2.3", server_url="https://example.invalid")
+
+
+def _refs(node: object) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return found + [ref for value in node.values() for ref in _refs(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in _refs(value)]
+    return []
+
+
+def test_basic_structure(document: dict[str, Any]) -> None:
+    assert document["openapi"] == "3.1.0"
+    assert document["info"]["title"] == "querator"
+    assert document["info"]["version"] == "1.2.3"
+    assert document["servers"] == [{"url": "https://example.invalid"}]
+    json.dumps(document)  # serialisable as the GET /openapi.json body
+
+
+def test_every_route_is_a_path(document: dict[str, Any]) -> None:
+    assert set(document["paths"]) == {r.path for r in routes.ROUTES}
+    for route in routes.ROUTES:
+        operation = document["paths"][route.path][route.method.lower()]
+        assert "200" in operation["responses"]
+        assert operation["summary"] == route.summary
+    operation_ids = [op["operationId"] for item in document["paths"].values() for op in item.values()]
+    assert len(set(operation_ids)) == len(operation_ids)
+
+
+def test_posts_document_body_and_error_statuses(document: dict[str, Any]) -> None:
+    for route in routes.ROUTES:
+        if route.method != "POST":
+            continue
+        operation = document["paths"][route.path]["post"]
+        assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+            route.request_model.__name__  # type: ignore[union-attr]
+        )
+        assert {"400", "413", "453", "454", "455", "500"} <= set(operation["responses"])
+
+
+def test_every_ref_resolves(document: dict[str, Any]) -> None:
+    for ref in _refs(document):
+        node: Any = document
+        for part in ref.removeprefix("#/").split("/"):
+            node = node[part]
+        assert isinstance(node, dict)
+
+
+def test_error_envelope_schema(document: dict[str, Any]) -> None:
+    schema = document["components"]["schemas"]["ErrorBody"]
+    assert set(schema["properties"]) == {"code", "code_text", "message"}
+
+
+def test_requests_are_documented_in_snake_case(document: dict[str, Any]) -> None:
+    assert "queue_name" in document["components"]["schemas"]["LeaseRequest"]["properties"]
+    assert "batch_size" in document["components"]["schemas"]["LeaseRequest"]["properties"]
+    assert "logicalQueues" in document["components"]["schemas"]["StatsResponse"]["properties"]
+
+
+def test_every_post_has_an_example_that_parses() -> None:
+    posts = [r for r in routes.ROUTES if r.request_model is not None]
+    assert set(EXAMPLES) == {r.name for r in posts}
+    for route in posts:
+        assert route.request_model is not None
+        parse_request(route.request_model, json.dumps(EXAMPLES[route.name]), limit=route.body_limit)
+
+
+def test_produce_documents_the_idempotency_key(document: dict[str, Any]) -> None:
+    parameters = document["paths"]["/v1/queue.produce"]["post"]["parameters"]
+    assert [p["name"] for p in parameters] == ["Idempotency-Key"]

@@ -1,0 +1,94 @@
+"""The route table (querator.api.routes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from querator.api import routes
+from querator.api.errors import WireError
+from querator.api.schemas import WireRequest, WireResponse
+
+#: The contract's endpoints and the function that serves each.
+EXPECTED = {
+    ("POST", "/v1/queues.create"): "queues",
+    ("POST", "/v1/queues.update"): "queues",
+    ("POST", "/v1/queues.info"): "queues",
+    ("POST", "/v1/queues.list"): "queues",
+    ("POST", "/v1/queues.delete"): "queues",
+    ("POST", "/v1/queue.produce"): "produce",
+    ("POST", "/v1/queue.lease"): "lease",
+    ("POST", "/v1/queue.complete"): "items",
+    ("POST", "/v1/queue.retry"): "items",
+    ("POST", "/v1/queue.renew"): "items",
+    ("POST", "/v1/queue.stats"): "admin",
+    ("POST", "/v1/queue.clear"): "admin",
+    ("POST", "/v1/storage/items.list"): "admin",
+    ("POST", "/v1/storage/scheduled.list"): "admin",
+    ("POST", "/v1/storage/items.import"): "admin",
+    ("POST", "/v1/storage/items.delete"): "admin",
+    ("GET", "/health"): "meta",
+    ("GET", "/openapi.json"): "meta",
+}
+
+
+def test_table_is_the_contract() -> None:
+    assert {(r.method, r.path): r.function for r in routes.ROUTES} == EXPECTED
+
+
+def test_every_route_has_a_unique_path_and_name() -> None:
+    assert len({r.path for r in routes.ROUTES}) == len(routes.ROUTES)
+    assert len({r.name for r in routes.ROUTES}) == len(routes.ROUTES)
+
+
+def test_posts_have_models_and_gets_take_no_body() -> None:
+    for route in routes.ROUTES:
+        if route.method == "POST":
+            assert route.request_model is not None
+            assert issubclass(route.request_model, WireRequest)
+            assert route.response_model is not None
+            assert issubclass(route.response_model, WireResponse)
+            assert route.path == f"/v1/{route.name}"
+        else:
+            assert route.request_model is None
+        assert route.summary
+
+
+def test_body_limits() -> None:
+    large = {r.path for r in routes.ROUTES if r.body_limit == 5_000_000}
+    assert large == {"/v1/queue.produce", "/v1/storage/items.import"}
+    assert all(r.body_limit == 262_144 for r in routes.ROUTES if r.path not in large)
+
+
+def test_by_path() -> None:
+    assert routes.by_path("/v1/queue.lease") is routes.LEASE
+    assert routes.by_path("/v1/queue.nope") is None
+    assert routes.by_path("/v1/queue.lease/") is None
+
+
+def test_for_function() -> None:
+    assert routes.for_function(routes.Function.ITEMS) == (routes.COMPLETE, routes.RETRY, routes.RENEW)
+    assert {r.function for r in routes.ROUTES} == {
+        routes.Function.PRODUCE,
+        routes.Function.LEASE,
+        routes.Function.ITEMS,
+        routes.Function.QUEUES,
+        routes.Function.ADMIN,
+        routes.Function.META,
+    }
+
+
+def test_resolve_applies_the_contract_misses() -> None:
+    assert routes.resolve("POST", "/v1/queue.produce") is routes.PRODUCE
+    assert routes.resolve("post", "/v1/queue.produce") is routes.PRODUCE
+    assert routes.resolve("GET", "/health") is routes.HEALTH
+    with pytest.raises(WireError) as unknown:
+        routes.resolve("POST", "/v1/queue.nope")
+    assert unknown.value.status == 501
+    with pytest.raises(WireError) as method:
+        routes.resolve("GET", "/v1/queue.produce")
+    assert method.value.status == 400
+
+
+def test_routes_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        routes.PRODUCE.path = "/elsewhere"  # type: ignore[misc]

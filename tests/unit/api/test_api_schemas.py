@@ -1,0 +1,558 @@
+"""Request and response models of the wire (querator.api.schemas)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from querator.api import schemas
+from querator.api.errors import UNSUPPORTED_CONTENT, WireError, status_for
+from querator.api.schemas import parse_request
+from querator.domain.errors import InvalidRequestError, PayloadTooLargeError
+from querator.domain.model import (
+    ClearScope,
+    Item,
+    Lease,
+    PartitionStats,
+    QueueInfo,
+    Renewal,
+    RenewOutcome,
+    RetryRequest,
+)
+
+NOW = datetime(2026, 11, 22, 5, 33, 11, 123456, tzinfo=UTC)
+ITEM_ID = "0006442f1a2b3c4d00000000010a1b2c"
+
+
+def parse(model: type[schemas.ModelT], body: object) -> schemas.ModelT:
+    return parse_request(model, json.dumps(body), content_type="application/json")
+
+
+def invalid(model: type[schemas.WireRequest], body: object) -> str:
+    """The 400 message a body gets."""
+    with pytest.raises(InvalidRequestError) as caught:
+        parse(model, body)
+    assert status_for(caught.value) == 400
+    return str(caught.value)
+
+
+def unsupported(model: type[schemas.WireRequest], body: str | bytes, content_type: str | None = None) -> str:
+    """The 455 message a body gets."""
+    with pytest.raises(WireError) as caught:
+        parse_request(model, body, content_type=content_type)
+    assert caught.value.status == UNSUPPORTED_CONTENT
+    return str(caught.value)
+
+
+# -- keys -------------------------------------------------------------------------------------------
+
+
+def test_camel_case_keys_are_accepted() -> None:
+    request = parse(
+        schemas.LeaseRequest,
+        {"queueName": "orders", "batchSize": 10, "clientId": "worker-1", "requestTimeout": "15s"},
+    )
+    assert request.queue_name == "orders"
+    assert request.batch_size == 10
+    assert request.client_id == "worker-1"
+    assert request.request_timeout == timedelta(seconds=15)
+
+
+def test_snake_and_camel_case_can_mix() -> None:
+    request = parse(schemas.CompleteRequest, {"queue_name": "orders", "partition": 1, "ids": [ITEM_ID]})
+    assert request.partition == 1
+    nested = parse(
+        schemas.ProduceRequest,
+        {"queueName": "orders", "items": [{"utf8": "x", "enqueueAt": "2026-11-22T05:33:11Z"}]},
+    )
+    assert nested.items[0].enqueue_at == datetime(2026, 11, 22, 5, 33, 11, tzinfo=UTC)
+
+
+def test_unknown_key_is_455_and_named() -> None:
+    message = unsupported(schemas.QueueInfoRequest, '{"queue_name": "orders", "colour": "blue"}')
+    assert message.startswith("Unsupported content; ")
+    assert "colour: unknown key" in message
+
+
+def test_unknown_nested_key_is_455() -> None:
+    body = json.dumps({"queue_name": "orders", "items": [{"utf8": "x", "payload": "y"}]})
+    assert "items[0].payload: unknown key" in unsupported(schemas.ProduceRequest, body)
+
+
+def test_unknown_key_is_a_validation_error_of_the_model_itself() -> None:
+    with pytest.raises(ValidationError) as caught:
+        schemas.StatsRequest.model_validate({"queue_name": "orders", "extra": 1})
+    assert schemas.is_unsupported_content(caught.value)
+
+
+@pytest.mark.parametrize("body", ["{", "not json", "[]", '"orders"', "null", "42", b"\xff\xfe"])
+def test_body_that_is_not_a_json_object_is_455(body: str | bytes) -> None:
+    unsupported(schemas.StatsRequest, body)
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+)
+def test_non_json_content_type_is_455(content_type: str) -> None:
+    assert "Content-Type" in unsupported(schemas.StatsRequest, '{"queue_name": "q"}', content_type)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON",
+        "application/vnd.x+json",
+    ],
+)
+def test_json_content_types_are_accepted(content_type: str | None) -> None:
+    request = parse_request(schemas.StatsRequest, '{"queue_name": "q"}', content_type=content_type)
+    assert request.queue_name == "q"
+
+
+@pytest.mark.parametrize("body", [None, "", b"", "  \n"])
+def test_empty_body_means_all_defaults(body: str | bytes | None) -> None:
+    request = parse_request(schemas.ListQueuesRequest, body)
+    assert (request.pivot, request.limit) == ("", schemas.DEFAULT_QUEUES_LIMIT)
+
+
+def test_body_over_the_limit_is_413() -> None:
+    body = json.dumps({"queue_name": "q", "items": [{"utf8": "x" * 100}]})
+    with pytest.raises(PayloadTooLargeError) as caught:
+        parse_request(schemas.ProduceRequest, body, limit=50)
+    assert status_for(caught.value) == 413
+    parse_request(schemas.ProduceRequest, body, limit=len(body))
+
+
+def test_missing_required_field_is_400_naming_it() -> None:
+    message = invalid(schemas.LeaseRequest, {"queue_name": "orders", "client_id": "w"})
+    assert message.startswith("batch_size: ")
+
+
+def test_errors_name_snake_case_fields_even_for_camel_case_input() -> None:
+    message = invalid(schemas.LeaseRequest, {"queueName": "orders", "clientId": "w", "batchSize": 0})
+    assert "batch_size:" in message
+    assert "batchSize" not in message
+
+
+def test_describe_validation_error_names_every_field() -> None:
+    with pytest.raises(ValidationError) as caught:
+        schemas.ProduceRequest.model_validate(
+            {"queue_name": "", "items": [{"utf8": "ok"}, {"bytes": "%%%"}], "request_timeout": "soon"}
+        )
+    message = schemas.describe_validation_error(caught.value)
+    assert "queue_name:" in message
+    assert "items[1].bytes:" in message
+    assert "request_timeout:" in message
+
+
+def test_bad_queue_name_is_400() -> None:
+    assert "whitespace" in invalid(schemas.StatsRequest, {"queue_name": "my queue"})
+    assert "'~'" in invalid(schemas.StatsRequest, {"queue_name": "a~b"})
+
+
+# -- produce ----------------------------------------------------------------------------------------
+
+
+def test_produce_decodes_bytes_and_encodes_utf8() -> None:
+    request = parse(
+        schemas.ProduceRequest,
+        {
+            "queue_name": "orders",
+            "request_timeout": "1m",
+            "items": [
+                {
+                    "bytes": base64.b64encode(b"\x00\xff").decode(),
+                    "reference": "r",
+                    "encoding": "e",
+                    "kind": "k",
+                },
+                {"utf8": "héllo"},
+                {"bytes": "aGk"},  # protojson accepts unpadded base64
+                {},
+            ],
+        },
+    )
+    items = request.to_domain()
+    assert [i.payload for i in items] == [b"\x00\xff", "héllo".encode(), b"hi", b""]
+    assert (items[0].reference, items[0].encoding, items[0].kind) == ("r", "e", "k")
+    assert request.request_timeout == timedelta(minutes=1)
+
+
+def test_produce_item_with_both_bytes_and_utf8_is_rejected() -> None:
+    message = invalid(schemas.ProduceRequest, {"queue_name": "q", "items": [{"bytes": "aGk=", "utf8": "hi"}]})
+    assert "items[0]: give either 'bytes' or 'utf8', not both" in message
+
+
+@pytest.mark.parametrize("text", ["%%%", "aGk=aGk=", "a", "aGk-", "aG k="])
+def test_invalid_base64_is_rejected(text: str) -> None:
+    message = invalid(schemas.ProduceRequest, {"queue_name": "q", "items": [{"bytes": text}]})
+    assert "items[0].bytes: invalid standard base64" in message
+
+
+def test_base64_must_be_a_string() -> None:
+    assert "items[0].bytes" in invalid(
+        schemas.ProduceRequest, {"queue_name": "q", "items": [{"bytes": [1, 2]}]}
+    )
+
+
+def test_lone_surrogate_in_utf8_is_rejected() -> None:
+    # The JSON parser refuses it as text it cannot decode (455); a str built in Python is a 400.
+    unsupported(schemas.ProduceRequest, '{"queue_name": "q", "items": [{"utf8": "\\ud800"}]}')
+    with pytest.raises(ValidationError, match=r"items\.0\.utf8"):
+        schemas.ProduceRequest.model_validate({"queue_name": "q", "items": [{"utf8": "\ud800"}]})
+
+
+def test_produce_takes_1_to_1000_items() -> None:
+    assert "items:" in invalid(schemas.ProduceRequest, {"queue_name": "q", "items": []})
+    assert "items:" in invalid(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x"}] * 1001})
+    assert (
+        len(parse(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x"}] * 1000}).items) == 1000
+    )
+
+
+def test_enqueue_at_must_have_an_offset() -> None:
+    body = {"queue_name": "q", "items": [{"utf8": "x", "enqueue_at": "2026-11-22T05:33:11"}]}
+    assert "items[0].enqueue_at: invalid timestamp" in invalid(schemas.ProduceRequest, body)
+
+
+def test_payload_over_the_item_limit_is_400_from_the_domain() -> None:
+    request = schemas.ProduceRequest.model_validate({"queue_name": "q", "items": [{"bytes": b"x" * 400_000}]})
+    with pytest.raises(InvalidRequestError):
+        request.to_domain()
+
+
+# -- lease, complete, retry, renew ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 1001])
+def test_lease_batch_size_is_1_to_1000(batch_size: int) -> None:
+    assert "batch_size" in invalid(
+        schemas.LeaseRequest, {"queue_name": "q", "batch_size": batch_size, "client_id": "w"}
+    )
+
+
+def test_lease_request_timeout_is_optional() -> None:
+    request = parse(schemas.LeaseRequest, {"queue_name": "q", "batch_size": 1000, "client_id": "w"})
+    assert request.request_timeout is None
+
+
+@pytest.mark.parametrize("timeout", [30, "30", "thirty seconds", None])
+def test_durations_must_be_go_strings(timeout: object) -> None:
+    body = {"queue_name": "q", "batch_size": 1, "client_id": "w", "request_timeout": timeout}
+    if timeout is None:
+        assert parse(schemas.LeaseRequest, body).request_timeout is None
+    else:
+        assert "request_timeout:" in invalid(schemas.LeaseRequest, body)
+
+
+@pytest.mark.parametrize("model", [schemas.CompleteRequest, schemas.RenewRequest, schemas.DeleteItemsRequest])
+def test_ids_are_1_to_1000(model: type[schemas.WireRequest]) -> None:
+    assert "ids:" in invalid(model, {"queue_name": "q", "ids": []})
+    assert "ids:" in invalid(model, {"queue_name": "q", "ids": [ITEM_ID] * 1001})
+    assert "partition:" in invalid(model, {"queue_name": "q", "ids": [ITEM_ID], "partition": -1})
+
+
+def test_retry_items_become_retry_requests() -> None:
+    request = parse(
+        schemas.RetryRequest,
+        {
+            "queue_name": "q",
+            "partition": 2,
+            "items": [
+                {"id": "a"},
+                {"id": "b", "retry_at": "2026-11-22T06:00:00+01:00"},
+                {"id": "c", "dead": True},
+            ],
+        },
+    )
+    assert request.partition == 2
+    assert request.to_domain() == [
+        RetryRequest(id="a"),
+        RetryRequest(id="b", retry_at=datetime(2026, 11, 22, 5, 0, tzinfo=UTC)),
+        RetryRequest(id="c", dead=True),
+    ]
+    assert "items:" in invalid(schemas.RetryRequest, {"queue_name": "q", "items": [{"id": "a"}] * 1001})
+
+
+def test_renew_lease_timeout_is_optional() -> None:
+    assert parse(schemas.RenewRequest, {"queue_name": "q", "ids": ["a"]}).lease_timeout is None
+    renew = parse(schemas.RenewRequest, {"queue_name": "q", "ids": ["a"], "leaseTimeout": "2m"})
+    assert renew.lease_timeout == timedelta(minutes=2)
+
+
+# -- queues -----------------------------------------------------------------------------------------
+
+
+def test_create_queue_to_domain() -> None:
+    request = parse(
+        schemas.CreateQueueRequest,
+        {
+            "queue_name": "orders",
+            "lease_timeout": "1m",
+            "expire_timeout": "24h",
+            "max_attempts": 5,
+            "dead_queue": "orders-dead",
+            "reference": "team-a",
+            "requested_partitions": 4,
+        },
+    )
+    assert request.to_domain(NOW) == QueueInfo(
+        name="orders",
+        lease_timeout=timedelta(minutes=1),
+        expire_timeout=timedelta(hours=24),
+        max_attempts=5,
+        dead_queue="orders-dead",
+        reference="team-a",
+        partitions=4,
+        created_at=NOW,
+        updated_at=NOW,
+    )
+
+
+def test_create_queue_requires_both_timeouts() -> None:
+    message = invalid(schemas.CreateQueueRequest, {"queue_name": "orders", "lease_timeout": "1m"})
+    assert "expire_timeout: Field required" in message
+    assert "lease_timeout" not in message.replace("expire_timeout", "")
+
+
+def test_create_queue_domain_rules_apply_in_to_domain() -> None:
+    request = parse(
+        schemas.CreateQueueRequest, {"queue_name": "q", "lease_timeout": "1h", "expire_timeout": "1m"}
+    )
+    with pytest.raises(InvalidRequestError, match="lease_timeout"):
+        request.to_domain(NOW)
+
+
+def test_queue_info_output_fields_are_accepted_and_ignored_on_input() -> None:
+    info = QueueInfo(
+        name="q",
+        lease_timeout=timedelta(minutes=1),
+        expire_timeout=timedelta(hours=1),
+        created_at=NOW,
+        updated_at=NOW,
+    )
+    echoed = schemas.QueueInfoResponse.from_domain(info).to_wire()
+    request = parse(schemas.UpdateQueueRequest, echoed)
+    assert request.to_domain().lease_timeout == timedelta(minutes=1)
+
+
+def test_update_absent_fields_are_none() -> None:
+    update = parse(
+        schemas.UpdateQueueRequest, {"queue_name": "orders", "maxAttempts": 3, "dead_queue": ""}
+    ).to_domain()
+    assert update.name == "orders"
+    assert update.max_attempts == 3
+    assert update.dead_queue == ""  # present and empty: remove the dead-letter queue
+    assert update.lease_timeout is None
+    assert update.expire_timeout is None
+    assert update.reference is None
+    assert update.partitions is None
+
+
+def test_update_with_every_field() -> None:
+    update = parse(
+        schemas.UpdateQueueRequest,
+        {
+            "queue_name": "q",
+            "lease_timeout": "30s",
+            "expire_timeout": "1h",
+            "max_attempts": 0,
+            "dead_queue": "d",
+            "reference": "",
+            "requested_partitions": 8,
+        },
+    ).to_domain()
+    assert update.lease_timeout == timedelta(seconds=30)
+    assert update.expire_timeout == timedelta(hours=1)
+    assert update.max_attempts == 0
+    assert update.reference == ""
+    assert update.partitions == 8
+
+
+def test_list_queues_limit_bounds() -> None:
+    assert parse(schemas.ListQueuesRequest, {"pivot": "b", "limit": 7}).limit == 7
+    assert "limit:" in invalid(schemas.ListQueuesRequest, {"limit": 0})
+    assert "limit:" in invalid(schemas.ListQueuesRequest, {"limit": 1001})
+
+
+def test_queue_info_response_shape() -> None:
+    info = QueueInfo(
+        name="orders",
+        lease_timeout=timedelta(minutes=1),
+        expire_timeout=timedelta(hours=24),
+        max_attempts=5,
+        dead_queue="orders-dead",
+        reference="r",
+        partitions=4,
+        created_at=NOW,
+        updated_at=NOW + timedelta(seconds=1),
+    )
+    assert schemas.ListQueuesResponse.from_domain([info]).to_wire() == {
+        "items": [
+            {
+                "queue_name": "orders",
+                "lease_timeout": "1m0s",
+                "expire_timeout": "24h0m0s",
+                "max_attempts": 5,
+                "dead_queue": "orders-dead",
+                "reference": "r",
+                "requested_partitions": 4,
+                "created_at": "2026-11-22T05:33:11.123456Z",
+                "updated_at": "2026-11-22T05:33:12.123456Z",
+            }
+        ]
+    }
+
+
+# -- clear, stats, storage --------------------------------------------------------------------------
+
+
+def test_clear_needs_queue_or_scheduled() -> None:
+    assert "'queue' or 'scheduled'" in invalid(schemas.ClearRequest, {"queue_name": "q", "destructive": True})
+    assert parse(schemas.ClearRequest, {"queue_name": "q", "queue": True}).to_domain() == ClearScope.QUEUE
+    scope = parse(
+        schemas.ClearRequest, {"queue_name": "q", "queue": True, "scheduled": True, "destructive": True}
+    )
+    assert scope.to_domain() == ClearScope.QUEUE | ClearScope.SCHEDULED | ClearScope.DESTRUCTIVE
+
+
+def test_stats_response_has_querator_shape() -> None:
+    stats = [
+        PartitionStats(
+            partition=0,
+            total=3,
+            total_leased=1,
+            scheduled=2,
+            average_age=timedelta(seconds=90),
+            average_leased_age=timedelta(milliseconds=300),
+        ),
+        PartitionStats(partition=1),
+    ]
+    assert schemas.StatsResponse.from_domain("orders", stats).to_wire() == {
+        "queue_name": "orders",
+        "logicalQueues": [
+            {
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "total": 3,
+                        "total_leased": 1,
+                        "scheduled": 2,
+                        "average_age": "1m30s",
+                        "average_leased_age": "300ms",
+                    },
+                    {
+                        "partition": 1,
+                        "total": 0,
+                        "total_leased": 0,
+                        "scheduled": 0,
+                        "average_age": "0s",
+                        "average_leased_age": "0s",
+                    },
+                ]
+            }
+        ],
+    }
+
+
+def test_storage_list_defaults() -> None:
+    request = parse(schemas.ListItemsRequest, {"queue_name": "q"})
+    assert (request.partition, request.pivot, request.limit) == (0, "", 1000)
+    assert "limit:" in invalid(schemas.ListScheduledRequest, {"queue_name": "q", "limit": 1001})
+
+
+def _item(**changes: object) -> Item:
+    values: dict[str, object] = {
+        "id": ITEM_ID,
+        "payload": b"\x01\x02",
+        "reference": "r",
+        "encoding": "e",
+        "kind": "k",
+        "attempts": 2,
+        "lease_deadline": NOW + timedelta(minutes=1),
+        "expire_deadline": NOW + timedelta(hours=1),
+        "created_at": NOW - timedelta(minutes=5),
+        "source_id": "src",
+    }
+    values.update(changes)
+    return Item(**values)  # type: ignore[arg-type]
+
+
+def test_storage_item_response_shape() -> None:
+    body = schemas.ListItemsResponse.from_domain([_item(), _item(lease_deadline=None)], NOW).to_wire()
+    assert body["items"][0] == {
+        "id": ITEM_ID,
+        "source_id": "src",
+        "is_leased": True,
+        "lease_deadline": "2026-11-22T05:34:11.123456Z",
+        "expire_deadline": "2026-11-22T06:33:11.123456Z",
+        "created_at": "2026-11-22T05:28:11.123456Z",
+        "attempts": 2,
+        "reference": "r",
+        "encoding": "e",
+        "kind": "k",
+        "payload": "AQI=",
+    }
+    assert body["items"][1]["is_leased"] is False
+    assert "lease_deadline" not in body["items"][1]
+
+
+def test_a_listed_page_can_be_imported_as_is() -> None:
+    page = schemas.ListItemsResponse.from_domain([_item()], NOW).to_wire()
+    request = parse(schemas.ImportItemsRequest, {"queue_name": "q", "partition": 0, **page})
+    (stored,) = request.to_domain()
+    assert stored.payload == b"\x01\x02"
+    assert stored.source_id == "src"
+    assert stored.attempts == 2
+    assert stored.lease_deadline == NOW + timedelta(minutes=1)
+    assert stored.created_at == NOW - timedelta(minutes=5)
+    assert "items:" in invalid(schemas.ImportItemsRequest, {"queue_name": "q", "items": []})
+
+
+def test_import_response_lists_new_ids() -> None:
+    assert schemas.ImportItemsResponse.from_domain(["a", "b"]).to_wire() == {
+        "items": [{"id": "a"}, {"id": "b"}]
+    }
+
+
+# -- lease and renew replies ------------------------------------------------------------------------
+
+
+def test_lease_response_shape() -> None:
+    lease = Lease(queue_name="orders", partition=3, items=[_item()])
+    assert schemas.LeaseResponse.from_domain(lease).to_wire() == {
+        "queue_name": "orders",
+        "partition": 3,
+        "items": [
+            {
+                "id": ITEM_ID,
+                "attempts": 2,
+                "lease_deadline": "2026-11-22T05:34:11.123456Z",
+                "reference": "r",
+                "encoding": "e",
+                "kind": "k",
+                "bytes": "AQI=",
+            }
+        ],
+    }
+
+
+def test_renew_response_shape() -> None:
+    outcome = RenewOutcome(queue_name="orders", partition=1, items=[Renewal(id="a", lease_deadline=NOW)])
+    assert schemas.RenewResponse.from_domain(outcome).to_wire() == {
+        "queue_name": "orders",
+        "partition": 1,
+        "items": [{"id": "a", "lease_deadline": "2026-11-22T05:33:11.123456Z"}],
+    }
+
+
+def test_ok_and_health_responses() -> None:
+    assert schemas.OkResponse().to_wire() == {"code": 200}
+    assert schemas.HealthResponse().to_wire() == {"status": "pass"}

@@ -1,0 +1,62 @@
+"""Unit: item ids sort in visible-at order, keep produce order, and parse strictly."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from querator.domain.errors import InvalidRequestError
+from querator.domain.ids import ID_LENGTH, IdFactory, parse_item_id, visible_at_of, visible_bound
+
+times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+)
+
+
+@given(a=times, b=times)
+def test_ids_sort_like_their_visible_times(a, b):
+    factory = IdFactory()
+    id_a, id_b = factory.new_id(a), factory.new_id(b)
+    if a < b:
+        assert id_a < id_b
+    assert visible_at_of(id_a) == a
+
+
+@given(at=times, count=st.integers(1, 50), seed=st.integers(0, 16**10 // 2))
+def test_ids_minted_for_one_time_keep_the_order_they_were_minted_in(at, count, seed):
+    factory = IdFactory(seed=seed)
+    ids = factory.new_ids(at, count) + factory.new_ids(at, count)
+    assert ids == sorted(ids) and len(set(ids)) == 2 * count
+
+
+@given(now=times, delta_us=st.integers(-10**9, 10**9))
+def test_visible_bound_splits_due_from_not_yet_due(now, delta_us):
+    at = now + timedelta(microseconds=delta_us)
+    item_id = IdFactory().new_id(at)
+    assert (item_id < visible_bound(now)) == (at <= now)
+
+
+def test_a_counter_wrap_inside_a_batch_keeps_the_batch_in_order():
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    ids = IdFactory(seed=16**10 - 2).new_ids(at, 5)
+    assert ids == sorted(ids) and len(set(ids)) == 5
+
+
+def test_ids_from_two_factories_never_collide():
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    a, b = IdFactory(node=1, seed=5), IdFactory(node=2, seed=5)
+    assert not set(a.new_ids(at, 100)) & set(b.new_ids(at, 100))
+
+
+@pytest.mark.parametrize("bad", ["", "xyz", "0" * (ID_LENGTH - 1), "G" * ID_LENGTH, "0" * (ID_LENGTH + 1)])
+def test_parse_refuses_what_is_not_an_id(bad):
+    with pytest.raises(InvalidRequestError):
+        parse_item_id(bad)
+
+
+def test_naive_times_are_refused():
+    with pytest.raises(InvalidRequestError):
+        IdFactory().new_id(datetime(2026, 1, 1))  # noqa: DTZ001 - the point of the test
