@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
+from querator.clock import SystemClock
 from querator.domain.ids import IdFactory
 from querator.service import QueueService
 from querator.storage.dynamodb import schema
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+__all__ = ["EPOCH", "FakeClock", "SystemClock", "build_service", "dynamodb_client", "moto_server_process"]
 
 
 class FakeClock:
@@ -48,16 +51,6 @@ class FakeClock:
         with self._lock:
             self._now += delta
             return self._now
-
-
-class SystemClock:
-    """The real clock, in UTC."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def sleep(self, seconds: float) -> None:
-        threading.Event().wait(seconds)
 
 
 def dynamodb_client(endpoint_url: str | None = None, *, max_pool: int = 10) -> DynamoDBClient:
