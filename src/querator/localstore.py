@@ -20,7 +20,10 @@ class EmbeddedDynamoDB:
     """A moto DynamoDB endpoint on 127.0.0.1 in a background thread; ``port=0`` picks a free port."""
 
     def __init__(self, *, host: str = LOOPBACK, port: int = 0) -> None:
-        from moto.server import DomainDispatcherApplication, create_backend_app  # noqa: PLC0415
+        from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
+            DomainDispatcherApplication,
+            create_backend_app,
+        )
         from werkzeug.serving import WSGIRequestHandler, make_server  # noqa: PLC0415
 
         class QuietHandler(WSGIRequestHandler):
@@ -31,7 +34,9 @@ class EmbeddedDynamoDB:
         self._server: Any = make_server(
             host, port, app, threaded=False, processes=1, request_handler=QuietHandler
         )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="embedded-dynamodb", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="embedded-dynamodb", daemon=True
+        )
 
     @property
     def endpoint_url(self) -> str:
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     store = EmbeddedDynamoDB(port=args.port)
     sys.stdout.write(f"{store.endpoint_url}\n")
     sys.stdout.flush()
-    store._server.serve_forever()  # noqa: SLF001 - run in this thread; the process is the server
+    store._server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+    from datetime import datetime
 
     from querator.domain.model import Item, ItemState, QueueInfo
 
@@ -77,8 +77,14 @@ class ItemStore(Protocol):
         ...
 
     def scan(
-        self, queue: str, partition: int, *, limit: int, start_after: str | None = None,
-        due_at: datetime | None = None, available_only: bool = False,
+        self,
+        queue: str,
+        partition: int,
+        *,
+        limit: int,
+        start_after: str | None = None,
+        due_at: datetime | None = None,
+        available_only: bool = False,
     ) -> Page:
         """Item states in id (FIFO) order; with ``due_at`` only those visible then, and with
         ``available_only`` only those not held by a valid lease at ``due_at``."""
@@ -95,14 +101,24 @@ class ItemStore(Protocol):
     def get(self, queue: str, partition: int, item_id: str) -> Item | None: ...
 
     def claim(
-        self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime,
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        *,
+        lease_deadline: datetime,
         now: datetime,
     ) -> list[Item]:
         """Lease each item that was never leased and has not expired; return those won, in order."""
         ...
 
     def renew(
-        self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime,
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        *,
+        lease_deadline: datetime,
         now: datetime,
     ) -> list[str]:
         """Move valid leases to ``lease_deadline``; return the ids that failed."""
@@ -115,8 +131,16 @@ class ItemStore(Protocol):
         ...
 
     def move(
-        self, queue: str, partition: int, item_id: str, *, guard: Guard, now: datetime,
-        target_queue: str, target_partition: int, replacement: Item,
+        self,
+        queue: str,
+        partition: int,
+        item_id: str,
+        *,
+        guard: Guard,
+        now: datetime,
+        target_queue: str,
+        target_partition: int,
+        replacement: Item,
     ) -> bool:
         """Atomically delete an item in the guarded state and write ``replacement`` in its place."""
         ...

@@ -144,14 +144,22 @@ class QueueService:
             current = self._live_queue(update.name)
             changes = {
                 name: value
-                for name in ("lease_timeout", "expire_timeout", "max_attempts", "dead_queue", "reference",
-                             "partitions")
+                for name in (
+                    "lease_timeout",
+                    "expire_timeout",
+                    "max_attempts",
+                    "dead_queue",
+                    "reference",
+                    "partitions",
+                )
                 if (value := getattr(update, name)) is not None
             }
             info = replace(current, **changes, updated_at=max(self._clock.now(), current.updated_at))
             if info.partitions < current.partitions:
                 # Items in the dropped partitions would be stranded; see docs/adr/0003-partitions.md.
-                raise InvalidRequestError("requested_partitions cannot be reduced", field="requested_partitions")
+                raise InvalidRequestError(
+                    "requested_partitions cannot be reduced", field="requested_partitions"
+                )
             if "dead_queue" in changes:
                 self._check_dead_queue(info)
             try:
@@ -231,7 +239,11 @@ class QueueService:
     ) -> ProduceReceipt:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
         record = IdempotencyRecord(
-            key=digest, partition=partition, ids=[i.id for i in stored], done=False, started_at=now,
+            key=digest,
+            partition=partition,
+            ids=[i.id for i in stored],
+            done=False,
+            started_at=now,
             queue_created_at=queue.created_at,
         )
         won, previous = self._store.begin_idempotent(
@@ -340,7 +352,9 @@ class QueueService:
                 return Lease(queue_name=queue.name, partition=partition, items=items)
         return Lease(queue_name=queue.name, partition=start % queue.partitions)
 
-    def _lease_partition(self, queue: QueueInfo, partition: int, batch_size: int, now: datetime) -> list[Item]:
+    def _lease_partition(
+        self, queue: QueueInfo, partition: int, batch_size: int, now: datetime
+    ) -> list[Item]:
         lease_deadline = now + queue.lease_timeout
         claimed: list[Item] = []
         start_after: str | None = None
@@ -358,18 +372,9 @@ class QueueService:
                 elif decision.action is not Action.KEEP:
                     self._settle(queue, partition, state, decision, now, ReapReport())
                     requeued = requeued or decision.action is Action.REQUEUE
-            wanted = batch_size - len(claimed)
-            claimed.extend(
-                self._store.claim(queue.name, partition, candidates[:wanted], lease_deadline=lease_deadline, now=now)
+            claimed += self._claim(
+                queue, partition, candidates, batch_size - len(claimed), lease_deadline, now
             )
-            # Lost races leave the batch short: try the remaining candidates of this page too.
-            rest = candidates[wanted:]
-            while len(claimed) < batch_size and rest:
-                wanted = batch_size - len(claimed)
-                claimed.extend(
-                    self._store.claim(queue.name, partition, rest[:wanted], lease_deadline=lease_deadline, now=now)
-                )
-                rest = rest[wanted:]
             if len(claimed) >= batch_size:
                 break
             if page.next_start is None:
@@ -382,9 +387,44 @@ class QueueService:
             limit = _PAGE_MAX
         return claimed
 
+    def _claim(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        candidates: list[str],
+        wanted: int,
+        lease_deadline: datetime,
+        now: datetime,
+    ) -> list[Item]:
+        """Claim up to ``wanted`` of ``candidates`` (oldest first), one conditional write each.
+
+        Alone, a consumer claims strictly oldest first. A lost race means another consumer is
+        claiming the same run of items from its head, so following it would lose again and again
+        (each loss is a charged write): after a loss this consumer continues from a random point
+        of the remaining candidates instead. Measured in docs/adr/0001-data-model.md.
+        """
+        pending = list(candidates)
+        won: list[Item] = []
+        at = 0
+        while pending and len(won) < wanted:
+            item_id = pending.pop(at)
+            got = self._store.claim(queue.name, partition, [item_id], lease_deadline=lease_deadline, now=now)
+            if got:
+                won += got
+            elif pending:
+                at = self._rng.randrange(len(pending))
+            if at >= len(pending):
+                at = 0
+        return won
+
     def _settle(
-        self, queue: QueueInfo, partition: int, state: ItemState, decision: lifecycle.Decision,
-        now: datetime, report: ReapReport,
+        self,
+        queue: QueueInfo,
+        partition: int,
+        state: ItemState,
+        decision: lifecycle.Decision,
+        now: datetime,
+        report: ReapReport,
     ) -> None:
         """Requeue or dead-letter an item found in a scan, counting what happened in ``report``."""
         item = self._store.get(queue.name, partition, state.id)
@@ -393,8 +433,14 @@ class QueueService:
         guard = Guard.LEASE_EXPIRED if item.lease_deadline is not None else Guard.NOT_VALIDLY_LEASED
         if decision.action is Action.REQUEUE:
             self._store.move(
-                queue.name, partition, item.id, guard=Guard.LEASE_EXPIRED, now=now,
-                target_queue=queue.name, target_partition=partition, replacement=self._requeued(item, now),
+                queue.name,
+                partition,
+                item.id,
+                guard=Guard.LEASE_EXPIRED,
+                now=now,
+                target_queue=queue.name,
+                target_partition=partition,
+                replacement=self._requeued(item, now),
             )
             return
         try:
@@ -438,8 +484,14 @@ class QueueService:
         # The same item always lands in the same partition of the dead-letter queue.
         target_partition = zlib.crc32(item.id.encode()) % target.partitions
         moved = self._store.move(
-            queue.name, partition, item.id, guard=guard, now=now,
-            target_queue=target.name, target_partition=target_partition, replacement=dead,
+            queue.name,
+            partition,
+            item.id,
+            guard=guard,
+            now=now,
+            target_queue=target.name,
+            target_partition=target_partition,
+            replacement=dead,
         )
         if moved:
             report.dead_lettered += 1
@@ -481,8 +533,14 @@ class QueueService:
                 if plan.visible_at > now:
                     replacement = replace(replacement, enqueue_at=plan.visible_at)
                 done = self._store.move(
-                    queue.name, partition, item.id, guard=Guard.LEASE_VALID, now=now,
-                    target_queue=queue.name, target_partition=partition, replacement=replacement,
+                    queue.name,
+                    partition,
+                    item.id,
+                    guard=Guard.LEASE_VALID,
+                    now=now,
+                    target_queue=queue.name,
+                    target_partition=partition,
+                    replacement=replacement,
                 )
             if done:
                 applied.append(request.id)
@@ -573,7 +631,9 @@ class QueueService:
             removed += len(ids) - len(self._store.delete(queue.name, partition, ids, guard=guard, now=now))
         return removed
 
-    def list_items(self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000) -> list[Item]:
+    def list_items(
+        self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
+    ) -> list[Item]:
         """Items of one partition that are not scheduled, in FIFO order from ``pivot`` (inclusive)."""
         queue = self._listable(queue_name, partition, limit)
         return self._store.list_items(

@@ -17,7 +17,6 @@ import boto3
 from botocore.config import Config
 
 from querator.clock import SystemClock
-from querator.domain.ids import IdFactory
 from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
@@ -27,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from mypy_boto3_dynamodb import DynamoDBClient
+
+    from querator.domain.ids import IdFactory
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -86,7 +87,7 @@ def moto_server_process() -> Iterator[str]:
 
     A separate process keeps its state apart from any in-process ``mock_aws`` of the tests.
     """
-    child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+    child = subprocess.Popen(
         [sys.executable, "-m", "querator.localstore", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,

@@ -18,7 +18,9 @@ def make_queue(service: QueueService, name: str = "jobs", **fields: Any) -> Queu
     placeholder = datetime(2000, 1, 1, tzinfo=UTC)  # the service stamps its own times
     fields.setdefault("lease_timeout", LEASE)
     fields.setdefault("expire_timeout", EXPIRE)
-    return service.create_queue(QueueInfo(name=name, created_at=placeholder, updated_at=placeholder, **fields))
+    return service.create_queue(
+        QueueInfo(name=name, created_at=placeholder, updated_at=placeholder, **fields)
+    )
 
 
 def items(*payloads: str, **fields: Any) -> list[NewItem]:

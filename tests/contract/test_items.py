@@ -213,7 +213,9 @@ def test_renew_extends_valid_leases_only(service, clock):
 
     renewed = service.renew("jobs", 0, [held.id], lease_timeout=timedelta(seconds=60))
 
-    assert [(r.id, r.lease_deadline) for r in renewed.items] == [(held.id, clock.now() + timedelta(seconds=60))]
+    assert [(r.id, r.lease_deadline) for r in renewed.items] == [
+        (held.id, clock.now() + timedelta(seconds=60))
+    ]
     clock.advance(timedelta(seconds=45))  # past the first deadline, inside the renewed one
     assert list(lease(service, client="c2").items) == []
     assert service.complete("jobs", 0, [held.id]).applied == [held.id]
@@ -288,7 +290,9 @@ def test_retry_of_an_item_that_used_all_attempts_dead_letters_it(service):
 
 def test_expired_items_are_dead_lettered_at_lease_time_but_valid_leases_are_kept(service, clock):
     make_queue(service, "dlq")
-    make_queue(service, dead_queue="dlq", lease_timeout=timedelta(minutes=30), expire_timeout=timedelta(hours=1))
+    make_queue(
+        service, dead_queue="dlq", lease_timeout=timedelta(minutes=30), expire_timeout=timedelta(hours=1)
+    )
     service.produce("jobs", items("held", "idle"))
     held = lease(service, batch=1).items[0]
     clock.advance(timedelta(minutes=29))

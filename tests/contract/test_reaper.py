@@ -12,7 +12,10 @@ from tests.contract.helpers import LEASE, items, make_queue, payloads
 def test_reaper_dead_letters_expired_and_exhausted_items_and_keeps_valid_leases(service, clock):
     make_queue(service, "dlq")
     make_queue(
-        service, dead_queue="dlq", max_attempts=1, lease_timeout=timedelta(minutes=1),
+        service,
+        dead_queue="dlq",
+        max_attempts=1,
+        lease_timeout=timedelta(minutes=1),
         expire_timeout=timedelta(minutes=10),
     )
     make_queue(service, "plain", expire_timeout=timedelta(minutes=10))

@@ -7,9 +7,8 @@ never going down, oldest-first leasing.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import itertools
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -49,12 +48,24 @@ class QueueMachine(RuleBasedStateMachine):
         n = next(_machine_numbers)
         self.q, self.dlq = f"q{n}", f"dlq{n}"
         self.service.create_queue(
-            QueueInfo(name=self.dlq, lease_timeout=LEASE, expire_timeout=timedelta(days=1), created_at=START,
-                      updated_at=START)
+            QueueInfo(
+                name=self.dlq,
+                lease_timeout=LEASE,
+                expire_timeout=timedelta(days=1),
+                created_at=START,
+                updated_at=START,
+            )
         )
         self.service.create_queue(
-            QueueInfo(name=self.q, lease_timeout=LEASE, expire_timeout=timedelta(days=1), max_attempts=3,
-                      dead_queue=self.dlq, created_at=START, updated_at=START)
+            QueueInfo(
+                name=self.q,
+                lease_timeout=LEASE,
+                expire_timeout=timedelta(days=1),
+                max_attempts=3,
+                dead_queue=self.dlq,
+                created_at=START,
+                updated_at=START,
+            )
         )
         self.counter = 0
         self.alive: set[bytes] = set()  # produced and neither completed nor dead-lettered

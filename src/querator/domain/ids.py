@@ -21,10 +21,13 @@ from __future__ import annotations
 import re
 import secrets
 import threading
-from datetime import datetime
+from typing import TYPE_CHECKING
 
 from querator.domain.errors import InvalidRequestError
 from querator.domain.model import timestamp_us, utc_from_timestamp_us
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 _TIME_DIGITS = 14
 _SEQ_DIGITS = 10

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from querator.domain.model import ItemState, QueueInfo, RetryRequest
+if TYPE_CHECKING:
+    from datetime import datetime, timedelta
+
+    from querator.domain.model import ItemState, QueueInfo, RetryRequest
 
 
 class Action(enum.Enum):

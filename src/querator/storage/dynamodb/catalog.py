@@ -135,7 +135,10 @@ class DynamoDBQueueCatalog:
             return [
                 self._to_info(record)
                 for record in self._model.query(
-                    schema.CATALOG_QUEUE_KIND, range_key_condition=condition, limit=limit, consistent_read=True
+                    schema.CATALOG_QUEUE_KIND,
+                    range_key_condition=condition,
+                    limit=limit,
+                    consistent_read=True,
                 )
             ]
         except QueryError as exc:
@@ -192,5 +195,3 @@ class DynamoDBQueueCatalog:
             record.save()
         except PutError as exc:
             _raise_store_error(exc, "reaper")
-
-

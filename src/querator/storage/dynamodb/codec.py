@@ -6,12 +6,14 @@ absent optional values are not stored at all: every byte counts toward the bille
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from querator.domain.model import Item, ItemState, timestamp_us, utc_from_timestamp_us
 from querator.ports import IdempotencyRecord
 from querator.storage.dynamodb import schema
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 AttributeMap = dict[str, Any]
 

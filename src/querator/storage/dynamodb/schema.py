@@ -98,7 +98,9 @@ def create_tables(client: Any, *, items_table: str, catalog_table: str) -> None:
         if name in existing:
             continue
         client.create_table(**definition)
-        client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+        client.get_waiter("table_exists").wait(
+            TableName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+        )
         if name == items_table:
             # Only idempotency records carry ``ttl``; items leave by completion or the reaper.
             client.update_time_to_live(

@@ -268,7 +268,10 @@ class DynamoDBItemStore:
                     UpdateExpression=expressions.RENEW_UPDATE,
                     ConditionExpression=condition,
                     ExpressionAttributeNames=names,
-                    ExpressionAttributeValues={":deadline": codec.num(lease_deadline), ":now": codec.num(now)},
+                    ExpressionAttributeValues={
+                        ":deadline": codec.num(lease_deadline),
+                        ":now": codec.num(now),
+                    },
                 )
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
@@ -324,7 +327,7 @@ class DynamoDBItemStore:
         }
         if ":now" in condition:
             delete["ExpressionAttributeValues"] = {":now": codec.num(now)}
-        put = {
+        put: dict[str, Any] = {
             "TableName": self._table,
             "Item": codec.encode_item(target_queue, target_partition, replacement),
             "ConditionExpression": expressions.PUT_ABSENT_CONDITION,
@@ -332,12 +335,16 @@ class DynamoDBItemStore:
         }
         for attempt in range(_TRANSACTION_RETRIES + 1):
             try:
-                self._client.transact_write_items(TransactItems=[{"Delete": delete}, {"Put": put}])
+                # The stubs' TypedDicts want literal keys; the dicts above are built incrementally.
+                transaction: Any = [{"Delete": delete}, {"Put": put}]
+                self._client.transact_write_items(TransactItems=transaction)
             except ClientError as exc:
                 reasons = [r.get("Code", "") for r in exc.response.get("CancellationReasons", [])]
                 if error_code(exc) == "TransactionCanceledException" and "ConditionalCheckFailed" in reasons:
                     return False  # the item is no longer in the guarded state: someone else acted
-                retryable = error_code(exc) == "TransactionCanceledException" and "TransactionConflict" in reasons
+                retryable = (
+                    error_code(exc) == "TransactionCanceledException" and "TransactionConflict" in reasons
+                )
                 if retryable and attempt < _TRANSACTION_RETRIES:
                     self._sleep(random.uniform(0, 0.01 * 2**attempt))  # noqa: S311
                     continue
@@ -379,7 +386,8 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             if error_code(exc) == CONDITION_FAILED:
-                old = exc.response.get("Item") or self._get_idempotency(queue, record.key)
+                returned: codec.AttributeMap | None = exc.response.get("Item")  # type: ignore[assignment]
+                old = returned or self._get_idempotency(queue, record.key)
                 return False, None if old is None else codec.decode_idempotency(record.key, old)
             raise translate(exc, "produce") from exc
         previous = reply.get("Attributes")
@@ -403,7 +411,9 @@ class DynamoDBItemStore:
                 Key={schema.PK: {"S": schema.idempotency_key(queue, key)}, schema.SK: {"S": schema.IDEM_SK}},
                 UpdateExpression="SET #done = :true, #part = :part, #ids = :ids",
                 ExpressionAttributeNames={
-                    "#done": schema.IDEM_DONE, "#part": schema.IDEM_PARTITION, "#ids": schema.IDEM_IDS,
+                    "#done": schema.IDEM_DONE,
+                    "#part": schema.IDEM_PARTITION,
+                    "#ids": schema.IDEM_IDS,
                 },
                 ExpressionAttributeValues={
                     ":true": {"BOOL": True},
