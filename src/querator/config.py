@@ -1,0 +1,97 @@
+"""Configuration: one settings model, read once from the environment.
+
+The environment variable *names* are constants here so that the CDK app (which sets them on every
+function), the local server and the tests cannot disagree with the code that reads them. Resource
+names have no defaults: a function started without its table names fails at cold start with a
+readable error instead of writing somewhere unexpected. Endpoints are never configured here; boto3
+and PynamoDB honour ``AWS_ENDPOINT_URL_DYNAMODB`` themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class EnvVar:
+    """Names of the environment variables the product reads."""
+
+    #: The items table (``querator.storage.dynamodb.schema``).
+    ITEMS_TABLE: Final = "QUERATOR_ITEMS_TABLE"
+    #: The queue catalog table.
+    CATALOG_TABLE: Final = "QUERATOR_CATALOG_TABLE"
+    #: Longest a lease request waits for items, in seconds. API Gateway's integration timeout is
+    #: 29 s, so the deployed default stays well below it.
+    LEASE_WAIT_CAP: Final = "QUERATOR_LEASE_WAIT_CAP_SECONDS"
+    #: Time the reaper leaves unused of its Lambda's remaining time, in seconds, to save its bookmark.
+    REAPER_MARGIN: Final = "QUERATOR_REAPER_MARGIN_SECONDS"
+    #: The region, which Lambda sets; the local server sets it too.
+    REGION: Final = "AWS_REGION"
+    # Powertools reads its own variables; named here so the CDK app sets them from one place.
+    POWERTOOLS_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
+    POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
+    POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
+    POWERTOOLS_METRICS_DISABLED: Final = "POWERTOOLS_METRICS_DISABLED"
+    POWERTOOLS_TRACE_DISABLED: Final = "POWERTOOLS_TRACE_DISABLED"
+
+
+#: Powertools service name and metrics namespace of every function.
+SERVICE_NAME: Final = "querator"
+METRICS_NAMESPACE: Final = "Querator"
+DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
+DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
+
+
+class ConfigurationError(RuntimeError):
+    """The environment does not configure the product; raised at cold start."""
+
+
+class Settings(BaseModel):
+    """Everything a function needs from its environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items_table: str = Field(min_length=3, max_length=255)
+    catalog_table: str = Field(min_length=3, max_length=255)
+    region: str | None = None
+    lease_wait_cap: timedelta = Field(default=DEFAULT_LEASE_WAIT_CAP, gt=timedelta(0))
+    reaper_margin: timedelta = Field(default=DEFAULT_REAPER_MARGIN, ge=timedelta(0))
+
+
+def settings_from(environ: Mapping[str, str]) -> Settings:
+    """Build ``Settings`` from a mapping of environment variables.
+
+    Raises
+    ------
+    ConfigurationError
+        A table name is missing, or a value does not parse; the message names the variable.
+    """
+    missing = [name for name in (EnvVar.ITEMS_TABLE, EnvVar.CATALOG_TABLE) if not environ.get(name)]
+    if missing:
+        raise ConfigurationError(f"missing environment variable(s): {', '.join(missing)}")
+    values: dict[str, object] = {
+        "items_table": environ[EnvVar.ITEMS_TABLE],
+        "catalog_table": environ[EnvVar.CATALOG_TABLE],
+        "region": environ.get(EnvVar.REGION) or None,
+    }
+    for field, name in (("lease_wait_cap", EnvVar.LEASE_WAIT_CAP), ("reaper_margin", EnvVar.REAPER_MARGIN)):
+        if raw := environ.get(name):
+            try:
+                values[field] = timedelta(seconds=float(raw))
+            except ValueError as exc:
+                raise ConfigurationError(f"{name}={raw!r} is not a number of seconds") from exc
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid configuration: {exc}") from exc
+
+
+@functools.cache
+def load_settings() -> Settings:
+    """The process's settings, read once (tests call ``load_settings.cache_clear()``)."""
+    return settings_from(os.environ)
