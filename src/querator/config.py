@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
 from datetime import timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class EnvVar:
