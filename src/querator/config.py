@@ -42,9 +42,35 @@ class EnvVar:
     POWERTOOLS_TRACE_DISABLED: Final = "POWERTOOLS_TRACE_DISABLED"
 
 
-#: Powertools service name and metrics namespace of every function.
+#: Powertools service name and metrics namespace of every function. Powertools adds the one
+#: dimension ``service=<SERVICE_NAME>`` to every metric, so alarms select on exactly that.
 SERVICE_NAME: Final = "querator"
 METRICS_NAMESPACE: Final = "Querator"
+
+
+class Metric:
+    """Names of the custom metrics (EMF) the functions publish; the CDK alarms import them."""
+
+    #: Items stored by ``queue.produce`` (Count).
+    ITEMS_PRODUCED: Final = "ItemsProduced"
+    #: Items handed out by ``queue.lease`` (Count).
+    ITEMS_LEASED: Final = "ItemsLeased"
+    #: Items deleted by ``queue.complete`` (Count).
+    ITEMS_COMPLETED: Final = "ItemsCompleted"
+    #: Lease requests that waited and found nothing (Count): 454 answers.
+    LEASE_EMPTY: Final = "LeaseEmpty"
+    #: Items the reaper moved to a dead-letter queue (Count).
+    DEAD_LETTERED: Final = "ItemsDeadLettered"
+    #: Items the reaper deleted because their queue has no dead-letter queue (Count).
+    EXPIRED_DELETED: Final = "ItemsExpiredDeleted"
+    #: Items the reaper read (Count).
+    REAPER_SCANNED: Final = "ReaperItemsScanned"
+    #: 1 when a reaper run ran out of its time budget before finishing (Count): it is falling behind.
+    REAPER_UNFINISHED: Final = "ReaperUnfinishedRuns"
+    #: Age of the oldest un-leased, due item over every queue the reaper read (Seconds).
+    OLDEST_ITEM_AGE: Final = "OldestItemAgeSeconds"
+    #: Items held in queues that serve as another queue's dead-letter queue (Count).
+    DEAD_LETTER_DEPTH: Final = "DeadLetterDepth"
 DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
 DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
 
