@@ -71,6 +71,8 @@ class Metric:
     OLDEST_ITEM_AGE: Final = "OldestItemAgeSeconds"
     #: Items held in queues that serve as another queue's dead-letter queue (Count).
     DEAD_LETTER_DEPTH: Final = "DeadLetterDepth"
+
+
 DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
 DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
 

@@ -253,7 +253,9 @@ class QueueService:
             assert previous is not None  # noqa: S101 - the store returns the record that won
             if not previous.done:
                 raise RequestInProgressError("a produce with this idempotency key is still in progress")
-            return ProduceReceipt(queue_name=queue.name, partition=previous.partition, ids=previous.ids)
+            return ProduceReceipt(
+                queue_name=queue.name, partition=previous.partition, ids=previous.ids, replayed=True
+            )
         resumed = (
             previous is not None
             and not previous.done

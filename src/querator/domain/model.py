@@ -225,11 +225,14 @@ class PartitionStats:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceReceipt:
-    """Where a produce landed; returned again, unchanged, for a retried idempotent produce."""
+    """Where a produce landed; returned again for a retried idempotent produce."""
 
     queue_name: str
     partition: int
     ids: list[str]
+    #: True when an earlier request with the same idempotency key stored these items and this
+    #: request stored nothing (bulk producers count such items as duplicates skipped).
+    replayed: bool = False
 
 
 class ClearScope(enum.Flag):
