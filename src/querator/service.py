@@ -86,6 +86,10 @@ class ReapReport:
     #: False when the time budget ran out first; the next run resumes from a bookmark.
     finished: bool = True
     counts_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Age of the oldest due, un-leased item this run read (how far behind consumers are).
+    oldest_item_age: timedelta = timedelta(0)
+    #: Items read in queues that serve as another queue's dead-letter queue.
+    dead_letter_depth: int = 0
 
 
 class QueueService:
@@ -586,6 +590,10 @@ class QueueService:
 
     # -- inspection and maintenance ---------------------------------------------------------------
 
+    def check_health(self) -> None:
+        """Read the catalog once; raises the store's error when it cannot be reached."""
+        self._catalog.list(pivot="", limit=1)
+
     def stats(self, queue_name: str) -> list[PartitionStats]:
         """Counts and ages per partition, read from storage."""
         queue = self._live_queue(queue_name)
@@ -710,7 +718,9 @@ class QueueService:
         started = self._clock.now()
         report = ReapReport()
         queue_from, partition_from, item_from = _parse_bookmark(self._catalog.load_bookmark())
-        queues = [q for q in self._catalog.iterate() if q.name >= queue_from]
+        every_queue = list(self._catalog.iterate())
+        dead_queues = {q.dead_queue for q in every_queue if q.dead_queue}
+        queues = [q for q in every_queue if q.name >= queue_from]
         for queue in queues:
             report.queues += 1
             if queue.deleting:
@@ -725,6 +735,10 @@ class QueueService:
                     page = self._store.scan(queue.name, partition, limit=_PAGE_MAX, start_after=start_after)
                     for state in page.items:
                         report.scanned += 1
+                        report.dead_letter_depth += queue.name in dead_queues
+                        waiting = visible_at_of(state.id) <= now and not _validly_leased(state, now)
+                        if waiting and now - state.created_at > report.oldest_item_age:
+                            report.oldest_item_age = now - state.created_at
                         decision = lifecycle.decide_for_reaper(state, queue, now)
                         if decision.action is Action.DEAD_LETTER:
                             self._settle(queue, partition, state, decision, now, report)
@@ -739,6 +753,10 @@ class QueueService:
                         break
         self._catalog.save_bookmark(None)
         return report
+
+
+def _validly_leased(state: ItemState, now: datetime) -> bool:
+    return state.lease_deadline is not None and state.lease_deadline > now
 
 
 def _bookmark(queue: str, partition: int, item_id: str | None) -> str:

@@ -5,6 +5,7 @@ Nothing in the product imports this module; tests, benchmarks and the local serv
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -31,7 +32,15 @@ if TYPE_CHECKING:
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
-__all__ = ["EPOCH", "FakeClock", "SystemClock", "build_service", "dynamodb_client", "moto_server_process"]
+__all__ = [
+    "EPOCH",
+    "FakeClock",
+    "SystemClock",
+    "build_service",
+    "dynamodb_client",
+    "moto_server_process",
+    "serve_process",
+]
 
 
 class FakeClock:
@@ -103,3 +112,38 @@ def moto_server_process() -> Iterator[str]:
         child.wait(timeout=10)
         if child.stdout is not None:
             child.stdout.close()
+
+
+@contextmanager
+def serve_process(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``querator serve --port 0`` in a child process, exactly as a user starts it; yields its URL.
+
+    The child gets its own embedded store unless ``env`` sets ``AWS_ENDPOINT_URL_DYNAMODB``. It is
+    stopped with SIGTERM (by its PID) and must exit by itself.
+    """
+    child_env = {**os.environ, **(env or {})}
+    if env is None or "AWS_ENDPOINT_URL_DYNAMODB" not in env:
+        child_env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
+    child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+        [sys.executable, "-m", "querator.cli", "serve", "--port", "0", "--quiet", *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env,
+    )
+    try:
+        assert child.stdout is not None  # noqa: S101
+        line = child.stdout.readline().strip()
+        prefix = "Querator listening on "
+        if not line.startswith(prefix):
+            raise RuntimeError(f"querator serve did not start: {line!r}")
+        yield line.removeprefix(prefix)
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=15)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()

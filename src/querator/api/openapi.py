@@ -167,9 +167,14 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
         if route is routes.PRODUCE:
             operation["parameters"] = [_IDEMPOTENCY_KEY]
         ok_schema: dict[str, Any] = (
-            response_refs[route.response_model] if route.response_model is not None else {"type": "object"}
+            response_refs[route.response_model]
+            if route.response_model is not None
+            else {"type": "string"}
+            if route is routes.DOCS
+            else {"type": "object"}
         )
-        operation["responses"] = {"200": {"description": "OK", "content": {_JSON: {"schema": ok_schema}}}}
+        media = "text/html" if route is routes.DOCS else _JSON
+        operation["responses"] = {"200": {"description": "OK", "content": {media: {"schema": ok_schema}}}}
         statuses = (*_POST_ERRORS, INTERNAL_ERROR) if route.method == "POST" else (INTERNAL_ERROR,)
         for status in statuses:
             operation["responses"][str(status)] = {"$ref": f"#/components/responses/Error{status}"}

@@ -188,6 +188,15 @@ OPENAPI: Final = Route(
     response_model=None,
     summary="This API as an OpenAPI 3.1 document.",
 )
+DOCS: Final = Route(
+    name="docs",
+    method="GET",
+    path="/docs",
+    function=Function.META,
+    request_model=None,
+    response_model=None,
+    summary="Swagger UI over this API's OpenAPI document (HTML).",
+)
 
 ROUTES: Final[tuple[Route, ...]] = (
     QUEUES_CREATE,
@@ -208,6 +217,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     ITEMS_DELETE,
     HEALTH,
     OPENAPI,
+    DOCS,
 )
 
 _BY_PATH: Final = MappingProxyType({route.path: route for route in ROUTES})

@@ -1,0 +1,1 @@
+"""Lambda entry points: one package per function, each a few lines over ``querator``."""

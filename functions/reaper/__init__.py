@@ -1,0 +1,1 @@
+"""Lambda function package (its asset is this folder)."""

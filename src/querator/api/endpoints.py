@@ -1,0 +1,211 @@
+"""HTTP wire layer: what each route does, as one short function over ``QueueService``.
+
+Each endpoint turns a parsed request into domain arguments, calls one service method and shapes the
+reply. They know nothing of Lambda or of the HTTP server in front of them: ``Call`` carries the few
+things of the request that are not in its body. ``ENDPOINTS`` is keyed by route name, and a test
+checks that it covers the route table exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any, Final
+
+from querator.api import routes, schemas
+from querator.api.errors import failed_ids_error
+from querator.config import Metric
+from querator.domain.errors import InvalidRequestError, NothingToLeaseError
+from querator.domain.model import BatchOutcome
+from querator.observability import count
+from querator.service import QueueService
+
+#: Longest accepted ``Idempotency-Key`` header; the key is hashed before it is stored.
+MAX_IDEMPOTENCY_KEY = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """What an endpoint knows of its request besides the body."""
+
+    #: The request's time, for replies that show ages or lease state.
+    now: datetime
+    #: The longest this call may wait (lease long-poll): the platform cap, bounded by the time the
+    #: function has left.
+    wait_limit: timedelta
+    idempotency_key: str | None = None
+
+
+Endpoint = Callable[[QueueService, Any, Call], schemas.WireResponse]
+
+OK: Final = schemas.OkResponse()
+
+
+def _applied(outcome: BatchOutcome) -> schemas.OkResponse:
+    """200 when every id was applied; otherwise 400 naming the failed ids (the others stay applied)."""
+    if outcome.failed:
+        raise failed_ids_error(outcome.failed)
+    return OK
+
+
+# -- queues ---------------------------------------------------------------------------------------
+
+
+def create_queue(
+    service: QueueService, request: schemas.CreateQueueRequest, call: Call
+) -> schemas.WireResponse:
+    service.create_queue(request.to_domain(call.now))
+    return OK
+
+
+def update_queue(
+    service: QueueService, request: schemas.UpdateQueueRequest, call: Call
+) -> schemas.WireResponse:
+    service.update_queue(request.to_domain())
+    return OK
+
+
+def queue_info(service: QueueService, request: schemas.QueueInfoRequest, call: Call) -> schemas.WireResponse:
+    return schemas.QueueInfoResponse.from_domain(service.get_queue(request.queue_name))
+
+
+def list_queues(
+    service: QueueService, request: schemas.ListQueuesRequest, call: Call
+) -> schemas.WireResponse:
+    return schemas.ListQueuesResponse.from_domain(
+        service.list_queues(pivot=request.pivot, limit=request.limit)
+    )
+
+
+def delete_queue(
+    service: QueueService, request: schemas.DeleteQueueRequest, call: Call
+) -> schemas.WireResponse:
+    service.delete_queue(request.queue_name)
+    return OK
+
+
+# -- items ----------------------------------------------------------------------------------------
+
+
+def produce(service: QueueService, request: schemas.ProduceRequest, call: Call) -> schemas.WireResponse:
+    receipt = service.produce(request.queue_name, request.to_domain(), idempotency_key=call.idempotency_key)
+    count(Metric.ITEMS_PRODUCED, 0 if receipt.replayed else len(receipt.ids))
+    return OK
+
+
+def lease(service: QueueService, request: schemas.LeaseRequest, call: Call) -> schemas.WireResponse:
+    # Without request_timeout a lease answers at once (like SQS's short poll); see docs/adr/0005.
+    wait = min(request.request_timeout or timedelta(0), call.wait_limit)
+    try:
+        leased = service.lease(
+            request.queue_name, batch_size=request.batch_size, client_id=request.client_id, timeout=wait
+        )
+    except NothingToLeaseError:
+        count(Metric.LEASE_EMPTY, 1)
+        raise
+    count(Metric.ITEMS_LEASED, len(leased.items))
+    return schemas.LeaseResponse.from_domain(leased)
+
+
+def complete(service: QueueService, request: schemas.CompleteRequest, call: Call) -> schemas.WireResponse:
+    outcome = service.complete(request.queue_name, request.partition, request.ids)
+    count(Metric.ITEMS_COMPLETED, len(outcome.applied))
+    return _applied(outcome)
+
+
+def retry(service: QueueService, request: schemas.RetryRequest, call: Call) -> schemas.WireResponse:
+    return _applied(service.retry(request.queue_name, request.partition, request.to_domain()))
+
+
+def renew(service: QueueService, request: schemas.RenewRequest, call: Call) -> schemas.WireResponse:
+    outcome = service.renew(
+        request.queue_name, request.partition, request.ids, lease_timeout=request.lease_timeout
+    )
+    if outcome.failed:
+        raise failed_ids_error(outcome.failed)
+    return schemas.RenewResponse.from_domain(outcome)
+
+
+# -- inspection and maintenance ---------------------------------------------------------------------
+
+
+def stats(service: QueueService, request: schemas.StatsRequest, call: Call) -> schemas.WireResponse:
+    return schemas.StatsResponse.from_domain(request.queue_name, service.stats(request.queue_name))
+
+
+def clear(service: QueueService, request: schemas.ClearRequest, call: Call) -> schemas.WireResponse:
+    service.clear(request.queue_name, request.to_domain())
+    return OK
+
+
+def list_items(service: QueueService, request: schemas.ListItemsRequest, call: Call) -> schemas.WireResponse:
+    found = service.list_items(
+        request.queue_name, request.partition, pivot=request.pivot, limit=request.limit
+    )
+    return schemas.ListItemsResponse.from_domain(found, call.now)
+
+
+def list_scheduled(
+    service: QueueService, request: schemas.ListScheduledRequest, call: Call
+) -> schemas.WireResponse:
+    found = service.list_scheduled(
+        request.queue_name, request.partition, pivot=request.pivot, limit=request.limit
+    )
+    return schemas.ListItemsResponse.from_domain(found, call.now)
+
+
+def import_items(
+    service: QueueService, request: schemas.ImportItemsRequest, call: Call
+) -> schemas.WireResponse:
+    ids = service.import_items(request.queue_name, request.partition, request.to_domain())
+    return schemas.ImportItemsResponse.from_domain(ids)
+
+
+def delete_items(
+    service: QueueService, request: schemas.DeleteItemsRequest, call: Call
+) -> schemas.WireResponse:
+    service.delete_items(request.queue_name, request.partition, request.ids)
+    return OK
+
+
+def health(service: QueueService, request: None, call: Call) -> schemas.WireResponse:
+    service.check_health()
+    return schemas.HealthResponse()
+
+
+ENDPOINTS: Final[Mapping[str, Endpoint]] = MappingProxyType(
+    {
+        routes.QUEUES_CREATE.name: create_queue,
+        routes.QUEUES_UPDATE.name: update_queue,
+        routes.QUEUES_INFO.name: queue_info,
+        routes.QUEUES_LIST.name: list_queues,
+        routes.QUEUES_DELETE.name: delete_queue,
+        routes.PRODUCE.name: produce,
+        routes.LEASE.name: lease,
+        routes.COMPLETE.name: complete,
+        routes.RETRY.name: retry,
+        routes.RENEW.name: renew,
+        routes.STATS.name: stats,
+        routes.CLEAR.name: clear,
+        routes.ITEMS_LIST.name: list_items,
+        routes.SCHEDULED_LIST.name: list_scheduled,
+        routes.ITEMS_IMPORT.name: import_items,
+        routes.ITEMS_DELETE.name: delete_items,
+        routes.HEALTH.name: health,
+    }
+)
+
+
+def idempotency_key(headers: Mapping[str, str] | None) -> str | None:
+    """The ``Idempotency-Key`` header (any case), or ``None``; a blank or oversized key is a 400."""
+    for name, value in (headers or {}).items():
+        if name.lower() == "idempotency-key":
+            key = value.strip()
+            if not key or len(key) > MAX_IDEMPOTENCY_KEY:
+                raise InvalidRequestError(
+                    f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key"
+                )
+            return key
+    return None

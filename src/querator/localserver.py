@@ -1,0 +1,274 @@
+"""Local development: the whole service on 127.0.0.1, running the real Lambda handlers.
+
+Each HTTP request becomes an API Gateway REST (v1) proxy event and goes to the ``lambda_handler`` of
+the function that serves its route in AWS (``routes.Route.function``), so the local server runs the
+same code path as the deployed stack. A background thread invokes the reaper handler with a
+scheduled event every ``reaper_interval`` seconds. The store is ``AWS_ENDPOINT_URL_DYNAMODB`` when
+set, otherwise an embedded single-threaded moto server (``querator.localstore``) started here.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from querator import bootstrap
+from querator.api import routes
+from querator.api.errors import body_too_large, error_response, unknown_path
+from querator.config import EnvVar, load_settings
+from querator.storage.dynamodb import schema
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORT = 2319
+#: What a request may send before the server stops reading: the largest body limit of any route.
+#: API Gateway refuses larger bodies itself; here the local server does, with the contract's 413.
+_READ_LIMIT = max(route.body_limit for route in routes.ROUTES)
+#: The Lambda timeout the local server pretends each invocation has (API Gateway's is 29 s).
+_INVOCATION_SECONDS = 29.0
+_REAPER_SECONDS = 60.0
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalContext:
+    """The parts of the Lambda context that the handlers and Powertools read."""
+
+    function_name: str
+    timeout_seconds: float
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    memory_limit_in_mb: int = 1024
+    function_version: str = "$LATEST"
+    log_group_name: str = "local"
+    log_stream_name: str = "local"
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:local:000000000000:function:querator-{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.timeout_seconds - (time.monotonic() - self.started)) * 1000))
+
+
+def load_handler(function: str) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    """The ``lambda_handler`` of ``functions/<function>/handler.py``."""
+    module = importlib.import_module(f"functions.{function}.handler")
+    handler: Callable[[dict[str, Any], Any], dict[str, Any]] = module.lambda_handler
+    return handler
+
+
+def proxy_event(
+    method: str, path: str, headers: dict[str, str], body: bytes, source_ip: str
+) -> dict[str, Any]:
+    """An API Gateway REST proxy event, as API Gateway builds it for a Lambda proxy integration."""
+    try:
+        text, encoded = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        # API Gateway base64-encodes a body it cannot pass as text; the handler decodes it again.
+        text, encoded = base64.b64encode(body).decode("ascii"), True
+    request_id = str(uuid.uuid4())
+    return {
+        "resource": path,
+        "path": path,
+        "httpMethod": method,
+        "headers": headers,
+        "multiValueHeaders": {name: [value] for name, value in headers.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "body": text if body else None,
+        "isBase64Encoded": encoded,
+        "requestContext": {
+            "resourcePath": path,
+            "httpMethod": method,
+            "path": f"/local{path}",
+            "stage": "local",
+            "requestId": request_id,
+            "extendedRequestId": request_id,
+            "requestTimeEpoch": int(time.time() * 1000),
+            "identity": {"sourceIp": source_ip, "userAgent": headers.get("User-Agent", "")},
+            "accountId": "000000000000",
+            "apiId": "local",
+            "protocol": "HTTP/1.1",
+        },
+    }
+
+
+def scheduled_event() -> dict[str, Any]:
+    """An EventBridge scheduled event, as the reaper receives it in AWS."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "000000000000",
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": os.environ.get(EnvVar.REGION, "us-east-1"),
+        "resources": ["arn:aws:events:local:000000000000:rule/querator-reaper"],
+        "detail": {},
+    }
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    """Turns one HTTP request into a handler invocation and writes its proxy response back."""
+
+    protocol_version = "HTTP/1.1"
+    # Without this, a keep-alive client waits for delayed ACKs: ~40 ms per request (DESIGN.md traps).
+    disable_nagle_algorithm = True
+    server_version = "querator-local"
+    handlers: ClassVar[dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]]] = {}
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def do_PATCH(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        started = time.perf_counter()
+        path = self.path.split("?", 1)[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > _READ_LIMIT:
+            # Refuse before reading: answer, then drop the connection rather than drain the body.
+            self.close_connection = True
+            self._reply(*_envelope(body_too_large(length, _READ_LIMIT)))
+            return
+        body = self.rfile.read(length) if length else b""
+        route = routes.by_path(path)
+        if route is None:
+            # API Gateway has no resource for it either; the contract says 501.
+            self._reply(*_envelope(unknown_path(self.command, path)))
+        else:
+            headers = dict(self.headers.items())
+            event = proxy_event(self.command, path, headers, body, self.client_address[0])
+            context = LocalContext(function_name=route.function, timeout_seconds=_INVOCATION_SECONDS)
+            result = self.handlers[route.function](event, context)
+            payload = result.get("body") or ""
+            raw = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
+            self._reply(int(result["statusCode"]), dict(result.get("headers") or {}), raw)
+        log.info("%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000)
+
+    def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self._status = status
+        self.send_response(status)
+        for name, value in headers.items():
+            if name.lower() not in {"content-length", "connection"}:
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Requests are logged once, with their timing, by ``_serve``."""
+
+
+def _envelope(error: BaseException) -> tuple[int, dict[str, str], bytes]:
+    reply = error_response(error)
+    return reply.status, {"Content-Type": "application/json"}, json.dumps(reply.body).encode()
+
+
+class LocalServer:
+    """The HTTP server, the reaper thread and (unless a store is configured) the embedded store."""
+
+    def __init__(
+        self, *, host: str = LOOPBACK, port: int = DEFAULT_PORT, reaper_interval: float = 1.0
+    ) -> None:
+        self._host, self._port, self._reaper_interval = host, port, reaper_interval
+        self._store: Any = None
+        self._httpd: ThreadingHTTPServer | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("the server is not started")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> LocalServer:
+        self._configure_store()
+        bootstrap.reset()
+        _RequestHandler.handlers = {
+            function: load_handler(function) for function in {route.function for route in routes.ROUTES}
+        }
+        reaper = load_handler("reaper")
+        self._httpd = ThreadingHTTPServer((self._host, self._port), _RequestHandler)
+        self._httpd.daemon_threads = True
+        self._threads = [
+            threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True),
+            threading.Thread(target=self._reap_forever, args=(reaper,), name="reaper", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _configure_store(self) -> None:
+        os.environ.setdefault(EnvVar.REGION, "us-east-1")
+        os.environ.setdefault(EnvVar.ITEMS_TABLE, "querator-local-items")
+        os.environ.setdefault(EnvVar.CATALOG_TABLE, "querator-local-queues")
+        # EMF metrics would go to stdout on every request; the local server has no CloudWatch.
+        os.environ.setdefault(EnvVar.POWERTOOLS_METRICS_DISABLED, "true")
+        if not os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"):
+            from querator.localstore import EmbeddedDynamoDB  # noqa: PLC0415 - needs the "local" extra
+
+            self._store = EmbeddedDynamoDB().start()
+            os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = self._store.endpoint_url
+            # moto accepts any credentials; set fake ones so a developer's real ones are never sent.
+            os.environ["AWS_ACCESS_KEY_ID"] = "local"
+            os.environ["AWS_SECRET_ACCESS_KEY"] = "local"  # noqa: S105 - not a secret: moto's dummy
+            os.environ.pop("AWS_SESSION_TOKEN", None)
+        bootstrap.reset()
+        settings = load_settings()
+        schema.create_tables(
+            bootstrap.get_client(), items_table=settings.items_table, catalog_table=settings.catalog_table
+        )
+
+    def _reap_forever(self, reaper: Callable[[dict[str, Any], Any], dict[str, Any]]) -> None:
+        while not self._stop.wait(self._reaper_interval):
+            context = LocalContext(function_name="reaper", timeout_seconds=_REAPER_SECONDS)
+            try:
+                reaper(scheduled_event(), context)
+            except Exception:
+                # The reaper runs again next interval; one failed run must not end the thread.
+                log.exception("reaper run failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self._store is not None:
+            self._store.stop()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,71 @@
+"""Edge: Powertools Logger, Metrics and Tracer, created once for every function.
+
+The domain, the service and the adapters log through the standard library (``logging.getLogger``);
+``copy_config_to_registered_loggers`` gives those loggers this Logger's JSON formatter, so every line
+carries the correlation id of the request. Metrics are emitted from the results the service returns,
+never from inside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+
+from querator.config import METRICS_NAMESPACE, SERVICE_NAME
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+# stderr: Lambda sends both streams to CloudWatch, and locally stdout stays free for the URL line.
+logger = Logger(service=SERVICE_NAME, stream=sys.stderr)
+metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE_NAME)
+tracer = Tracer(service=SERVICE_NAME)
+copy_config_to_registered_loggers(source_logger=logger, include={"querator"})
+
+
+def count(name: str, value: float) -> None:
+    """Add ``value`` to the metric ``name`` (a Count) of this invocation; zero is not published."""
+    if value:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+def seconds(name: str, value: float) -> None:
+    """Record a duration metric in seconds."""
+    metrics.add_metric(name=name, unit=MetricUnit.Seconds, value=value)
+
+
+def flush() -> None:
+    """Publish this invocation's metrics, if any (an empty flush would only warn)."""
+    if metrics.metric_set:
+        metrics.flush_metrics()
+
+
+def lambda_entry(
+    resolve: Callable[[dict[str, Any], LambdaContext], dict[str, Any]],
+    *,
+    correlation_id_path: str | None = correlation_paths.API_GATEWAY_REST,
+) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
+    """Wrap a function's entry point with structured logging, tracing and metrics.
+
+    The metrics are flushed here rather than by ``Metrics.log_metrics`` because that decorator
+    warns on every invocation that published nothing, which most of them are.
+    """
+
+    @functools.wraps(resolve)
+    @logger.inject_lambda_context(correlation_id_path=correlation_id_path, clear_state=True)
+    @tracer.capture_lambda_handler(capture_response=False)
+    def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        try:
+            return resolve(event, context)
+        finally:
+            flush()
+
+    return lambda_handler
