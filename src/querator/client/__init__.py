@@ -1,0 +1,83 @@
+"""Python client of the queue's HTTP API: ``Client``, its typed results and errors, and a consumer worker.
+
+Ships without the server: it imports only the pure duration helpers of ``querator.api`` (an
+import-linter contract keeps it so).
+
+>>> from querator.client import Client
+>>> with Client("http://127.0.0.1:2319") as client:  # doctest: +SKIP
+...     client.produce("orders", [b"hello"])
+...     lease = client.lease("orders", 10)
+...     client.complete("orders", lease.items)
+"""
+
+from __future__ import annotations
+
+from querator.client.client import DEFAULT_URL, Client
+from querator.client.errors import (
+    ApiError,
+    AuthError,
+    BadRequestError,
+    ConnectionFailedError,
+    DuplicateClientError,
+    ItemNotLeasedError,
+    PayloadTooLargeError,
+    QueratorClientError,
+    QueueExistsError,
+    QueueNotFoundError,
+    RequestFailedError,
+    RetryError,
+    ServerError,
+    TooManyRequestsError,
+    UnknownMethodError,
+    UnsupportedContentError,
+)
+from querator.client.models import (
+    ImportedItems,
+    Lease,
+    LeasedItem,
+    NewItem,
+    PartitionStats,
+    QueueInfo,
+    QueueStats,
+    Renewal,
+    RenewedItem,
+    RetryItem,
+    StoredItem,
+)
+from querator.client.worker import DeadLetter, WorkerReport, consume, default_backoff
+
+__all__ = [
+    "DEFAULT_URL",
+    "ApiError",
+    "AuthError",
+    "BadRequestError",
+    "Client",
+    "ConnectionFailedError",
+    "DeadLetter",
+    "DuplicateClientError",
+    "ImportedItems",
+    "ItemNotLeasedError",
+    "Lease",
+    "LeasedItem",
+    "NewItem",
+    "PartitionStats",
+    "PayloadTooLargeError",
+    "QueratorClientError",
+    "QueueExistsError",
+    "QueueInfo",
+    "QueueNotFoundError",
+    "QueueStats",
+    "Renewal",
+    "RenewedItem",
+    "RequestFailedError",
+    "RetryError",
+    "RetryItem",
+    "ServerError",
+    "StoredItem",
+    "TooManyRequestsError",
+    "UnknownMethodError",
+    "UnsupportedContentError",
+    "WorkerReport",
+    "consume",
+    "default_backoff",
+]

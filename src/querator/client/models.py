@@ -1,0 +1,400 @@
+"""Python client: the values the client sends and returns, as frozen dataclasses.
+
+Replies are decoded here: durations become ``timedelta``, timestamps aware ``datetime`` in UTC,
+payloads ``bytes`` (base64 is a wire detail). A key the server leaves out is its zero value, as the
+contract says. Only ``querator.api.durations`` is shared with the server: it is pure.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from querator.api.durations import format_duration, format_timestamp, parse_duration, parse_timestamp
+from querator.domain.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+#: What a duration argument may be: a ``timedelta``, seconds, or a Go duration string sent verbatim
+#: (so the server, not the client, is the one judge of its syntax).
+Duration = timedelta | float | int | str
+#: What a timestamp argument may be: an aware ``datetime``, or an RFC 3339 string sent verbatim.
+Timestamp = datetime | str
+
+
+def duration_to_wire(value: Duration) -> str:
+    """A Go duration string for the wire."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    return format_duration(timedelta(seconds=value))
+
+
+def duration_seconds(value: Duration) -> float:
+    """Seconds of a duration argument (a string is parsed as Go syntax; raises ``ValueError``)."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str):
+        try:
+            return parse_duration(value).total_seconds()
+        except InvalidRequestError as exc:
+            # The helper is shared with the server, whose error type this is; callers get a ValueError.
+            raise ValueError(str(exc)) from exc
+    return float(value)
+
+
+def timestamp_to_wire(value: Timestamp) -> str:
+    """An RFC 3339 string for the wire (a naive ``datetime`` raises ``ValueError``)."""
+    if isinstance(value, str):
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return format_timestamp(value)
+
+
+def _duration(body: Mapping[str, Any], key: str) -> timedelta:
+    value = body.get(key)
+    return parse_duration(value) if isinstance(value, str) and value else timedelta(0)
+
+
+def _timestamp(body: Mapping[str, Any], key: str) -> datetime | None:
+    value = body.get(key)
+    return parse_timestamp(value) if isinstance(value, str) and value else None
+
+
+def _payload(body: Mapping[str, Any], key: str) -> bytes:
+    value = body.get(key)
+    if not value:
+        return b""
+    text = str(value)
+    return base64.b64decode(text + "=" * (-len(text) % 4))
+
+
+def _int(body: Mapping[str, Any], key: str) -> int:
+    return int(body.get(key) or 0)
+
+
+def _str(body: Mapping[str, Any], key: str) -> str:
+    return str(body.get(key) or "")
+
+
+# -- queues -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueInfo:
+    """A queue's settings as ``queues.info`` returns them."""
+
+    queue_name: str
+    lease_timeout: timedelta
+    expire_timeout: timedelta
+    max_attempts: int = 0
+    dead_queue: str = ""
+    reference: str = ""
+    requested_partitions: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> QueueInfo:
+        return cls(
+            queue_name=_str(body, "queue_name"),
+            lease_timeout=_duration(body, "lease_timeout"),
+            expire_timeout=_duration(body, "expire_timeout"),
+            max_attempts=_int(body, "max_attempts"),
+            dead_queue=_str(body, "dead_queue"),
+            reference=_str(body, "reference"),
+            requested_partitions=_int(body, "requested_partitions") or 1,
+            created_at=_timestamp(body, "created_at"),
+            updated_at=_timestamp(body, "updated_at"),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON shape (durations in Go form, timestamps RFC 3339), for output and ``queues.update``."""
+        body: dict[str, Any] = {
+            "queue_name": self.queue_name,
+            "lease_timeout": format_duration(self.lease_timeout),
+            "expire_timeout": format_duration(self.expire_timeout),
+            "max_attempts": self.max_attempts,
+            "dead_queue": self.dead_queue,
+            "reference": self.reference,
+            "requested_partitions": self.requested_partitions,
+        }
+        if self.created_at is not None:
+            body["created_at"] = format_timestamp(self.created_at)
+        if self.updated_at is not None:
+            body["updated_at"] = format_timestamp(self.updated_at)
+        return body
+
+
+# -- produce ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewItem:
+    """An item to produce. ``payload`` as ``str`` is sent as ``utf8``, as ``bytes`` as base64 ``bytes``.
+
+    ``enqueue_at`` in the future makes the item scheduled: invisible to lease until then.
+    """
+
+    payload: bytes | str = b""
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    enqueue_at: Timestamp | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if isinstance(self.payload, str):
+            body["utf8"] = self.payload
+        elif self.payload:
+            body["bytes"] = base64.b64encode(self.payload).decode("ascii")
+        for key in ("reference", "encoding", "kind"):
+            if value := getattr(self, key):
+                body[key] = value
+        if self.enqueue_at is not None:
+            body["enqueue_at"] = timestamp_to_wire(self.enqueue_at)
+        return body
+
+
+def as_new_item(value: NewItem | bytes | str) -> NewItem:
+    """Accept a bare payload wherever an item is expected."""
+    return value if isinstance(value, NewItem) else NewItem(payload=value)
+
+
+# -- lease, complete, retry, renew --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeasedItem:
+    """One leased item. ``id`` is valid for this lease only; ``attempts`` counts this lease too."""
+
+    id: str
+    attempts: int
+    lease_deadline: datetime | None
+    payload: bytes
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    #: The partition it was leased from: complete / retry / renew must name it.
+    partition: int = 0
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any], *, partition: int) -> LeasedItem:
+        return cls(
+            id=_str(body, "id"),
+            attempts=_int(body, "attempts"),
+            lease_deadline=_timestamp(body, "lease_deadline"),
+            payload=_payload(body, "bytes"),
+            reference=_str(body, "reference"),
+            encoding=_str(body, "encoding"),
+            kind=_str(body, "kind"),
+            partition=partition,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "attempts": self.attempts,
+            "lease_deadline": format_timestamp(self.lease_deadline) if self.lease_deadline else None,
+            "reference": self.reference,
+            "encoding": self.encoding,
+            "kind": self.kind,
+            "bytes": base64.b64encode(self.payload).decode("ascii"),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """A ``queue.lease`` reply: items of one partition, oldest first; empty when nothing was leasable."""
+
+    queue_name: str
+    partition: int = 0
+    items: tuple[LeasedItem, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def ids(self) -> list[str]:
+        return [item.id for item in self.items]
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> Lease:
+        partition = _int(body, "partition")
+        return cls(
+            queue_name=_str(body, "queue_name"),
+            partition=partition,
+            items=tuple(LeasedItem.from_wire(i, partition=partition) for i in body.get("items") or ()),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "queue_name": self.queue_name,
+            "partition": self.partition,
+            "items": [item.to_wire() for item in self.items],
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryItem:
+    """One item of ``queue.retry``: back now, at ``retry_at`` (scheduled), or ``dead`` (dead letter)."""
+
+    id: str
+    retry_at: Timestamp | None = None
+    dead: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.id}
+        if self.retry_at is not None:
+            body["retry_at"] = timestamp_to_wire(self.retry_at)
+        if self.dead:
+            body["dead"] = True
+        return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenewedItem:
+    id: str
+    lease_deadline: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Renewal:
+    """A ``queue.renew`` reply: the renewed ids and their new deadlines."""
+
+    queue_name: str
+    partition: int
+    items: tuple[RenewedItem, ...] = ()
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> Renewal:
+        return cls(
+            queue_name=_str(body, "queue_name"),
+            partition=_int(body, "partition"),
+            items=tuple(
+                RenewedItem(id=_str(i, "id"), lease_deadline=_timestamp(i, "lease_deadline"))
+                for i in body.get("items") or ()
+            ),
+        )
+
+
+# -- stats --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionStats:
+    partition: int
+    #: Items that are not scheduled, leased or not.
+    total: int = 0
+    total_leased: int = 0
+    scheduled: int = 0
+    average_age: timedelta = timedelta(0)
+    average_leased_age: timedelta = timedelta(0)
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> PartitionStats:
+        return cls(
+            partition=_int(body, "partition"),
+            total=_int(body, "total"),
+            total_leased=_int(body, "total_leased"),
+            scheduled=_int(body, "scheduled"),
+            average_age=_duration(body, "average_age"),
+            average_leased_age=_duration(body, "average_leased_age"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStats:
+    """``queue.stats``, flattened: Querator's one logical queue is an implementation detail."""
+
+    queue_name: str
+    partitions: tuple[PartitionStats, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return sum(p.total for p in self.partitions)
+
+    @property
+    def total_leased(self) -> int:
+        return sum(p.total_leased for p in self.partitions)
+
+    @property
+    def scheduled(self) -> int:
+        return sum(p.scheduled for p in self.partitions)
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> QueueStats:
+        logical = body.get("logicalQueues") or body.get("logical_queues") or ()
+        partitions = [PartitionStats.from_wire(p) for queue in logical for p in queue.get("partitions") or ()]
+        return cls(
+            queue_name=_str(body, "queue_name"),
+            partitions=tuple(sorted(partitions, key=lambda p: p.partition)),
+        )
+
+
+# -- storage inspection -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredItem:
+    """An item as stored (``storage/items.list``); can be passed back to ``import_items``."""
+
+    id: str
+    payload: bytes
+    source_id: str = ""
+    is_leased: bool = False
+    lease_deadline: datetime | None = None
+    expire_deadline: datetime | None = None
+    created_at: datetime | None = None
+    enqueue_at: datetime | None = None
+    attempts: int = 0
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> StoredItem:
+        return cls(
+            id=_str(body, "id"),
+            payload=_payload(body, "payload"),
+            source_id=_str(body, "source_id"),
+            is_leased=bool(body.get("is_leased")),
+            lease_deadline=_timestamp(body, "lease_deadline"),
+            expire_deadline=_timestamp(body, "expire_deadline"),
+            created_at=_timestamp(body, "created_at"),
+            enqueue_at=_timestamp(body, "enqueue_at"),
+            attempts=_int(body, "attempts"),
+            reference=_str(body, "reference"),
+            encoding=_str(body, "encoding"),
+            kind=_str(body, "kind"),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The listing's JSON shape; ``storage/items.import`` accepts it as is."""
+        body: dict[str, Any] = {
+            "id": self.id,
+            "source_id": self.source_id,
+            "is_leased": self.is_leased,
+            "attempts": self.attempts,
+            "reference": self.reference,
+            "encoding": self.encoding,
+            "kind": self.kind,
+            "payload": base64.b64encode(self.payload).decode("ascii"),
+        }
+        for key in ("lease_deadline", "expire_deadline", "created_at", "enqueue_at"):
+            value = getattr(self, key)
+            if value is not None:
+                body[key] = format_timestamp(value)
+        return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportedItems:
+    """``storage/items.import`` reply: the new ids, in request order (skipped items are left out)."""
+
+    ids: tuple[str, ...] = field(default_factory=tuple)

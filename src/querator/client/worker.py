@@ -1,0 +1,511 @@
+"""Python client: the consumer worker, ``consume(client, queue_name, handler)``.
+
+One thread leases (the caller's, so it can own the signal handlers), ``concurrency`` threads run the
+handler once per item, and one thread renews the leases of items whose handler is still running.
+An item is completed when its handler returns, retried with backoff when it raises, and sent to the
+dead-letter queue when it raises one of ``dead_letter_on``. On SIGTERM / SIGINT (or ``stop``) the
+worker stops leasing, lets running handlers finish for up to ``shutdown_timeout`` and puts back at
+once every item it still holds, so none waits for its lease to run out. See docs/client.md and
+docs/adr/0033-consumer-worker.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+from querator.client.errors import (
+    ApiError,
+    AuthError,
+    BadRequestError,
+    ConnectionFailedError,
+    ItemNotLeasedError,
+    UnknownMethodError,
+    UnsupportedContentError,
+)
+from querator.client.models import LeasedItem, RetryItem
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from types import FrameType
+
+    from querator.client.client import Client
+
+log = logging.getLogger(__name__)
+
+#: Errors of ``lease`` that another try cannot fix: the worker stops and raises them.
+_FATAL: Final = (BadRequestError, AuthError, UnsupportedContentError, UnknownMethodError)
+#: How often the waits of the lease loop look at the stop flag, in seconds.
+_POLL: Final = 0.2
+
+
+class DeadLetter(Exception):  # noqa: N818 - an instruction to the worker, not an error report
+    """Raise from a handler to send the item to the dead-letter queue now, without more attempts."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerReport:
+    """What a ``consume`` run did; every leased item is counted in exactly one of the outcome fields
+    (``completed``, ``retried``, ``dead_lettered``, ``returned``, ``lost``, ``unsettled``)."""
+
+    #: Items leased.
+    leased: int = 0
+    #: Handler returned; item completed.
+    completed: int = 0
+    #: Handler raised; item put back with a backoff (``retry_at``).
+    retried: int = 0
+    #: Handler raised ``dead_letter_on``, or raised on the last of ``max_attempts``.
+    dead_lettered: int = 0
+    #: Put back at once, unprocessed or still running, because the worker stopped.
+    returned: int = 0
+    #: The server said the lease was no longer ours (expired and re-leased): nothing was applied.
+    lost: int = 0
+    #: complete / retry failed for another reason; the lease will run out and the item come back.
+    unsettled: int = 0
+    #: Handler calls that raised (retried + dead-lettered, before the server had its say).
+    failures: int = 0
+    #: Successful lease renewals (per item).
+    renewed: int = 0
+    #: Failed API calls the worker survived (lease, renew, complete, retry), by backing off.
+    errors: int = 0
+    #: Seconds from start to return.
+    elapsed: float = 0.0
+    #: Why it stopped: ``"SIGTERM"``, ``"SIGINT"``, ``"stop"``, ``"max_items"``, ``"idle"``, ``"error"``.
+    stopped_by: str = ""
+
+    @property
+    def settled(self) -> int:
+        return self.completed + self.retried + self.dead_lettered + self.returned + self.lost + self.unsettled
+
+    def as_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__} | {"settled": self.settled}
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    item: LeasedItem
+    renew_at: float
+    started: bool = False
+    lost: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class _State:
+    """Everything the threads share; guarded by ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    idle: threading.Condition = field(init=False)
+    jobs: dict[str, _Job] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    #: Set when the worker stops: queued jobs are put back instead of being started.
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.idle = threading.Condition(self.lock)
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[key] += n
+
+
+def default_backoff(attempts: int, *, base: float = 1.0, cap: float = 300.0) -> timedelta:
+    """Delay before the next attempt of an item whose handler raised on lease number ``attempts``:
+    ``base * 2**(attempts-1)`` seconds, capped, with half of it random so failures spread out."""
+    ceiling = min(cap, base * 2.0 ** max(0, attempts - 1))
+    return timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))  # noqa: S311 - jitter
+
+
+def consume(
+    client: Client,
+    queue_name: str,
+    handler: Callable[[LeasedItem], object],
+    *,
+    batch_size: int = 10,
+    concurrency: int = 4,
+    request_timeout: float = 5.0,
+    backoff: Callable[[int], timedelta] | None = None,
+    dead_letter_on: type[BaseException] | tuple[type[BaseException], ...] = DeadLetter,
+    renew_every: float | None = None,
+    shutdown_timeout: float = 10.0,
+    stop: threading.Event | None = None,
+    max_items: int | None = None,
+    idle_timeout: float | None = None,
+    handle_signals: bool = True,
+) -> WorkerReport:
+    """Lease items of ``queue_name`` and run ``handler(item)`` for each until stopped.
+
+    Parameters
+    ----------
+    batch_size
+        Most items per lease call (never more than the free handler threads).
+    concurrency
+        Handler threads, hence the most items leased at once.
+    request_timeout
+        Seconds a lease call waits for items; also bounds how long a stop waits for the lease loop.
+    backoff
+        ``attempts -> delay`` before a failed item may be leased again; ``default_backoff`` if None.
+    dead_letter_on
+        Exception type(s) that send the item to the dead-letter queue at once.
+    renew_every
+        Seconds between renewals of a running item's lease; default half the queue's lease timeout.
+    shutdown_timeout
+        How long a stop lets running handlers finish before their items are put back.
+    stop
+        Set it (from any thread) to stop the worker; SIGTERM / SIGINT set it too.
+    max_items
+        Stop leasing after this many items and return once they are settled.
+    idle_timeout
+        Return once nothing was leasable for this many seconds and nothing is running.
+    handle_signals
+        Install SIGTERM / SIGINT handlers (main thread only) for the duration of the call; a second
+        signal skips the wait for running handlers.
+
+    Raises
+    ------
+    ApiError
+        For an error that retrying cannot fix (unknown queue, not allowed), after putting back every
+        item the worker held.
+    """
+    worker = _Worker(
+        client,
+        queue_name,
+        handler,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        request_timeout=request_timeout,
+        backoff=backoff or default_backoff,
+        dead_letter_on=dead_letter_on,
+        renew_every=renew_every,
+        shutdown_timeout=shutdown_timeout,
+        stop=stop or threading.Event(),
+        max_items=max_items,
+        idle_timeout=idle_timeout,
+    )
+    return worker.run(handle_signals=handle_signals)
+
+
+class _Worker:
+    def __init__(
+        self,
+        client: Client,
+        queue_name: str,
+        handler: Callable[[LeasedItem], object],
+        *,
+        batch_size: int,
+        concurrency: int,
+        request_timeout: float,
+        backoff: Callable[[int], timedelta],
+        dead_letter_on: type[BaseException] | tuple[type[BaseException], ...],
+        renew_every: float | None,
+        shutdown_timeout: float,
+        stop: threading.Event,
+        max_items: int | None,
+        idle_timeout: float | None,
+    ) -> None:
+        if batch_size < 1 or concurrency < 1:
+            raise ValueError("batch_size and concurrency must be at least 1")
+        self.client = client
+        self.queue_name = queue_name
+        self.handler = handler
+        self.batch_size = batch_size
+        self.concurrency = concurrency
+        self.request_timeout = request_timeout
+        self.backoff = backoff
+        self.dead_letter_on = dead_letter_on
+        self.renew_every = renew_every
+        self.shutdown_timeout = shutdown_timeout
+        self.stop = stop
+        self.max_items = max_items
+        self.idle_timeout = idle_timeout
+        self.max_attempts = 0
+        #: Set by a second signal: put back running items without waiting for their handlers.
+        self.hurry = threading.Event()
+        self.stopped_by = ""
+        self.state = _State()
+        self.work: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.renewer_done = threading.Event()
+
+    # -- the run --------------------------------------------------------------------------------------
+
+    def run(self, *, handle_signals: bool) -> WorkerReport:
+        started = time.monotonic()
+        # Fails fast on an unknown queue, and tells how long a lease lasts (the renew cadence).
+        info = self.client.queue_info(self.queue_name)
+        self.max_attempts = info.max_attempts
+        if self.renew_every is None:
+            self.renew_every = max(0.05, info.lease_timeout.total_seconds() / 2)
+        previous = self._install_signals() if handle_signals else {}
+        threads = [
+            threading.Thread(target=self._run_handlers, name=f"querator-handler-{n}", daemon=True)
+            for n in range(self.concurrency)
+        ]
+        renewer = threading.Thread(target=self._renew_loop, name="querator-renewer", daemon=True)
+        for thread in [*threads, renewer]:
+            thread.start()
+        fatal: ApiError | None = None
+        try:
+            self._lease_loop()
+        except _FATAL as exc:
+            fatal = exc
+            self.stopped_by = "error"
+        finally:
+            self._shut_down(threads)
+            self.renewer_done.set()
+            renewer.join(timeout=self.client.timeout)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        with self.state.lock:
+            counts = dict(self.state.counts)
+        report = WorkerReport(elapsed=time.monotonic() - started, stopped_by=self.stopped_by, **counts)
+        log.info("worker on %s stopped (%s): %s", self.queue_name, self.stopped_by, report.as_dict())
+        if fatal is not None:
+            raise fatal
+        return report
+
+    def _install_signals(self) -> dict[int, Callable[[int, FrameType | None], object] | int | None]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            if self.stop.is_set():
+                self.hurry.set()
+            self.stopped_by = self.stopped_by or signal.Signals(signum).name
+            self.stop.set()
+
+        previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+        return previous
+
+    # -- leasing --------------------------------------------------------------------------------------
+
+    def _lease_loop(self) -> None:
+        leased_total = 0
+        last_item_at = time.monotonic()
+        error_streak = 0
+        while not self.stop.is_set():
+            if self.max_items is not None and leased_total >= self.max_items:
+                self.stopped_by = "max_items"
+                return
+            free = self._wait_for_free_handler()
+            if free == 0:
+                continue
+            wanted = min(self.batch_size, free)
+            if self.max_items is not None:
+                wanted = min(wanted, self.max_items - leased_total)
+            try:
+                lease = self.client.lease(self.queue_name, wanted, request_timeout=self.request_timeout)
+            except _FATAL:
+                raise
+            except (ApiError, ConnectionFailedError) as exc:
+                error_streak += 1
+                self.state.count("errors")
+                log.warning("lease on %s failed (%s); backing off", self.queue_name, exc)
+                self.stop.wait(self.client.backoff(min(error_streak, 8)))
+                continue
+            error_streak = 0
+            if not lease.items:
+                if self.idle_timeout is not None and time.monotonic() - last_item_at >= self.idle_timeout:
+                    with self.state.lock:
+                        running = len(self.state.jobs)
+                    if running == 0:
+                        self.stopped_by = "idle"
+                        return
+                continue
+            last_item_at = time.monotonic()
+            leased_total += len(lease.items)
+            self.state.count("leased", len(lease.items))
+            self._accept(lease.items)
+        self.stopped_by = self.stopped_by or "stop"
+
+    def _wait_for_free_handler(self) -> int:
+        with self.state.idle:
+            while len(self.state.jobs) >= self.concurrency and not self.stop.is_set():
+                self.state.idle.wait(_POLL)
+            return max(0, self.concurrency - len(self.state.jobs))
+
+    def _accept(self, items: Iterable[LeasedItem]) -> None:
+        assert self.renew_every is not None  # noqa: S101 - set in run()
+        renew_at = time.monotonic() + self.renew_every
+        with self.state.lock:
+            jobs = [_Job(item=item, renew_at=renew_at) for item in items]
+            for job in jobs:
+                self.state.jobs[job.item.id] = job
+        for job in jobs:
+            # A lease that returned after a stop still hands its items over; the handler threads
+            # put them back at once (stopping is set) instead of running them.
+            self.work.put(job)
+
+    # -- handling -------------------------------------------------------------------------------------
+
+    def _run_handlers(self) -> None:
+        while True:
+            job = self.work.get()
+            if job is None:
+                return
+            with self.state.lock:
+                if job.item.id not in self.state.jobs:
+                    continue
+                if self.state.stopping:
+                    run = False
+                else:
+                    job.started = True
+                    run = True
+            if not run:
+                self._give_back([job])
+                continue
+            self._handle(job)
+
+    def _handle(self, job: _Job) -> None:
+        item = job.item
+        try:
+            self.handler(item)
+        except self.dead_letter_on as exc:
+            self.state.count("failures")
+            log.info("item %s of %s: dead letter (%r)", item.id, self.queue_name, exc)
+            self._settle(job, RetryItem(id=item.id, dead=True), "dead_lettered")
+        # The handler is the user's code: whatever it raises is that item's failure, never the
+        # worker's, so this is the one place that catches everything.
+        except Exception as exc:
+            self.state.count("failures")
+            last = self.max_attempts > 0 and item.attempts >= self.max_attempts
+            retry_at = datetime.now(UTC) + self.backoff(item.attempts)
+            log.info("item %s of %s failed on attempt %d (%r)", item.id, self.queue_name, item.attempts, exc)
+            # The server dead-letters a retried item that used its max_attempts; count it as such.
+            self._settle(
+                job, RetryItem(id=item.id, retry_at=retry_at), "dead_lettered" if last else "retried"
+            )
+        else:
+            self._settle(job, None, "completed")
+
+    def _settle(self, job: _Job, retry: RetryItem | None, outcome: str) -> None:
+        item = job.item
+        with self.state.idle:
+            # Gone when the worker put it back during a stop: the item is no longer ours to settle.
+            if self.state.jobs.pop(item.id, None) is None:
+                return
+            self.state.idle.notify_all()
+        try:
+            if retry is None:
+                self.client.complete(self.queue_name, [item.id], partition=item.partition)
+            else:
+                self.client.retry(self.queue_name, [retry], partition=item.partition)
+        except ItemNotLeasedError:
+            log.warning("item %s of %s: lease lost before %s", item.id, self.queue_name, outcome)
+            self.state.count("lost")
+        except (ApiError, ConnectionFailedError) as exc:
+            log.warning(
+                "item %s of %s: %s failed (%s); its lease will run out",
+                item.id,
+                self.queue_name,
+                outcome,
+                exc,
+            )
+            self.state.count("errors")
+            self.state.count("unsettled")
+        else:
+            self.state.count(outcome)
+
+    # -- renewing -------------------------------------------------------------------------------------
+
+    def _renew_loop(self) -> None:
+        assert self.renew_every is not None  # noqa: S101 - set in run()
+        tick = min(0.5, self.renew_every / 4)
+        while not self.renewer_done.wait(tick):
+            now = time.monotonic()
+            by_partition: dict[int, list[_Job]] = defaultdict(list)
+            with self.state.lock:
+                for job in self.state.jobs.values():
+                    if job.renew_at <= now and not job.lost:
+                        by_partition[job.item.partition].append(job)
+            for partition, jobs in by_partition.items():
+                self._renew(partition, jobs)
+
+    def _renew(self, partition: int, jobs: list[_Job]) -> None:
+        assert self.renew_every is not None  # noqa: S101 - set in run()
+        ids = [job.item.id for job in jobs]
+        failed: set[str] = set()
+        try:
+            self.client.renew(self.queue_name, ids, partition=partition)
+        except ItemNotLeasedError as exc:
+            # Completed meanwhile (harmless), or lost: expired and leased by someone else.
+            failed = set(exc.failed_ids)
+        except (ApiError, ConnectionFailedError) as exc:
+            log.warning("renew on %s failed (%s); trying again", self.queue_name, exc)
+            self.state.count("errors")
+            return
+        next_at = time.monotonic() + self.renew_every
+        with self.state.lock:
+            for job in jobs:
+                if job.item.id in failed:
+                    if job.item.id in self.state.jobs:
+                        job.lost = True
+                        log.warning(
+                            "item %s of %s: lease lost while its handler runs", job.item.id, self.queue_name
+                        )
+                else:
+                    job.renew_at = next_at
+                    self.state.counts["renewed"] += 1
+
+    # -- stopping -------------------------------------------------------------------------------------
+
+    def _shut_down(self, threads: list[threading.Thread]) -> None:
+        graceful = self.stopped_by in ("max_items", "idle")
+        with self.state.idle:
+            # After a normal end every leased item is still handled; after a stop, items not yet
+            # started go back at once.
+            self.state.stopping = not graceful
+        # Finish what runs: for as long as it takes after a normal end, for shutdown_timeout after a
+        # stop, not at all after a second signal.
+        deadline = None if graceful else time.monotonic() + self.shutdown_timeout
+        with self.state.idle:
+            while (
+                any(graceful or job.started for job in self.state.jobs.values()) and not self.hurry.is_set()
+            ):
+                remaining = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
+                if remaining <= 0:
+                    break
+                self.state.idle.wait(remaining)
+            leftovers = list(self.state.jobs.values())
+        self._give_back(leftovers)
+        for _ in threads:
+            self.work.put(None)
+        for thread in threads:
+            # Bounded: a handler still running after its item was put back is left behind (daemon).
+            thread.join(timeout=0.5)
+
+    def _give_back(self, jobs: list[_Job]) -> None:
+        """Put items back at once (retry, no ``retry_at``), so none waits for its lease to run out."""
+        by_partition: dict[int, list[_Job]] = defaultdict(list)
+        with self.state.idle:
+            for job in jobs:
+                if self.state.jobs.pop(job.item.id, None) is not None:
+                    by_partition[job.item.partition].append(job)
+            self.state.idle.notify_all()
+        for partition, owned in by_partition.items():
+            ids = [job.item.id for job in owned]
+            lost: set[str] = set()
+            try:
+                self.client.retry(self.queue_name, ids, partition=partition)
+            except ItemNotLeasedError as exc:
+                lost = set(exc.failed_ids)
+            except (ApiError, ConnectionFailedError) as exc:
+                log.warning(
+                    "could not put back %d item(s) of %s (%s); their leases will run out",
+                    len(ids),
+                    self.queue_name,
+                    exc,
+                )
+                self.state.count("errors")
+                self.state.count("unsettled", len(ids))
+                continue
+            self.state.count("lost", len(lost & set(ids)))
+            self.state.count("returned", len(set(ids) - lost))
