@@ -1,0 +1,105 @@
+"""A scripted HTTP server on 127.0.0.1 for the client's fault tests: canned statuses, dropped
+connections and slow replies, in the order a test queues them; records every request it saw."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    client_port: int
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+@dataclass
+class Action:
+    """What to answer: ``status``/``body``; ``drop`` closes the connection without a reply;
+    ``delay`` waits first."""
+
+    status: int = 200
+    body: Any = field(default_factory=lambda: {"code": 200})
+    drop: bool = False
+    delay: float = 0.0
+    raw: bytes | None = None
+
+
+def envelope(status: int, message: str, code_text: str = "") -> Action:
+    return Action(status=status, body={"code": status, "code_text": code_text or "X", "message": message})
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.script: list[Action] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # Keep-alive requests would otherwise wait on Nagle (DESIGN.md, known traps).
+            disable_nagle_algorithm = True
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with outer.lock:
+                    outer.seen.append(
+                        Seen(
+                            self.command, self.path, dict(self.headers.items()), body, self.client_address[1]
+                        )
+                    )
+                    action = outer.script.pop(0) if outer.script else Action()
+                if action.delay:
+                    time.sleep(action.delay)
+                if action.drop:
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                data = action.raw if action.raw is not None else json.dumps(action.body).encode()
+                self.send_response(action.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = _serve  # noqa: N815
+            do_POST = _serve  # noqa: N815
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05})
+
+    def start(self) -> FakeServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+    def then(self, *actions: Action) -> FakeServer:
+        with self.lock:
+            self.script.extend(actions)
+        return self
+
+    def reset(self) -> None:
+        with self.lock:
+            self.seen.clear()
+            self.script.clear()
