@@ -169,7 +169,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             result = self.handlers[route.function](event, context)
             payload = result.get("body") or ""
             raw = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
-            self._reply(int(result["statusCode"]), dict(result.get("headers") or {}), raw)
+            self._reply(int(result["statusCode"]), response_headers(result), raw)
         log.info("%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000)
 
     def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
@@ -184,6 +184,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Requests are logged once, with their timing, by ``_serve``."""
+
+
+def response_headers(result: dict[str, Any]) -> dict[str, str]:
+    """The headers of a proxy response: ``headers`` and ``multiValueHeaders`` (last value wins)."""
+    headers = {name: values[-1] for name, values in (result.get("multiValueHeaders") or {}).items() if values}
+    headers.update(result.get("headers") or {})
+    return headers
 
 
 def _envelope(error: BaseException) -> tuple[int, dict[str, str], bytes]:

@@ -95,7 +95,7 @@ def _bind(
             request = schemas.parse_request(
                 route.request_model,
                 _raw_body(event.raw_event),
-                content_type=event.get_header_value("content-type", case_sensitive=False),
+                content_type=event.headers.get("content-type"),  # case-insensitive lookup
                 limit=route.body_limit,
             )
         call = Call(
