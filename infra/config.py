@@ -1,0 +1,204 @@
+"""Stage settings of the CDK app, read from CDK context.
+
+Every knob that differs between a developer's stack and production is here, typed and validated
+once; constructs read ``StageConfig`` and never the context. Tests build a ``StageConfig`` directly,
+with temporary asset directories, so a synth needs neither the functions nor a built layer.
+
+Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings):
+
+``stage``                   stack ``querator-<stage>``; selects ``stages.<stage>`` in ``cdk.json``
+``stages``                  per-stage objects with any of the keys below
+``runtime``                 ``python3.12`` (default) or ``python3.13``; the layer must be built for it
+``architecture``            ``arm64`` (default) or ``x86_64``
+``reaperRateMinutes``       schedule of the reaper, default 1 (``rate(1 minute)``)
+``reservedConcurrency``     ``{function: n}``, unset by default
+``provisionedConcurrency``  ``{function: n}``; a function with n > 0 is served through alias ``live``
+``logRetentionDays``        one of CloudWatch's retention values, default 30
+``retainData``              keep tables and logs when the stack is deleted; default: stage is not dev
+``alarmEmail``              subscribe this address to a new alarm topic
+``alarmTopicArn``           or send alarms to an existing SNS topic
+``apiThrottleRate`` / ``apiThrottleBurst``   stage-wide API Gateway throttling (requests/s, burst)
+``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true)
+``tracing``                 X-Ray active tracing (default true)
+``leaseWaitCapSeconds``     longest a lease request waits (default 20; API Gateway gives up at 29)
+``oldestItemAgeAlarmSeconds``  alarm when the oldest due item is older (default 3600)
+``deadLetterDepthAlarm``    alarm when dead-letter queues hold more items (default 0)
+``layerAssetPath``          the built layer (default ``layers/core/dist``)
+``functionsAssetRoot``      folder of ``<function>/handler.py`` (default ``functions``)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
+
+from infra.permissions import FUNCTION_NAMES
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from constructs import Node
+
+#: Runtimes the layer can be built for (``layers/core/build.py --python-version``).
+RUNTIMES: Final = ("python3.12", "python3.13")
+ARCHITECTURES: Final = ("arm64", "x86_64")
+#: The values CloudWatch Logs accepts for a retention, in days.
+RETENTION_DAYS: Final = frozenset(
+    {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+)
+#: Stages that hold only throw-away data: their tables and logs are destroyed with the stack.
+DEV_STAGES: Final = ("dev", "local", "test")
+
+_EMPTY: Final[MappingProxyType[str, int]] = MappingProxyType({})
+
+
+class StageConfigError(ValueError):
+    """A context value is missing or wrong; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageConfig:
+    """Settings of one deployed stage."""
+
+    stage: str = "dev"
+    runtime: str = "python3.12"
+    architecture: str = "arm64"
+    reaper_rate_minutes: int = 1
+    reserved_concurrency: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    provisioned_concurrency: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    log_retention_days: int = 30
+    #: ``None``: derived from the stage (dev stages do not retain).
+    retain_data: bool | None = None
+    alarm_email: str | None = None
+    alarm_topic_arn: str | None = None
+    api_throttle_rate: int = 100
+    api_throttle_burst: int = 200
+    api_cloudwatch_role: bool = True
+    tracing: bool = True
+    lease_wait_cap_seconds: int = 20
+    oldest_item_age_alarm_seconds: int = 3600
+    dead_letter_depth_alarm: int = 0
+    layer_asset_path: str = "layers/core/dist"
+    functions_asset_root: str = "functions"
+
+    def __post_init__(self) -> None:
+        if not self.stage or not self.stage.replace("-", "").isalnum():
+            raise StageConfigError(f"stage={self.stage!r}: letters, digits and '-' only")
+        if self.runtime not in RUNTIMES:
+            raise StageConfigError(f"runtime={self.runtime!r}: one of {', '.join(RUNTIMES)}")
+        if self.architecture not in ARCHITECTURES:
+            raise StageConfigError(f"architecture={self.architecture!r}: one of {', '.join(ARCHITECTURES)}")
+        if self.log_retention_days not in RETENTION_DAYS:
+            raise StageConfigError(f"logRetentionDays={self.log_retention_days}: not a CloudWatch value")
+        if not 1 <= self.reaper_rate_minutes <= 60:
+            raise StageConfigError("reaperRateMinutes: 1 to 60")
+        # API Gateway's integration timeout is 29 s; the lease function needs time after the wait.
+        if not 0 < self.lease_wait_cap_seconds <= 20:
+            raise StageConfigError("leaseWaitCapSeconds: 1 to 20")
+        for name, table in (
+            ("reservedConcurrency", self.reserved_concurrency),
+            ("provisionedConcurrency", self.provisioned_concurrency),
+        ):
+            unknown = set(table) - set(FUNCTION_NAMES)
+            if unknown:
+                raise StageConfigError(f"{name}: unknown function(s) {sorted(unknown)}")
+            if any(value < 0 for value in table.values()):
+                raise StageConfigError(f"{name}: counts are >= 0")
+
+    @property
+    def stack_name(self) -> str:
+        return f"querator-{self.stage}"
+
+    @property
+    def retains_data(self) -> bool:
+        if self.retain_data is not None:
+            return self.retain_data
+        return self.stage not in DEV_STAGES
+
+    def function_asset_path(self, function: str) -> str:
+        return str(Path(self.functions_asset_root) / function)
+
+    def with_overrides(self, **changes: Any) -> StageConfig:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> StageConfig:
+        """Build from context-style keys (camelCase, values possibly strings from ``-c``)."""
+        by_key = {_camel(f.name): f for f in fields(cls)}
+        unknown = set(values) - set(by_key) - {"stages"}
+        if unknown:
+            raise StageConfigError(f"unknown context key(s): {sorted(unknown)}")
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            if key == "stages" or value is None:
+                continue
+            kwargs[by_key[key].name] = _coerce(key, value, _kind(by_key[key].type))
+        return cls(**kwargs)
+
+    @classmethod
+    def from_context(cls, node: Node) -> StageConfig:
+        """The stage's settings: defaults, then ``stages.<stage>``, then top-level context keys."""
+        stage = node.try_get_context("stage") or "dev"
+        stages = _as_mapping("stages", node.try_get_context("stages") or {})
+        per_stage = _as_mapping(f"stages.{stage}", stages.get(stage) or {})
+        values: dict[str, object] = {"stage": stage, **per_stage}
+        for key in (_camel(f.name) for f in fields(cls)):
+            if key != "stage" and (value := node.try_get_context(key)) is not None:
+                values[key] = value
+        return cls.from_mapping(values)
+
+
+def _kind(annotation: object) -> str:
+    """How to read a context value for a field, from its annotation (a string under PEP 563)."""
+    text = str(annotation)
+    if text.startswith("Mapping"):
+        return "counts"
+    for kind in ("bool", "int"):
+        if text.startswith(kind):
+            return kind
+    return "str"
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _as_mapping(key: str, value: object) -> Mapping[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise StageConfigError(f"{key}: not JSON: {value!r}") from exc
+    if not isinstance(value, dict):
+        raise StageConfigError(f"{key}: expected an object, got {value!r}")
+    return value
+
+
+def _coerce(key: str, value: object, kind: str) -> object:
+    if kind == "str":
+        return str(value)
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in {"true", "1", "yes"}:
+            return True
+        if str(value).lower() in {"false", "0", "no"}:
+            return False
+        raise StageConfigError(f"{key}: expected true or false, got {value!r}")
+    if kind == "int":
+        return _whole(key, value)
+    counts = _as_mapping(key, value)
+    return MappingProxyType({name: _whole(f"{key}.{name}", n) for name, n in counts.items()})
+
+
+def _whole(key: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise StageConfigError(f"{key}: expected a whole number, got {value!r}")
+    try:
+        return int(str(value))
+    except ValueError as exc:
+        raise StageConfigError(f"{key}: expected a whole number, got {value!r}") from exc

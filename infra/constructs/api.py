@@ -1,0 +1,114 @@
+"""The REST API, generated from ``querator.api.routes.ROUTES``.
+
+Every method is authenticated with IAM (SigV4), ``/health`` included: the API has no anonymous
+surface, so nobody outside the account can make it invoke (and bill) a function; a health check
+signs like any other client. Body limits: REST APIs cannot limit a body's size below their fixed
+10 MB, so the handlers answer 413 over a route's ``body_limit`` (docs/adr/0010-stack-shape.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.constructs.common import removal_policy, retention
+from infra.nag import acknowledge
+from querator.api.routes import ROUTES
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from infra.config import StageConfig
+    from infra.constructs.functions import ServiceFunction
+
+
+class QueueApi(Construct):
+    """RestApi with one IAM-authenticated method per route, throttling and JSON access logs."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        functions: Mapping[str, ServiceFunction],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=retention(config),
+            removal_policy=removal_policy(config),
+        )
+        self.api = apigw.RestApi(
+            self,
+            "Api",
+            rest_api_name=f"querator-{config.stage}",
+            description="Querator lease queue (contract/API.md)",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            cloud_watch_role=config.api_cloudwatch_role,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
+            deploy_options=apigw.StageOptions(
+                stage_name=config.stage,
+                throttling_rate_limit=config.api_throttle_rate,
+                throttling_burst_limit=config.api_throttle_burst,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+                # Errors only: INFO would log every request twice (access log + execution log), and
+                # data tracing would put payloads in the logs.
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                data_trace_enabled=False,
+                metrics_enabled=True,
+                tracing_enabled=config.tracing,
+            ),
+            default_method_options=apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM),
+        )
+        for route in ROUTES:
+            resource = self.api.root.resource_for_path(route.path)
+            resource.add_method(
+                route.method,
+                apigw.LambdaIntegration(functions[route.function].target, proxy=True),
+                authorization_type=apigw.AuthorizationType.IAM,
+            )
+        self.url = self.api.url
+
+        if config.api_cloudwatch_role:
+            acknowledge(
+                self.api,
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AmazonAPIGatewayPushToCloudWatchLogs]",
+                "API Gateway's account-wide logging role needs exactly this AWS-managed policy "
+                "(logs for every API in the region); it is what the console would create.",
+            )
+        acknowledge(
+            self.api,
+            "AwsSolutions-APIG2",
+            "Bodies are validated by the handlers' pydantic models: the contract answers 455 for "
+            "unknown keys and accepts camelCase aliases, which API Gateway models cannot express.",
+        )
+        acknowledge(
+            self.api,
+            "AwsSolutions-APIG3",
+            "Every method requires SigV4 (IAM) and the stage is throttled; a WAF web ACL is an "
+            "account decision (cost, rules) left to the deployer.",
+        )
+        acknowledge(
+            self.api,
+            "AwsSolutions-COG4",
+            "Callers are IAM principals (SigV4); a Cognito user pool authorizer would add a second "
+            "identity system the contract does not have.",
+        )

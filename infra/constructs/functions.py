@@ -1,0 +1,186 @@
+"""The Lambda functions: one per ``routes.Function`` plus the reaper, each with its own role.
+
+Every function gets the same environment (names from ``querator.config.EnvVar``), JSON logs into its
+own log group with the stage's retention, and only the DynamoDB actions that
+``infra.permissions.DYNAMODB_ACTIONS`` lists for it, on only the tables listed there. Roles are
+explicit so no AWS-managed policy (with ``logs:*`` on every log group) is attached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from aws_cdk import Duration
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.constructs.common import ARCHITECTURES, RUNTIMES, removal_policy, retention
+from infra.nag import acknowledge
+from infra.permissions import DYNAMODB_ACTIONS, REAPER, TableRole
+from querator.api.routes import Function
+from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    from infra.config import StageConfig
+    from infra.constructs.table import QueueTables
+
+#: API Gateway ends every integration after 29 s; a function behind it gains nothing from more.
+API_INTEGRATION_TIMEOUT: Final = Duration.seconds(29)
+#: Left out of a function's asset: bytecode differs per machine and would change the asset hash.
+_NOT_CODE: Final = ["__pycache__", "*.pyc"]
+#: Time the reaper leaves itself to save its bookmark (``EnvVar.REAPER_MARGIN``).
+REAPER_MARGIN_SECONDS: Final = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """Memory (MB, which also buys CPU) and timeout of one function."""
+
+    memory_mb: int
+    timeout_seconds: int
+
+
+def sizing(function: str, config: StageConfig) -> Sizing:
+    """Why each size: produce and admin parse and write up to 5 MB bodies (pydantic + base64 are CPU
+    bound); lease waits up to the stage's wait cap and then needs a few seconds to answer; the
+    reaper's run ends before the next schedule fires, so two runs never overlap."""
+    if function == REAPER:
+        return Sizing(512, config.reaper_rate_minutes * 60 - REAPER_MARGIN_SECONDS)
+    return {
+        Function.PRODUCE: Sizing(1024, 29),
+        Function.LEASE: Sizing(512, config.lease_wait_cap_seconds + 8),
+        Function.ITEMS: Sizing(512, 15),
+        Function.QUEUES: Sizing(512, 29),
+        Function.ADMIN: Sizing(1024, 29),
+        Function.META: Sizing(256, 10),
+    }[function]
+
+
+def environment(config: StageConfig, tables: QueueTables) -> dict[str, str]:
+    """The environment every function starts with (names from ``querator.config``)."""
+    return {
+        EnvVar.ITEMS_TABLE: tables.items.table_name,
+        EnvVar.CATALOG_TABLE: tables.catalog.table_name,
+        EnvVar.LEASE_WAIT_CAP: str(config.lease_wait_cap_seconds),
+        EnvVar.REAPER_MARGIN: str(REAPER_MARGIN_SECONDS),
+        EnvVar.POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
+        EnvVar.POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+        EnvVar.POWERTOOLS_LOG_LEVEL: "INFO",
+        EnvVar.POWERTOOLS_TRACE_DISABLED: "false" if config.tracing else "true",
+    }
+
+
+class ServiceFunction(Construct):
+    """One function with its role, log group and grants; ``target`` is what callers invoke."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        name: str,
+        config: StageConfig,
+        layer: lambda_.ILayerVersion,
+        tables: QueueTables,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.name = name
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=retention(config),
+            removal_policy=removal_policy(config),
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"querator {name} function ({config.stage})",
+        )
+        self.log_group.grant_write(self.role)
+        table_of: Mapping[TableRole, dynamodb.Table] = {
+            TableRole.ITEMS: tables.items,
+            TableRole.CATALOG: tables.catalog,
+        }
+        for table, actions in DYNAMODB_ACTIONS[name].items():
+            table_of[table].grant(self.role, *sorted(actions))
+
+        size = sizing(name, config)
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description=f"querator {name}",
+            runtime=RUNTIMES[config.runtime],
+            architecture=ARCHITECTURES[config.architecture],
+            code=lambda_.Code.from_asset(config.function_asset_path(name), exclude=_NOT_CODE),
+            handler="handler.lambda_handler",
+            layers=[layer],
+            memory_size=size.memory_mb,
+            timeout=Duration.seconds(size.timeout_seconds),
+            environment=environment(config, tables),
+            role=self.role,
+            log_group=self.log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
+            system_log_level_v2=lambda_.SystemLogLevel.WARN,
+            tracing=lambda_.Tracing.ACTIVE if config.tracing else lambda_.Tracing.DISABLED,
+            reserved_concurrent_executions=config.reserved_concurrency.get(name),
+        )
+        provisioned = config.provisioned_concurrency.get(name, 0)
+        self.target: lambda_.IFunction = self.function
+        if provisioned > 0:
+            self.target = lambda_.Alias(
+                self,
+                "Live",
+                alias_name="live",
+                version=self.function.current_version,
+                provisioned_concurrent_executions=provisioned,
+            )
+        acknowledge(
+            self.function,
+            "AwsSolutions-L1",
+            "The runtime is a stage setting (python3.12 default, python3.13) that must match the "
+            "layer's compiled wheels; it moves with a layer rebuild, not with the newest release.",
+        )
+        if config.tracing:
+            acknowledge(
+                self.role,
+                "AwsSolutions-IAM5[Resource::*]",
+                "X-Ray's PutTraceSegments/PutTelemetryRecords support no resource-level permissions; "
+                "CDK adds them with Resource * when tracing is active.",
+            )
+
+
+class QueueFunctions(Construct):
+    """The functions behind the API, by ``routes.Function`` name."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        layer: lambda_.ILayerVersion,
+        tables: QueueTables,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.by_name: dict[str, ServiceFunction] = {
+            name: ServiceFunction(
+                self, name.capitalize(), name=name, config=config, layer=layer, tables=tables
+            )
+            for name in (
+                Function.PRODUCE,
+                Function.LEASE,
+                Function.ITEMS,
+                Function.QUEUES,
+                Function.ADMIN,
+                Function.META,
+            )
+        }

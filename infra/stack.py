@@ -1,0 +1,52 @@
+"""The stack of one stage: it only composes the constructs and names the outputs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import CfnOutput, Stack
+
+from infra.constructs.api import QueueApi
+from infra.constructs.core_layer import CoreLayer
+from infra.constructs.functions import QueueFunctions
+from infra.constructs.monitoring import QueueMonitoring
+from infra.constructs.reaper import Reaper
+from infra.constructs.table import QueueTables
+from infra.permissions import REAPER
+
+if TYPE_CHECKING:
+    from constructs import Construct
+
+    from infra.config import StageConfig
+    from infra.constructs.functions import ServiceFunction
+
+
+class QueratorStack(Stack):
+    """Tables, layer, functions, API, reaper schedule, alarms and dashboard of one stage."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, **kwargs: Any) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            description=f"Querator lease queue, stage {config.stage}",
+            **kwargs,
+        )
+        self.config = config
+        # Construct ids below are stable: renaming Tables/Items/Catalog would replace the tables.
+        self.tables = QueueTables(self, "Tables", config=config)
+        self.layer = CoreLayer(self, "CoreLayer", config=config)
+        self.api_functions = QueueFunctions(
+            self, "Functions", config=config, layer=self.layer.layer, tables=self.tables
+        )
+        self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer.layer, tables=self.tables)
+        self.functions: dict[str, ServiceFunction] = {
+            **self.api_functions.by_name,
+            REAPER: self.reaper.function,
+        }
+        self.api = QueueApi(self, "Api", config=config, functions=self.api_functions.by_name)
+        self.monitoring = QueueMonitoring(
+            self, "Monitoring", config=config, tables=self.tables, functions=self.functions, api=self.api.api
+        )
+        CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL; append /v1/<noun>.<verb>")
+        CfnOutput(self, "ItemsTableName", value=self.tables.items.table_name)
+        CfnOutput(self, "CatalogTableName", value=self.tables.catalog.table_name)

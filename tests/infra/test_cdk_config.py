@@ -1,0 +1,63 @@
+"""Stage settings from CDK context: defaults, per-stage objects, ``-c`` strings, and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aws_cdk import App
+
+from infra.config import StageConfig, StageConfigError
+
+pytestmark = pytest.mark.infra
+
+CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text(encoding="utf-8"))
+
+
+def test_dev_stage_from_cdk_json_destroys_its_data_and_keeps_logs_two_weeks() -> None:
+    config = StageConfig.from_context(App(context=CDK_JSON["context"]).node)
+    assert config.stage == "dev"
+    assert config.stack_name == "querator-dev"
+    assert not config.retains_data
+    assert config.log_retention_days == 14
+    assert config.reaper_rate_minutes == 1
+
+
+def test_prod_stage_retains_data_and_reserves_one_reaper() -> None:
+    config = StageConfig.from_context(App(context={**CDK_JSON["context"], "stage": "prod"}).node)
+    assert config.stack_name == "querator-prod"
+    assert config.retains_data
+    assert dict(config.reserved_concurrency) == {"reaper": 1}
+
+
+def test_command_line_strings_override_the_stage_object() -> None:
+    context = {**CDK_JSON["context"], "stage": "prod", "logRetentionDays": "30", "tracing": "false",
+               "provisionedConcurrency": '{"lease": 2}'}  # fmt: skip
+    config = StageConfig.from_context(App(context=context).node)
+    assert config.log_retention_days == 30
+    assert config.tracing is False
+    assert dict(config.provisioned_concurrency) == {"lease": 2}
+
+
+def test_an_unnamed_stage_is_not_a_dev_stage_unless_told() -> None:
+    assert StageConfig(stage="staging").retains_data
+    assert not StageConfig(stage="staging", retain_data=False).retains_data
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"runtime": "python3.9"}, "runtime"),
+        ({"architecture": "sparc"}, "architecture"),
+        ({"logRetentionDays": 31}, "logRetentionDays"),
+        ({"reservedConcurrency": {"nope": 1}}, "reservedConcurrency"),
+        ({"leaseWaitCapSeconds": 25}, "leaseWaitCapSeconds"),
+        ({"tracing": "maybe"}, "tracing"),
+        ({"reaperRateMinutes": "soon"}, "reaperRateMinutes"),
+        ({"typoedKey": 1}, "typoedKey"),
+    ],
+)
+def test_a_wrong_setting_is_refused_naming_its_key(values: dict[str, object], named: str) -> None:
+    with pytest.raises(StageConfigError, match=named):
+        StageConfig.from_mapping(values)

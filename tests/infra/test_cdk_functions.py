@@ -1,0 +1,131 @@
+"""Each function: least-privilege DynamoDB grants from ``infra.permissions``, runtime, env and logs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from infra.constructs.functions import REAPER_MARGIN_SECONDS
+from infra.permissions import DYNAMODB_ACTIONS, FUNCTION_NAMES, TableRole
+from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
+
+if TYPE_CHECKING:
+    from tests.infra.synth import Synth
+
+pytestmark = pytest.mark.infra
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _statements_of_role(synth: Synth, role_id: str) -> list[dict[str, Any]]:
+    statements = []
+    for policy in synth.of_type("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _grants(synth: Synth, name: str, prefix: str) -> set[tuple[str, str]]:
+    """(action, resource) pairs of the function's role for actions with ``prefix``, resources by role."""
+    fn = synth.stack.functions[name]
+    tables = {
+        synth.logical_id(synth.stack.tables.items): TableRole.ITEMS.value,
+        synth.logical_id(synth.stack.tables.catalog): TableRole.CATALOG.value,
+        synth.logical_id(fn.log_group): "own-log-group",
+    }
+    pairs = set()
+    for statement in _statements_of_role(synth, synth.logical_id(fn.role)):
+        assert statement["Effect"] == "Allow"
+        for action in _as_list(statement["Action"]):
+            if not action.startswith(prefix):
+                continue
+            for resource in _as_list(statement["Resource"]):
+                # A table or log group is referenced by its Arn attribute, never by a literal or "*".
+                logical_id, attribute = resource["Fn::GetAtt"]
+                assert attribute == "Arn"
+                pairs.add((action, tables[logical_id]))
+    return pairs
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_each_function_has_exactly_its_dynamodb_actions_on_exactly_its_tables(
+    synth: Synth, name: str
+) -> None:
+    expected = {
+        (action, table.value) for table, actions in DYNAMODB_ACTIONS[name].items() for action in actions
+    }
+    assert _grants(synth, name, "dynamodb:") == expected
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_each_function_writes_logs_only_to_its_own_log_group(synth: Synth, name: str) -> None:
+    assert _grants(synth, name, "logs:") == {
+        ("logs:CreateLogStream", "own-log-group"),
+        ("logs:PutLogEvents", "own-log-group"),
+    }
+    role = synth.resources[synth.logical_id(synth.stack.functions[name].role)]
+    assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_no_policy_grants_a_wildcard_action_or_a_wildcard_dynamodb_resource(synth: Synth) -> None:
+    for policy in synth.of_type("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = _as_list(statement["Action"])
+            assert not [a for a in actions if "*" in a]
+            if any(a.startswith("dynamodb:") for a in actions):
+                assert "*" not in _as_list(statement["Resource"])
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_each_function_runs_its_asset_on_the_stage_runtime_with_the_layer(synth: Synth, name: str) -> None:
+    fn = synth.stack.functions[name]
+    props = synth.resources[synth.logical_id(fn.function)]["Properties"]
+    assert props["Runtime"] == "python3.12"
+    assert props["Architectures"] == ["arm64"]
+    assert props["Handler"] == "handler.lambda_handler"
+    assert props["Layers"] == [{"Ref": synth.logical_id(synth.stack.layer.layer)}]
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    assert "ReservedConcurrentExecutions" not in props  # none configured for dev in cdk.json
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_each_function_gets_the_environment_named_in_querator_config(synth: Synth, name: str) -> None:
+    fn = synth.stack.functions[name]
+    variables = synth.resources[synth.logical_id(fn.function)]["Properties"]["Environment"]["Variables"]
+    assert variables[EnvVar.ITEMS_TABLE] == {"Ref": synth.logical_id(synth.stack.tables.items)}
+    assert variables[EnvVar.CATALOG_TABLE] == {"Ref": synth.logical_id(synth.stack.tables.catalog)}
+    assert variables[EnvVar.POWERTOOLS_SERVICE_NAME] == SERVICE_NAME
+    assert variables[EnvVar.POWERTOOLS_METRICS_NAMESPACE] == METRICS_NAMESPACE
+    assert variables[EnvVar.LEASE_WAIT_CAP] == "20"
+    assert variables[EnvVar.REAPER_MARGIN] == str(REAPER_MARGIN_SECONDS)
+    assert set(variables) <= {
+        value for key, value in vars(EnvVar).items() if key.isupper() and isinstance(value, str)
+    }
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_each_function_logs_json_to_its_own_log_group_with_the_stage_retention(
+    synth: Synth, name: str
+) -> None:
+    fn = synth.stack.functions[name]
+    props = synth.resources[synth.logical_id(fn.function)]["Properties"]
+    log_group_id = synth.logical_id(fn.log_group)
+    assert props["LoggingConfig"]["LogFormat"] == "JSON"
+    assert props["LoggingConfig"]["LogGroup"] == {"Ref": log_group_id}
+    # The dev stage of cdk.json keeps logs 14 days.
+    assert synth.resources[log_group_id]["Properties"]["RetentionInDays"] == 14
+
+
+def test_a_lease_waits_less_than_its_function_runs_and_the_function_less_than_api_gateway(
+    synth: Synth,
+) -> None:
+    props = synth.resources[synth.logical_id(synth.stack.functions["lease"].function)]["Properties"]
+    assert 20 < props["Timeout"] < 29
+
+
+def test_the_reaper_finishes_before_the_next_schedule_fires(synth: Synth) -> None:
+    props = synth.resources[synth.logical_id(synth.stack.functions["reaper"].function)]["Properties"]
+    assert props["Timeout"] + REAPER_MARGIN_SECONDS <= 60
