@@ -1,0 +1,263 @@
+"""Spark producer: the write path, as a port with two adapters, built inside each executor.
+
+A ``Target`` is a small picklable description of where items go; Spark ships it to the executors
+and each Python worker turns it into a ``Producer`` there (``connect``), because boto3 clients and
+HTTP sessions do not pickle. Connections are cached per worker process, so the tasks a worker runs
+one after another share them. Neither adapter builds DynamoDB items or URLs itself: the direct path
+goes through ``QueueService.produce`` (the product's own rules and idempotency), the HTTP path
+through ``querator.client``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import boto3
+from botocore.config import Config
+
+from querator.client import Client, QueratorClientError
+from querator.client import NewItem as ClientItem
+from querator.client import errors as client_errors
+from querator.clock import SystemClock
+from querator.domain.errors import (
+    InvalidRequestError,
+    PayloadTooLargeError,
+    QueratorError,
+    QueueNotFoundError,
+    RequestInProgressError,
+    StoreThrottledError,
+    StoreUnavailableError,
+)
+from querator.service import QueueService
+from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.store import DynamoDBItemStore
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from querator.config import Settings
+    from querator.domain.model import NewItem
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkReceipt:
+    """What one produce call did."""
+
+    #: Items the call carried; all stored, now or (``replayed``) by an earlier attempt.
+    items: int
+    #: True when an earlier call with the same idempotency key stored them and this one stored
+    #: nothing; ``None`` when the write path cannot tell (the HTTP reply is ``{"code": 200}`` either way).
+    replayed: bool | None
+    #: The queue partition they landed in, when the write path says.
+    partition: int | None = None
+
+
+class Producer(Protocol):
+    """Stores one chunk of items in a queue with one idempotent produce call.
+
+    Errors are the domain's (``querator.domain.errors``), so retry decisions are the same for
+    both paths: ``RetryLaterError`` / ``RequestInProgressError`` / ``StoreUnavailableError`` are
+    worth retrying, anything else is not.
+    """
+
+    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt: ...
+
+    def check_queue(self, queue: str) -> int:
+        """The queue's partition count; raises ``QueueNotFoundError`` when it does not exist."""
+        ...
+
+
+class Target(Protocol):
+    """A picklable description of a write path; ``connect`` runs in the executor."""
+
+    def connect(self) -> Producer: ...
+
+
+# -- direct: QueueService over the DynamoDB tables ------------------------------------------------
+
+#: Standard retry mode backs off on throttling below our own retries; a task writes one chunk at a
+#: time, so a small pool is enough.
+_DIRECT_CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 4},
+    connect_timeout=5,
+    read_timeout=30,
+    max_pool_connections=4,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DirectTarget:
+    """Write straight into the product's tables through ``QueueService`` (bulk loads, fastest).
+
+    Needs DynamoDB access to both tables from the executors (docs/spark.md lists the IAM actions).
+
+    Parameters
+    ----------
+    settings
+        The table names and region, as the functions read them (``querator.config.Settings``).
+    endpoint_url
+        A DynamoDB endpoint other than AWS's (a local store); ``None`` leaves it to boto3, which
+        honours ``AWS_ENDPOINT_URL_DYNAMODB`` in the executor's environment.
+    """
+
+    settings: Settings
+    endpoint_url: str | None = None
+
+    def connect(self) -> DirectProducer:
+        return DirectProducer(self.service())
+
+    def service(self) -> QueueService:
+        """The worker process's ``QueueService`` over these tables (built once, then reused)."""
+        return _direct_service(self)
+
+
+def _build_direct_service(target: DirectTarget) -> QueueService:
+    """The executor-side composition root, as ``querator.bootstrap`` does it from explicit settings."""
+    client = boto3.client(
+        "dynamodb",
+        region_name=target.settings.region,
+        endpoint_url=target.endpoint_url,
+        config=_DIRECT_CLIENT_CONFIG,
+    )
+    return QueueService(
+        catalog=DynamoDBQueueCatalog(
+            target.settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
+        ),
+        store=DynamoDBItemStore(client, target.settings.items_table),
+        clock=SystemClock(),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _direct_service(target: DirectTarget) -> QueueService:
+    # One service per worker process: its client keeps connections open across tasks, and its
+    # partition choice keeps filling the queue's partitions evenly across those tasks.
+    return _build_direct_service(target)
+
+
+class DirectProducer:
+    """``Producer`` over a ``QueueService``; its errors are the service's, unchanged."""
+
+    def __init__(self, service: QueueService) -> None:
+        self._service = service
+
+    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+        receipt = self._service.produce(queue, items, idempotency_key=idempotency_key)
+        return ChunkReceipt(items=len(receipt.ids), replayed=receipt.replayed, partition=receipt.partition)
+
+    def check_queue(self, queue: str) -> int:
+        return self._service.get_queue(queue).partitions
+
+
+# -- HTTP: the queue's API through querator.client ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpTarget:
+    """Write through the HTTP API (``queue.produce``), for jobs that may not touch the tables.
+
+    Parameters
+    ----------
+    base_url
+        The API's stage URL (or ``http://127.0.0.1:2319`` for ``querator serve``).
+    sigv4_region
+        Sign requests with SigV4 for this region, with the executor's own credentials (its instance
+        profile or Glue role); ``None``: unsigned.
+    request_timeout
+        Read timeout of one produce call, in seconds.
+    """
+
+    base_url: str
+    sigv4_region: str | None = None
+    request_timeout: float = 30.0
+
+    def connect(self) -> HttpProducer:
+        return HttpProducer(_http_client(self))
+
+
+@functools.lru_cache(maxsize=4)
+def _http_client(target: HttpTarget) -> Client:
+    # The client's own retries are off: the job's retry policy is the one budget for both paths,
+    # and two nested loops would multiply the attempts.
+    return Client(
+        target.base_url,
+        sigv4_region=target.sigv4_region,
+        timeout=target.request_timeout,
+        max_retries=0,
+        max_connections=2,
+    )
+
+
+class HttpProducer:
+    """``Producer`` over ``querator.client.Client``; the client's errors become the domain's.
+
+    The contract's produce reply does not say whether an idempotent call was a replay, so receipts
+    here have ``replayed=None`` and the job counts those items as confirmed, not as written.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+        wire_items = [
+            ClientItem(
+                payload=item.payload,
+                reference=item.reference,
+                encoding=item.encoding,
+                kind=item.kind,
+                enqueue_at=item.enqueue_at,
+            )
+            for item in items
+        ]
+        try:
+            self._client.produce(queue, wire_items, idempotency_key=idempotency_key)
+        except QueratorClientError as exc:
+            raise domain_error(exc) from exc
+        return ChunkReceipt(items=len(items), replayed=None)
+
+    def check_queue(self, queue: str) -> int:
+        try:
+            return self._client.queue_info(queue).requested_partitions
+        except QueratorClientError as exc:
+            raise domain_error(exc) from exc
+
+
+#: The stable class (``message`` up to the first ``;``) the server sends for an idempotent produce
+#: whose first attempt is still writing: the domain error's docstring, as the API layer sends it.
+_IN_PROGRESS = (RequestInProgressError.__doc__ or "").strip()
+
+
+def domain_error(exc: QueratorClientError) -> QueratorError:
+    """The domain error a client error stands for, so both write paths retry on the same errors."""
+    if isinstance(exc, client_errors.ConnectionFailedError):
+        # Safe to resend: every call carries an idempotency key.
+        return StoreUnavailableError(f"queue.produce got no reply: {exc}", store_code="connection")
+    if isinstance(exc, client_errors.RetryError):  # 454, and 429 from API Gateway's throttling
+        return StoreThrottledError(f"queue.produce: {exc}", store_code=f"http {exc.code}")
+    if isinstance(exc, client_errors.UnknownMethodError):
+        return QueratorError(f"queue.produce: {exc}")
+    if isinstance(exc, client_errors.ServerError):
+        return StoreUnavailableError(f"queue.produce: {exc}", store_code=f"http {exc.code}")
+    if isinstance(exc, client_errors.RequestFailedError) and exc.stable_class == _IN_PROGRESS:
+        return RequestInProgressError(f"queue.produce: {exc}")
+    if isinstance(exc, client_errors.QueueNotFoundError):
+        return QueueNotFoundError(f"queue.produce: {exc}")
+    if isinstance(exc, client_errors.PayloadTooLargeError):
+        return PayloadTooLargeError(f"queue.produce: {exc}")
+    if isinstance(exc, client_errors.BadRequestError):
+        return InvalidRequestError(f"queue.produce: {exc}")
+    return QueratorError(f"queue.produce: {exc}")
+
+
+__all__ = [
+    "ChunkReceipt",
+    "DirectProducer",
+    "DirectTarget",
+    "HttpProducer",
+    "HttpTarget",
+    "Producer",
+    "Target",
+    "domain_error",
+]

@@ -1,0 +1,331 @@
+"""Spark producer, pure part: rows to items, row and chunk keys, chunking, retries and pacing (no Spark)."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from querator.domain.errors import (
+    InvalidRequestError,
+    QueueNotFoundError,
+    RequestInProgressError,
+    StoreThrottledError,
+    StoreUnavailableError,
+)
+from querator.domain.model import MAX_PAYLOAD_BYTES, MAX_REFERENCE_BYTES, NewItem
+from querator.spark.mapping import (
+    MAX_CHUNK_WIRE_BYTES,
+    ColumnMap,
+    InvalidRowError,
+    chunk_key,
+    chunks_of,
+    describe_row,
+    item_digest,
+    row_key,
+    row_to_item,
+    wire_size,
+)
+from querator.spark.retry import (
+    RateLimiter,
+    RetriesExhaustedError,
+    RetryPolicy,
+    call_with_retries,
+    is_retryable,
+)
+
+pytestmark = pytest.mark.spark
+
+BODY = ColumnMap(payload=("body",))
+
+
+# -- row_to_item ---------------------------------------------------------------------------------
+
+
+def test_a_string_payload_is_stored_as_utf8():
+    assert row_to_item({"body": "héllo"}, BODY).payload == "héllo".encode()
+
+
+def test_a_binary_payload_is_stored_as_is():
+    assert row_to_item({"body": bytearray(b"\x00\xff")}, BODY).payload == b"\x00\xff"
+
+
+def test_a_single_non_text_payload_column_is_stored_as_json():
+    assert row_to_item({"body": {"a": [1, 2]}}, BODY).payload == b'{"a":[1,2]}'
+
+
+def test_several_payload_columns_make_a_json_object_in_column_order():
+    columns = ColumnMap(payload=("b", "a", "when", "amount", "raw"))
+    row = {
+        "a": 1,
+        "b": "x",
+        "when": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        "amount": Decimal("1.10"),
+        "raw": b"\x01",
+    }
+    payload = row_to_item(row, columns).payload
+    assert payload.startswith(b'{"b":"x","a":1,')
+    assert json.loads(payload) == {
+        "b": "x",
+        "a": 1,
+        "when": "2026-01-02T03:04:05.000000Z",
+        "amount": "1.10",
+        "raw": "AQ==",
+    }
+
+
+def test_optional_columns_and_defaults_fill_the_item():
+    columns = ColumnMap(
+        payload=("body",), reference="ref", kind="kind", encoding="enc", enqueue_at="at", default_kind="k0"
+    )
+    item = row_to_item(
+        {"body": "x", "ref": "r-1", "kind": None, "enc": "text/plain", "at": "2030-01-01T00:00:00+02:00"},
+        columns,
+    )
+    assert item == NewItem(
+        payload=b"x",
+        reference="r-1",
+        kind="k0",
+        encoding="text/plain",
+        enqueue_at=datetime(2029, 12, 31, 22, 0, tzinfo=UTC),
+    )
+
+
+def test_an_aware_datetime_enqueue_at_is_kept_in_utc_and_empty_means_now():
+    columns = ColumnMap(payload=("body",), enqueue_at="at")
+    at = datetime(2030, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=1)))
+    assert row_to_item({"body": "x", "at": at}, columns).enqueue_at == datetime(2030, 1, 1, tzinfo=UTC)
+    assert row_to_item({"body": "x", "at": ""}, columns).enqueue_at is None
+    assert row_to_item({"body": "x", "at": None}, columns).enqueue_at is None
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "fragment"),
+    [
+        ({"body": None}, "body", "null"),
+        ({}, "body", "no such column"),
+        ({"body": "x" * (MAX_PAYLOAD_BYTES + 1)}, "body", "more than"),
+        ({"body": "x", "at": "tomorrow"}, "at", "invalid timestamp"),
+        ({"body": "x", "at": "2030-01-01T00:00:00"}, "at", "invalid timestamp"),
+        ({"body": "x", "at": datetime(2030, 1, 1)}, "at", "no time zone"),
+        ({"body": "x", "at": 17}, "at", "expected a timestamp"),
+        ({"body": "x", "ref": 5}, "ref", "expected a string"),
+        ({"body": "x", "ref": "r" * (MAX_REFERENCE_BYTES + 1)}, "ref", "longer than"),
+        ({"body": float("nan")}, "body", "JSON"),
+        ({"body": object()}, "body", "JSON"),
+    ],
+)
+def test_a_bad_row_raises_an_error_naming_its_column(row, column, fragment):
+    columns = ColumnMap(payload=("body",), reference="ref", enqueue_at="at")
+    row = {"ref": None, "at": None, **row}
+    with pytest.raises(InvalidRowError, match=fragment) as caught:
+        row_to_item(row, columns)
+    assert caught.value.context["column"] == column
+    assert isinstance(caught.value, InvalidRequestError)
+
+
+def test_a_column_map_refuses_no_payload_and_repeated_payload_columns():
+    with pytest.raises(ValueError, match="payload"):
+        ColumnMap(payload=())
+    with pytest.raises(ValueError, match="repeat"):
+        ColumnMap(payload=("a", "a"))
+
+
+def test_source_columns_lists_each_column_once_payload_first():
+    columns = ColumnMap(payload=("a", "b"), key="id", reference="a", kind="k")
+    assert columns.source_columns == ("a", "b", "id", "k")
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+def test_row_key_without_a_key_column_follows_content_and_job():
+    item = row_to_item({"body": "x"}, BODY)
+    same = row_key({"body": "x"}, BODY, item, job_id="j1")
+    assert same == row_key({"body": "x"}, BODY, row_to_item({"body": "x"}, BODY), job_id="j1")
+    assert same != row_key({"body": "y"}, BODY, row_to_item({"body": "y"}, BODY), job_id="j1")
+    assert same != row_key({"body": "x"}, BODY, item, job_id="j2")
+
+
+def test_row_key_with_a_key_column_ignores_the_rest_of_the_row():
+    columns = ColumnMap(payload=("body",), key="id")
+    a = row_key({"id": 7, "body": "x"}, columns, row_to_item({"id": 7, "body": "x"}, columns), job_id="j")
+    b = row_key({"id": 7, "body": "y"}, columns, row_to_item({"id": 7, "body": "y"}, columns), job_id="j")
+    c = row_key({"id": "7", "body": "x"}, columns, row_to_item({"id": 7, "body": "x"}, columns), job_id="j")
+    assert a == b
+    assert a != c  # 7 and "7" are different keys
+
+
+def test_a_null_key_is_an_invalid_row():
+    columns = ColumnMap(payload=("body",), key="id")
+    with pytest.raises(InvalidRowError, match="null"):
+        row_key(
+            {"id": None, "body": "x"}, columns, row_to_item({"id": None, "body": "x"}, columns), job_id="j"
+        )
+
+
+def test_item_digest_tells_apart_every_field():
+    base = NewItem(payload=b"ab", reference="r", kind="k", encoding="e")
+    variants = [
+        base,
+        NewItem(
+            payload=b"ab", reference="r", kind="k", encoding="e", enqueue_at=datetime(2030, 1, 1, tzinfo=UTC)
+        ),
+        NewItem(payload=b"b", reference="ra", kind="k", encoding="e"),
+        NewItem(payload=b"ab", reference="", kind="rk", encoding="e"),
+        NewItem(payload=b"ab", reference="r", kind="ke", encoding=""),
+    ]
+    assert len({item_digest(v) for v in variants}) == len(variants)
+
+
+def test_chunk_key_depends_on_job_queue_and_exact_rows():
+    keys = ["a", "b"]
+    first = chunk_key("job", "q", keys)
+    assert first == chunk_key("job", "q", iter(keys))
+    assert first.startswith("spark-")
+    assert first != chunk_key("job2", "q", keys)
+    assert first != chunk_key("job", "q2", keys)
+    assert first != chunk_key("job", "q", ["a"])
+    assert first != chunk_key("job", "q", ["b", "a"])
+    assert first != chunk_key("job", "q", ["ab"])
+
+
+def test_describe_row_is_short_and_prefers_the_key():
+    columns = ColumnMap(payload=("body",), key="id")
+    assert describe_row({"id": 3, "body": "x" * 10_000}, columns) == "id=3"
+    assert len(describe_row({"id": None, "body": "x" * 10_000}, columns)) <= 200
+
+
+# -- chunking ------------------------------------------------------------------------------------
+
+
+def test_chunks_respect_the_item_limit_and_keep_order():
+    chunks = list(chunks_of(range(2500), size_of=lambda _: 1, max_items=1000))
+    assert [len(c) for c in chunks] == [1000, 1000, 500]
+    assert [x for c in chunks for x in c] == list(range(2500))
+
+
+def test_chunks_respect_the_body_limit():
+    big = NewItem(payload=b"x" * 300_000)
+    chunks = list(chunks_of([big] * 40, size_of=wire_size))
+    assert all(sum(wire_size(i) for i in c) <= MAX_CHUNK_WIRE_BYTES for c in chunks)
+    assert sum(len(c) for c in chunks) == 40
+    assert len(chunks) > 1
+
+
+def test_wire_size_bounds_the_json_the_client_sends():
+    item = NewItem(payload=bytes(range(256)) * 10, reference='quote"d', kind="k", encoding="é")
+    body = json.dumps(
+        {
+            "bytes": __import__("base64").b64encode(item.payload).decode(),
+            "reference": item.reference,
+            "kind": item.kind,
+            "encoding": item.encoding,
+            "enqueue_at": "2030-01-01T00:00:00.000000Z",
+        }
+    )
+    assert wire_size(item) >= len(body.encode())
+
+
+def test_an_empty_stream_has_no_chunks():
+    assert list(chunks_of([], size_of=lambda _: 1)) == []
+
+
+# -- retries and pacing --------------------------------------------------------------------------
+
+
+def test_retryable_errors_are_throttling_in_progress_and_transient_unavailability():
+    assert is_retryable(StoreThrottledError())
+    assert is_retryable(RequestInProgressError())
+    assert is_retryable(StoreUnavailableError(store_code="InternalServerError"))
+    assert not is_retryable(StoreUnavailableError(store_code="ResourceNotFoundException"))
+    assert not is_retryable(QueueNotFoundError())
+    assert not is_retryable(RuntimeError())
+
+
+def test_call_with_retries_backs_off_with_capped_full_jitter_then_succeeds():
+    outcomes = [StoreThrottledError(), StoreThrottledError(), StoreThrottledError(), "ok"]
+    slept: list[float] = []
+
+    def call() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    policy = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=2.5)
+    result, attempts = call_with_retries(call, policy=policy, sleep=slept.append, rng=random.Random(1))
+    assert (result, attempts) == ("ok", 4)
+    assert len(slept) == 3
+    for retry, delay in enumerate(slept):
+        assert 0 <= delay <= min(2.5, 2**retry)
+
+
+def test_call_with_retries_gives_up_after_max_attempts_with_the_last_error():
+    calls = 0
+
+    def call() -> None:
+        nonlocal calls
+        calls += 1
+        raise StoreThrottledError("still throttled")
+
+    with pytest.raises(RetriesExhaustedError, match="3 attempts") as caught:
+        call_with_retries(call, policy=RetryPolicy(max_attempts=3), sleep=lambda _: None)
+    assert calls == 3
+    assert isinstance(caught.value.last, StoreThrottledError)
+
+
+def test_call_with_retries_does_not_retry_other_errors():
+    calls = 0
+
+    def call() -> None:
+        nonlocal calls
+        calls += 1
+        raise QueueNotFoundError()
+
+    with pytest.raises(QueueNotFoundError):
+        call_with_retries(call, policy=RetryPolicy(max_attempts=5), sleep=lambda _: None)
+    assert calls == 1
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_rate_limiter_paces_chunks_to_the_average_rate():
+    time = FakeTime()
+    limiter = RateLimiter(100.0, clock=time.clock, sleep=time.sleep)
+    start = time.now
+    for _ in range(5):
+        limiter.acquire(50)
+    # 250 items went out after 4 waits of 0.5 s: the 5th chunk starts at 2.0 s, 200 items before it.
+    assert time.slept == [0.5, 0.5, 0.5, 0.5]
+    assert time.now - start == pytest.approx(2.0)
+
+
+def test_rate_limiter_does_not_wait_when_work_is_slower_than_the_limit():
+    time = FakeTime()
+    limiter = RateLimiter(100.0, clock=time.clock, sleep=time.sleep)
+    limiter.acquire(50)
+    time.now += 10
+    assert limiter.acquire(50) == 0
+    assert time.slept == []
+
+
+def test_no_rate_limit_never_waits():
+    time = FakeTime()
+    limiter = RateLimiter(None, clock=time.clock, sleep=time.sleep)
+    assert all(limiter.acquire(1000) == 0 for _ in range(3))
+    assert time.slept == []

@@ -1,0 +1,342 @@
+"""Spark producer against a single-threaded moto server: every row once, re-runs and retried tasks
+store nothing twice, invalid rows are reported, throttling ends in a clear failure with counts."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from pyspark import TaskContext, cloudpickle
+from pyspark.sql import types as T  # noqa: N812
+
+from querator.domain.errors import QueueNotFoundError, StoreThrottledError
+from querator.domain.model import MAX_PAYLOAD_BYTES, QueueInfo
+from querator.spark.export import iter_partition
+from querator.spark.job import ProduceCounts, ProduceFailedError, produce_dataframe
+from querator.spark.mapping import ColumnMap
+from querator.spark.retry import RetryPolicy
+from tests.spark.conftest import Store, fresh_store
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from querator.domain.model import Item, NewItem
+    from querator.service import QueueService
+    from querator.spark.producer import ChunkReceipt, DirectTarget, Producer
+
+pytestmark = [pytest.mark.spark, pytest.mark.server]
+
+# The fault-injecting targets below live in this test module, which the Python workers cannot
+# import by name; cloudpickle ships them by value instead.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROWS = 10_000
+COLUMNS = ColumnMap(payload=("body",), key="id", reference="ref", kind="kind")
+
+
+def create_queue(service: QueueService, name: str, *, partitions: int = 4) -> str:
+    now = datetime.now(UTC)
+    service.create_queue(
+        QueueInfo(
+            name=name,
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(days=1),
+            partitions=partitions,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return name
+
+
+def stored_by_partition(service: QueueService, queue: str) -> dict[int, list[Item]]:
+    partitions = service.get_queue(queue).partitions
+    return {p: [item for item, _ in iter_partition(service, queue, p)] for p in range(partitions)}
+
+
+def stored(service: QueueService, queue: str) -> list[Item]:
+    return [item for items in stored_by_partition(service, queue).values() for item in items]
+
+
+def rows_frame(spark, count: int, *, start: int = 0):
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("body", T.StringType()),
+            T.StructField("ref", T.StringType()),
+            T.StructField("kind", T.StringType()),
+        ]
+    )
+    data = [
+        (i, f"payload {i} ✓ {'x' * (i % 50)}", f"ref-{i}", "order" if i % 2 else None)
+        for i in range(start, start + count)
+    ]
+    return spark.createDataFrame(data, schema)
+
+
+# -- 10,000 rows, then the same job again ---------------------------------------------------------
+
+
+@dataclass
+class Load:
+    store: Store
+    queue: str
+    first: ProduceCounts
+    after_first: dict[int, list[Item]]
+    second: ProduceCounts
+    after_second: dict[int, list[Item]]
+
+
+@pytest.fixture(scope="module")
+def ten_thousand(spark, moto_server: str) -> Load:
+    store = fresh_store(moto_server)
+    queue = create_queue(store.service, "bulk")
+    frame = rows_frame(spark, ROWS)
+    first = produce_dataframe(frame, queue=queue, columns=COLUMNS, target=store.target, job_id="load-1")
+    # Reading 10,000 items back from moto takes seconds, so each state is read once, here.
+    after_first = stored_by_partition(store.service, queue)
+    second = produce_dataframe(frame, queue=queue, columns=COLUMNS, target=store.target, job_id="load-1")
+    after_second = stored_by_partition(store.service, queue)
+    return Load(
+        store=store,
+        queue=queue,
+        first=first,
+        after_first=after_first,
+        second=second,
+        after_second=after_second,
+    )
+
+
+def test_ten_thousand_rows_become_ten_thousand_items_with_payloads_intact(ten_thousand: Load):
+    counts = ten_thousand.first
+    assert (counts.rows, counts.written, counts.skipped_duplicates, counts.invalid, counts.failed) == (
+        ROWS,
+        ROWS,
+        0,
+        0,
+        0,
+    )
+    items = [item for items in ten_thousand.after_first.values() for item in items]
+    assert len(items) == ROWS
+    by_reference = {item.reference: item for item in items}
+    assert len(by_reference) == ROWS
+    for i in range(ROWS):
+        item = by_reference[f"ref-{i}"]
+        assert item.payload == f"payload {i} ✓ {'x' * (i % 50)}".encode()
+        assert item.kind == ("order" if i % 2 else "")
+
+
+def test_items_are_spread_over_every_queue_partition(ten_thousand: Load):
+    per_partition = {p: len(items) for p, items in ten_thousand.after_first.items()}
+    assert sum(per_partition.values()) == ROWS
+    assert min(per_partition.values()) > 0, per_partition
+
+
+def test_running_the_same_job_again_adds_no_items(ten_thousand: Load):
+    counts = ten_thousand.second
+    assert (counts.rows, counts.written, counts.skipped_duplicates, counts.failed) == (ROWS, 0, ROWS, 0)
+    before = {item.id for items in ten_thousand.after_first.values() for item in items}
+    after = {item.id for items in ten_thousand.after_second.values() for item in items}
+    assert after == before
+    assert len(after) == ROWS
+
+
+# -- a task that dies after writing part of its partition ------------------------------------------
+
+
+class DiesOnFirstAttempt:
+    """Stores ``before_failure`` chunks, then kills the task, on the first attempt of partition 0 only."""
+
+    def __init__(self, inner: Producer, before_failure: int) -> None:
+        self._inner = inner
+        self._left = before_failure
+
+    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+        context = TaskContext.get()
+        if context is not None and context.partitionId() == 0 and context.attemptNumber() == 0:
+            if self._left == 0:
+                raise RuntimeError("injected: the executor died mid-partition")
+            self._left -= 1
+        return self._inner.produce(queue, items, idempotency_key=idempotency_key)
+
+    def check_queue(self, queue: str) -> int:
+        return self._inner.check_queue(queue)
+
+
+@dataclass(frozen=True)
+class DyingTarget:
+    inner: DirectTarget
+    before_failure: int
+
+    def connect(self) -> DiesOnFirstAttempt:
+        return DiesOnFirstAttempt(self.inner.connect(), self.before_failure)
+
+
+def test_a_task_retried_after_writing_part_of_its_partition_leaves_no_duplicates(spark, store: Store):
+    queue = create_queue(store.service, "retried", partitions=2)
+    frame = rows_frame(spark, 1200)
+    # GIVEN partition 0 of 2 (about 600 rows, chunks of 100) dies after storing 3 chunks
+    counts = produce_dataframe(
+        frame,
+        queue=queue,
+        columns=COLUMNS,
+        target=DyingTarget(store.target, before_failure=3),
+        job_id="retry-job",
+        partitions=2,
+        chunk_items=100,
+    )
+    # THEN Spark's second attempt replays those 3 chunks (stored nothing) and writes the rest
+    assert counts.skipped_duplicates == 300
+    assert counts.written == 900
+    assert counts.failed == 0
+    items = stored(store.service, queue)
+    assert len(items) == 1200
+    assert len({item.reference for item in items}) == 1200
+
+
+# -- invalid rows ----------------------------------------------------------------------------------
+
+
+def test_invalid_rows_are_reported_with_their_reason_and_the_rest_is_stored(spark, store: Store):
+    queue = create_queue(store.service, "mixed", partitions=1)
+    schema = T.StructType(
+        [
+            T.StructField("id", T.StringType()),
+            T.StructField("body", T.StringType()),
+            T.StructField("at", T.StringType()),
+        ]
+    )
+    frame = spark.createDataFrame(
+        [
+            ("ok-1", "fine", None),
+            ("too-big", "x" * (MAX_PAYLOAD_BYTES + 1), None),
+            ("bad-time", "fine", "next tuesday"),
+            ("ok-2", "later", "2099-01-01T00:00:00Z"),
+        ],
+        schema,
+    )
+    columns = ColumnMap(payload=("body",), key="id", enqueue_at="at")
+    counts = produce_dataframe(frame, queue=queue, columns=columns, target=store.target, job_id="mixed")
+    assert (counts.rows, counts.written, counts.invalid, counts.failed) == (4, 2, 2, 0)
+    reported = {error.row: error for error in counts.invalid_rows}
+    assert set(reported) == {"id='too-big'", "id='bad-time'"}
+    assert reported["id='too-big'"].column == "body"
+    assert "bytes" in reported["id='too-big'"].reason
+    assert reported["id='bad-time'"].column == "at"
+    assert "timestamp" in reported["id='bad-time'"].reason
+    items = stored(store.service, queue)
+    assert sorted(item.payload for item in items) == [b"fine", b"later"]
+    scheduled = [item for item in items if item.payload == b"later"]
+    assert scheduled[0].enqueue_at == datetime(2099, 1, 1, tzinfo=UTC)
+
+
+def test_a_spark_timestamp_column_keeps_its_instant_whatever_the_session_time_zone(spark, store: Store):
+    queue = create_queue(store.service, "scheduled", partitions=1)
+    at = datetime(2099, 6, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    schema = T.StructType([T.StructField("body", T.StringType()), T.StructField("at", T.TimestampType())])
+    frame = spark.createDataFrame([("later", at)], schema)
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        counts = produce_dataframe(
+            frame,
+            queue=queue,
+            columns=ColumnMap(payload=("body",), enqueue_at="at"),
+            target=store.target,
+            job_id="tz",
+        )
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    assert counts.written == 1
+    (item,) = stored(store.service, queue)
+    assert item.enqueue_at == at
+
+
+# -- throttling ------------------------------------------------------------------------------------
+
+
+class ThrottledAfter:
+    """Passes ``allowed`` chunks through, then the store throttles every call."""
+
+    def __init__(self, inner: Producer, allowed: int) -> None:
+        self._inner = inner
+        self._allowed = allowed
+        self.calls = 0
+
+    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+        if self._allowed == 0:
+            self.calls += 1
+            raise StoreThrottledError("injected: throttled")
+        self._allowed -= 1
+        return self._inner.produce(queue, items, idempotency_key=idempotency_key)
+
+    def check_queue(self, queue: str) -> int:
+        return self._inner.check_queue(queue)
+
+
+@dataclass(frozen=True)
+class ThrottledTarget:
+    inner: DirectTarget
+    allowed: int
+
+    def connect(self) -> ThrottledAfter:
+        return ThrottledAfter(self.inner.connect(), self.allowed)
+
+
+def test_throttling_past_the_retry_budget_fails_with_counts_and_claims_nothing_unwritten(spark, store: Store):
+    queue = create_queue(store.service, "throttled", partitions=1)
+    frame = rows_frame(spark, 500)
+    with pytest.raises(ProduceFailedError) as caught:
+        produce_dataframe(
+            frame,
+            queue=queue,
+            columns=COLUMNS,
+            target=ThrottledTarget(store.target, allowed=1),
+            job_id="throttled",
+            partitions=1,
+            chunk_items=100,
+            retry=RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.001),
+        )
+    counts = caught.value.counts
+    assert (counts.rows, counts.written, counts.failed) == (500, 100, 400)
+    assert counts.retries == 0  # the one failed chunk's attempts are in the failure, not retries
+    assert "3 attempts" in counts.failures[0]
+    assert "400" in str(caught.value)
+    assert len(stored(store.service, queue)) == counts.written
+
+
+def test_the_same_job_finishes_the_load_when_the_store_recovers(spark, store: Store):
+    queue = create_queue(store.service, "recovers", partitions=1)
+    frame = rows_frame(spark, 500)
+    arguments = {"queue": queue, "columns": COLUMNS, "job_id": "recover", "partitions": 1, "chunk_items": 100}
+    with pytest.raises(ProduceFailedError):
+        produce_dataframe(
+            frame,
+            target=ThrottledTarget(store.target, allowed=2),
+            retry=RetryPolicy(max_attempts=1),
+            **arguments,
+        )
+    counts = produce_dataframe(frame, target=store.target, **arguments)
+    assert (counts.written, counts.skipped_duplicates) == (300, 200)
+    assert len(stored(store.service, queue)) == 500
+
+
+def test_an_unknown_queue_fails_before_any_work(spark, store: Store):
+    with pytest.raises(QueueNotFoundError):
+        produce_dataframe(
+            rows_frame(spark, 3), queue="nope", columns=COLUMNS, target=store.target, job_id="j"
+        )
+
+
+def test_a_missing_column_is_named(spark, store: Store):
+    queue = create_queue(store.service, "cols", partitions=1)
+    with pytest.raises(ValueError, match="nothere"):
+        produce_dataframe(
+            rows_frame(spark, 3),
+            queue=queue,
+            columns=ColumnMap(payload=("nothere",)),
+            target=store.target,
+            job_id="j",
+        )
