@@ -36,6 +36,8 @@ DEFAULT_PORT = 2319
 #: What a request may send before the server stops reading: the largest body limit of any route.
 #: API Gateway refuses larger bodies itself; here the local server does, with the contract's 413.
 _READ_LIMIT = max(route.body_limit for route in routes.ROUTES)
+#: How much of an oversized body the server reads (and drops) before it answers 413.
+_DRAIN_LIMIT = 4 * _READ_LIMIT
 #: The Lambda timeout the local server pretends each invocation has (API Gateway's is 29 s).
 _INVOCATION_SECONDS = 29.0
 _REAPER_SECONDS = 60.0
@@ -153,7 +155,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         if length > _READ_LIMIT:
-            # Refuse before reading: answer, then drop the connection rather than drain the body.
+            # Read and discard a moderately oversized body so the client sees the 413 rather than a
+            # broken pipe; past the drain limit just answer and drop the connection.
+            self._drain(min(length, _DRAIN_LIMIT))
             self.close_connection = True
             self._reply(*_envelope(body_too_large(length, _READ_LIMIT)))
             return
@@ -171,6 +175,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
             raw = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
             self._reply(int(result["statusCode"]), response_headers(result), raw)
         log.info("%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000)
+
+    def _drain(self, length: int) -> None:
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1 << 16))
+            if not chunk:
+                return
+            length -= len(chunk)
 
     def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self._status = status

@@ -1,0 +1,98 @@
+"""Black-box tests: ``querator serve`` started as a user starts it, driven over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from querator.testing import serve_process
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+
+
+class Http:
+    """A keep-alive HTTP/1.1 connection to the served API (one per thread)."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        assert parts.hostname == "127.0.0.1"
+        self.base_url = base_url
+        self._host, self._port = parts.hostname, parts.port or 80
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+        timeout: float = 30,
+    ) -> Reply:
+        connection = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        try:
+            payload = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+            sent = {"Content-Type": "application/json", **(headers or {})}
+            connection.request(method, path, body=payload, headers=sent)
+            response = connection.getresponse()
+            data = response.read()
+        finally:
+            connection.close()
+        kind = response.getheader("Content-Type", "")
+        return Reply(response.status, json.loads(data) if kind.startswith("application/json") else data)
+
+    def post(self, path: str, body: Any = None, **kwargs: Any) -> Reply:
+        return self.request("POST", path, {} if body is None else body, **kwargs)
+
+    def ok(self, path: str, body: Any = None, **kwargs: Any) -> Any:
+        reply = self.post(path, body, **kwargs)
+        assert reply.status == 200, (path, reply.body)
+        return reply.body
+
+
+@pytest.fixture(scope="session")
+def served() -> Iterator[str]:
+    """One ``querator serve`` for the session; tests isolate by queue name."""
+    with serve_process("--reaper-interval", "0.5") as url:
+        yield url
+
+
+@pytest.fixture
+def api(served: str) -> Http:
+    return Http(served)
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return f"q-{uuid.uuid4().hex[:10]}"
+
+
+def decoded(items: list[dict[str, Any]]) -> list[bytes]:
+    return [base64.b64decode(item.get("bytes", item.get("payload", ""))) for item in items]
+
+
+def eventually(check: Callable[[], Any], *, timeout: float = 15.0, every: float = 0.1) -> Any:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s: last result {result!r}")
+        time.sleep(every)
