@@ -60,7 +60,7 @@ DEFAULT_URL: Final = "http://127.0.0.1:2319"
 DEFAULT_TIMEOUT: Final = 30.0
 #: How much longer than the ``request_timeout`` it sends the client waits for the reply: the server
 #: answers at ``request_timeout`` and the answer still has to travel (Lambda, API Gateway, network).
-REQUEST_TIMEOUT_MARGIN: Final = 2.0
+REQUEST_TIMEOUT_MARGIN: Final = 5.0
 DEFAULT_MAX_RETRIES: Final = 4
 #: Page size of the ``iter_*`` helpers (the API's maximum).
 PAGE_SIZE: Final = 1000
@@ -115,6 +115,8 @@ class Client:
         Read timeout, in seconds, of calls that send no ``request_timeout``.
     max_retries
         How many times a call that failed in a retryable way is sent again (0: never).
+    request_timeout_margin
+        Seconds the client waits beyond a ``request_timeout`` it sends before giving up on the reply.
     """
 
     def __init__(
@@ -131,11 +133,13 @@ class Client:
         max_connections: int = 10,
         client_id: str | None = None,
         signer: RequestSigner | None = None,
+        request_timeout_margin: float = REQUEST_TIMEOUT_MARGIN,
     ) -> None:
         if signer is None and sigv4_region:
             signer = SigV4Signer(sigv4_region, credentials)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.request_timeout_margin = request_timeout_margin
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
@@ -172,7 +176,7 @@ class Client:
         if request_timeout is None:
             return self.timeout
         try:
-            return duration_seconds(request_timeout) + REQUEST_TIMEOUT_MARGIN
+            return duration_seconds(request_timeout) + self.request_timeout_margin
         except ValueError:
             # The server will answer 400 for it at once; wait the default meanwhile.
             return self.timeout

@@ -27,6 +27,7 @@ from querator.client.errors import (
     AuthError,
     BadRequestError,
     ConnectionFailedError,
+    DuplicateClientError,
     ItemNotLeasedError,
     UnknownMethodError,
     UnsupportedContentError,
@@ -95,6 +96,8 @@ class _Job:
     renew_at: float
     started: bool = False
     lost: bool = False
+    #: complete / retry is on its way: neither renew it nor put it back.
+    settling: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -303,6 +306,13 @@ class _Worker:
                 wanted = min(wanted, self.max_items - leased_total)
             try:
                 lease = self.client.lease(self.queue_name, wanted, request_timeout=self.request_timeout)
+            except DuplicateClientError as exc:
+                # Our previous lease call is still waiting on the server (its reply was lost to a
+                # timeout): wait for it to end there, then lease again.
+                self.state.count("errors")
+                log.warning("lease on %s: %s; backing off", self.queue_name, exc)
+                self.stop.wait(self.request_timeout)
+                continue
             except _FATAL:
                 raise
             except (ApiError, ConnectionFailedError) as exc:
@@ -333,10 +343,8 @@ class _Worker:
             return max(0, self.concurrency - len(self.state.jobs))
 
     def _accept(self, items: Iterable[LeasedItem]) -> None:
-        assert self.renew_every is not None  # noqa: S101 - set in run()
-        renew_at = time.monotonic() + self.renew_every
         with self.state.lock:
-            jobs = [_Job(item=item, renew_at=renew_at) for item in items]
+            jobs = [_Job(item=item, renew_at=self._next_renewal(item.lease_deadline)) for item in items]
             for job in jobs:
                 self.state.jobs[job.item.id] = job
         for job in jobs:
@@ -388,11 +396,11 @@ class _Worker:
 
     def _settle(self, job: _Job, retry: RetryItem | None, outcome: str) -> None:
         item = job.item
-        with self.state.idle:
+        with self.state.lock:
             # Gone when the worker put it back during a stop: the item is no longer ours to settle.
-            if self.state.jobs.pop(item.id, None) is None:
+            if item.id not in self.state.jobs:
                 return
-            self.state.idle.notify_all()
+            job.settling = True
         try:
             if retry is None:
                 self.client.complete(self.queue_name, [item.id], partition=item.partition)
@@ -413,8 +421,24 @@ class _Worker:
             self.state.count("unsettled")
         else:
             self.state.count(outcome)
+        finally:
+            # Only now: a stop waits for settling items, so no complete is cut off by the exit.
+            with self.state.idle:
+                self.state.jobs.pop(item.id, None)
+                self.state.idle.notify_all()
 
     # -- renewing -------------------------------------------------------------------------------------
+
+    def _next_renewal(self, deadline: datetime | None) -> float:
+        """When to renew a lease next (monotonic seconds): after ``renew_every``, or sooner, at half of
+        what the server says is left; a reply that came late leaves less than a whole lease."""
+        assert self.renew_every is not None  # noqa: S101 - set in run()
+        now = time.monotonic()
+        due = now + self.renew_every
+        if deadline is not None:
+            left = (deadline - datetime.now(UTC)).total_seconds()
+            due = min(due, now + max(0.0, left / 2))
+        return due
 
     def _renew_loop(self) -> None:
         assert self.renew_every is not None  # noqa: S101 - set in run()
@@ -424,7 +448,7 @@ class _Worker:
             by_partition: dict[int, list[_Job]] = defaultdict(list)
             with self.state.lock:
                 for job in self.state.jobs.values():
-                    if job.renew_at <= now and not job.lost:
+                    if job.renew_at <= now and not (job.lost or job.settling):
                         by_partition[job.item.partition].append(job)
             for partition, jobs in by_partition.items():
                 self._renew(partition, jobs)
@@ -433,8 +457,10 @@ class _Worker:
         assert self.renew_every is not None  # noqa: S101 - set in run()
         ids = [job.item.id for job in jobs]
         failed: set[str] = set()
+        deadlines: dict[str, datetime | None] = {}
         try:
-            self.client.renew(self.queue_name, ids, partition=partition)
+            renewal = self.client.renew(self.queue_name, ids, partition=partition)
+            deadlines = {renewed.id: renewed.lease_deadline for renewed in renewal.items}
         except ItemNotLeasedError as exc:
             # Completed meanwhile (harmless), or lost: expired and leased by someone else.
             failed = set(exc.failed_ids)
@@ -442,7 +468,6 @@ class _Worker:
             log.warning("renew on %s failed (%s); trying again", self.queue_name, exc)
             self.state.count("errors")
             return
-        next_at = time.monotonic() + self.renew_every
         with self.state.lock:
             for job in jobs:
                 if job.item.id in failed:
@@ -452,7 +477,7 @@ class _Worker:
                             "item %s of %s: lease lost while its handler runs", job.item.id, self.queue_name
                         )
                 else:
-                    job.renew_at = next_at
+                    job.renew_at = self._next_renewal(deadlines.get(job.item.id))
                     self.state.counts["renewed"] += 1
 
     # -- stopping -------------------------------------------------------------------------------------
@@ -476,18 +501,25 @@ class _Worker:
                 self.state.idle.wait(remaining)
             leftovers = list(self.state.jobs.values())
         self._give_back(leftovers)
+        with self.state.idle:
+            # complete / retry calls under way are short; let them land rather than cut them off.
+            settle_deadline = time.monotonic() + self.client.timeout
+            while self.state.jobs and time.monotonic() < settle_deadline:
+                self.state.idle.wait(_POLL)
         for _ in threads:
             self.work.put(None)
+        join_deadline = time.monotonic() + 1.0
         for thread in threads:
             # Bounded: a handler still running after its item was put back is left behind (daemon).
-            thread.join(timeout=0.5)
+            thread.join(timeout=max(0.0, join_deadline - time.monotonic()))
 
     def _give_back(self, jobs: list[_Job]) -> None:
         """Put items back at once (retry, no ``retry_at``), so none waits for its lease to run out."""
         by_partition: dict[int, list[_Job]] = defaultdict(list)
         with self.state.idle:
             for job in jobs:
-                if self.state.jobs.pop(job.item.id, None) is not None:
+                if job.item.id in self.state.jobs and not job.settling:
+                    del self.state.jobs[job.item.id]
                     by_partition[job.item.partition].append(job)
             self.state.idle.notify_all()
         for partition, owned in by_partition.items():

@@ -1,0 +1,807 @@
+"""The ``querator`` client commands: queues, produce, lease, complete, retry, renew, stats, watch and
+dead-letters, over ``querator.client.Client``.
+
+Each command takes ``--url`` (default ``$QUERATOR_URL`` or http://127.0.0.1:2319), ``--sigv4-region``
+(``$QUERATOR_SIGV4_REGION``) and ``--output table|json``; exit codes are in ``output.ExitCode`` and
+docs/cli.md. Durations are passed to the server verbatim, so it is the one judge of their syntax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import csv
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Final
+
+from querator.api.durations import parse_duration
+from querator.cli.output import (
+    CliError,
+    ExitCode,
+    Progress,
+    guarded,
+    key_values,
+    preview,
+    print_json,
+    table,
+    utf8_or_none,
+)
+from querator.client import DEFAULT_URL, Client, NewItem, RetryItem
+from querator.domain.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from querator.client import Lease, QueueInfo, QueueStats, StoredItem
+
+URL_ENV: Final = "QUERATOR_URL"
+SIGV4_REGION_ENV: Final = "QUERATOR_SIGV4_REGION"
+#: Items per produce request (the API's maximum is 1000).
+DEFAULT_BATCH: Final = 500
+#: Bytes of JSON per produce request, under the API's 5,000,000-byte body limit with room to spare.
+MAX_BATCH_BYTES: Final = 4_000_000
+EPILOG: Final = (
+    "Exit codes: 0 ok, 1 error, 2 usage, 3 bad request (unknown queue, stale id, bad duration), 4 try again\n"
+    "or nothing to lease, 5 request failed, 6 server error, 7 cannot connect, 8 not allowed (docs/cli.md)."
+)
+
+
+def register(commands: Any) -> None:
+    """Add the client commands to the ``querator`` parser's subcommands."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("connection and output")
+    group.add_argument(
+        "--url",
+        default=os.environ.get(URL_ENV, DEFAULT_URL),
+        help=f"API base URL (default: ${URL_ENV} or {DEFAULT_URL})",
+    )
+    group.add_argument(
+        "--sigv4-region",
+        default=os.environ.get(SIGV4_REGION_ENV) or None,
+        metavar="REGION",
+        help=f"sign requests with SigV4 for an IAM-protected API (default: ${SIGV4_REGION_ENV})",
+    )
+    group.add_argument(
+        "--output", "-o", choices=("table", "json"), default="table", help="output format (default: table)"
+    )
+    group.add_argument(
+        "--timeout", type=float, default=30.0, metavar="SECONDS", help="HTTP read timeout (default: 30)"
+    )
+    _register_queues(commands, common)
+    _register_produce(commands, common)
+    _register_lease(commands, common)
+    _register_settle(commands, common)
+    _register_stats(commands, common)
+    _register_dead_letters(commands, common)
+
+
+def _add(
+    commands: Any,
+    name: str,
+    common: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], int],
+    **kw: Any,
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, parents=[common], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, **kw
+    )
+    parser.set_defaults(run=guarded(run), command_path=name)
+    return parser
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.url, sigv4_region=args.sigv4_region, timeout=args.timeout)
+
+
+def _seconds(text: str, what: str) -> float:
+    """A Go duration the command itself needs (a wait, a delay); a bad one is a bad request (3)."""
+    try:
+        return parse_duration(text).total_seconds()
+    except InvalidRequestError as exc:
+        raise CliError(f"{what}: {exc}", ExitCode.BAD_REQUEST) from exc
+
+
+# -- queues -------------------------------------------------------------------------------------------
+
+
+def _register_queues(commands: Any, common: argparse.ArgumentParser) -> None:
+    queues: argparse.ArgumentParser = commands.add_parser(
+        "queues", help="create, list, inspect, change and delete queues", description="Manage queues."
+    )
+    actions = queues.add_subparsers(dest="queues_command", required=True, metavar="ACTION")
+
+    create = _add(
+        actions,
+        "create",
+        common,
+        _queues_create,
+        help="create a queue",
+        description="Create a queue. Durations are Go syntax: 300ms, 30s, 5m, 1h30m.",
+    )
+    create.add_argument("queue_name", metavar="QUEUE")
+    create.add_argument("--lease-timeout", default="1m", help="how long a lease lasts (default 1m)")
+    create.add_argument(
+        "--expire-timeout", default="24h", help="age at which an item is dead-lettered (default 24h)"
+    )
+    _queue_fields(create)
+    create.set_defaults(command_path="queues create")
+
+    listing = _add(
+        actions, "list", common, _queues_list, help="list queues", description="List queues in name order."
+    )
+    listing.add_argument("--pivot", default="", help="start at this name (inclusive)")
+    listing.add_argument("--limit", type=int, default=None, help="at most this many (default: all)")
+    listing.set_defaults(command_path="queues list")
+
+    info = _add(
+        actions, "info", common, _queues_info, help="show one queue", description="Show a queue's settings."
+    )
+    info.add_argument("queue_name", metavar="QUEUE")
+    info.set_defaults(command_path="queues info")
+
+    update = _add(
+        actions,
+        "update",
+        common,
+        _queues_update,
+        help="change a queue",
+        description="Change the given settings of a queue; the others stay as they are.",
+    )
+    update.add_argument("queue_name", metavar="QUEUE")
+    update.add_argument("--lease-timeout")
+    update.add_argument("--expire-timeout")
+    _queue_fields(update, defaults=False)
+    update.set_defaults(command_path="queues update")
+
+    delete = _add(
+        actions,
+        "delete",
+        common,
+        _queues_delete,
+        help="delete a queue and its items",
+        description="Delete a queue and all its items.",
+    )
+    delete.add_argument("queue_name", metavar="QUEUE")
+    delete.set_defaults(command_path="queues delete")
+
+
+def _queue_fields(parser: argparse.ArgumentParser, *, defaults: bool = True) -> None:
+    parser.add_argument(
+        "--max-attempts",
+        type=int,
+        default=0 if defaults else None,
+        help="leases before dead-lettering (0: unlimited)",
+    )
+    parser.add_argument(
+        "--dead-queue", default="" if defaults else None, help="dead-letter queue (must exist)"
+    )
+    parser.add_argument("--reference", default="" if defaults else None, help="free text")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1 if defaults else None,
+        dest="requested_partitions",
+        help="partition count" + (" (default 1)" if defaults else ""),
+    )
+
+
+def _queue_row(info: QueueInfo) -> list[Any]:
+    return [
+        info.queue_name,
+        info.lease_timeout,
+        info.expire_timeout,
+        info.max_attempts,
+        info.dead_queue,
+        info.requested_partitions,
+        info.reference,
+    ]
+
+
+QUEUE_HEADERS: Final = ["QUEUE", "LEASE", "EXPIRE", "MAX ATTEMPTS", "DEAD QUEUE", "PARTITIONS", "REFERENCE"]
+
+
+def _show_queue(args: argparse.Namespace, info: QueueInfo) -> None:
+    if args.output == "json":
+        print_json(info.to_wire())
+    else:
+        print(key_values(list(info.to_wire().items())))  # noqa: T201
+
+
+def _queues_create(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.create_queue(
+            args.queue_name,
+            lease_timeout=args.lease_timeout,
+            expire_timeout=args.expire_timeout,
+            max_attempts=args.max_attempts,
+            dead_queue=args.dead_queue,
+            reference=args.reference,
+            requested_partitions=args.requested_partitions,
+        )
+        _show_queue(args, client.queue_info(args.queue_name))
+    return ExitCode.OK
+
+
+def _queues_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        queues: list[QueueInfo] = []
+        for info in client.iter_queues(pivot=args.pivot, page_size=min(args.limit or 100, 1000)):
+            if args.limit is not None and len(queues) >= args.limit:
+                break
+            queues.append(info)
+    if args.output == "json":
+        print_json({"items": [q.to_wire() for q in queues]})
+    else:
+        print(table(QUEUE_HEADERS, [_queue_row(q) for q in queues]))  # noqa: T201
+    return ExitCode.OK
+
+
+def _queues_info(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        _show_queue(args, client.queue_info(args.queue_name))
+    return ExitCode.OK
+
+
+def _queues_update(args: argparse.Namespace) -> int:
+    fields = {
+        key: getattr(args, key)
+        for key in (
+            "lease_timeout",
+            "expire_timeout",
+            "max_attempts",
+            "dead_queue",
+            "reference",
+            "requested_partitions",
+        )
+        if getattr(args, key) is not None
+    }
+    if not fields:
+        raise CliError("nothing to change: give at least one option (see --help)", ExitCode.USAGE)
+    with _client(args) as client:
+        client.update_queue(args.queue_name, **fields)
+        _show_queue(args, client.queue_info(args.queue_name))
+    return ExitCode.OK
+
+
+def _queues_delete(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.delete_queue(args.queue_name)
+    if args.output == "json":
+        print_json({"deleted": args.queue_name})
+    else:
+        print(f"deleted queue {args.queue_name}")  # noqa: T201
+    return ExitCode.OK
+
+
+# -- produce ------------------------------------------------------------------------------------------
+
+
+def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
+    produce = _add(
+        commands,
+        "produce",
+        common,
+        _produce,
+        help="produce items from arguments, stdin or a file",
+        description=(
+            "Produce items: one per PAYLOAD argument; else one per line of --file or of stdin.\n"
+            "--format jsonl: each line a JSON object with payload (text) or bytes (base64), and\n"
+            "  optionally reference, encoding, kind, enqueue_at; any other JSON value is the payload.\n"
+            "--format csv: a header row; the payload column (or every column, as a JSON object)\n"
+            "  is the payload; reference, encoding, kind, enqueue_at columns are used when present.\n"
+            "Items go in batches of --batch-size, each sent with its own Idempotency-Key so a\n"
+            "retried batch is never stored twice. A progress bar is drawn on a terminal."
+        ),
+    )
+    produce.add_argument("queue_name", metavar="QUEUE")
+    produce.add_argument("payloads", nargs="*", metavar="PAYLOAD", help="item payloads (text)")
+    produce.add_argument("--file", "-f", type=Path, help="read items from this file ('-' for stdin)")
+    produce.add_argument(
+        "--format",
+        choices=("lines", "jsonl", "csv"),
+        help="input format (default: from the file name: .jsonl/.ndjson, .csv, else lines)",
+    )
+    produce.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH,
+        help=f"items per request, 1-1000 (default {DEFAULT_BATCH})",
+    )
+    produce.add_argument(
+        "--reference", default="", help="reference of every item (unless the input sets one)"
+    )
+    produce.add_argument("--kind", default="", help="kind of every item")
+    produce.add_argument("--encoding", default="", help="encoding of every item")
+    when = produce.add_mutually_exclusive_group()
+    when.add_argument("--enqueue-at", metavar="TIMESTAMP", help="schedule the items for this RFC 3339 time")
+    when.add_argument(
+        "--delay", metavar="DURATION", help="schedule the items this long from now (Go duration)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Defaults:
+    reference: str
+    kind: str
+    encoding: str
+    enqueue_at: datetime | str | None
+
+
+def _produce(args: argparse.Namespace) -> int:
+    if not 1 <= args.batch_size <= 1000:
+        raise CliError("--batch-size must be between 1 and 1000", ExitCode.USAGE)
+    enqueue_at: datetime | str | None = args.enqueue_at
+    if args.delay:
+        enqueue_at = datetime.now(UTC) + parse_duration_delta(args.delay, "--delay")
+    defaults = _Defaults(args.reference, args.kind, args.encoding, enqueue_at)
+    produced = batches = 0
+    key_prefix = uuid.uuid4().hex
+    with _client(args) as client, _input(args) as (lines, size, fmt):
+        progress = Progress(size, label=f"produce {args.queue_name}")
+        try:
+            for batch, position in _batches(_items(lines, fmt, defaults), args.batch_size):
+                client.produce(args.queue_name, batch, idempotency_key=f"{key_prefix}-{batches}")
+                produced += len(batch)
+                batches += 1
+                progress.advance(position, produced)
+        finally:
+            progress.close()
+    if args.output == "json":
+        print_json({"queue_name": args.queue_name, "produced": produced, "batches": batches})
+    else:
+        print(f"produced {produced} item(s) to {args.queue_name} in {batches} request(s)")  # noqa: T201
+    return ExitCode.OK
+
+
+def parse_duration_delta(text: str, what: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except InvalidRequestError as exc:
+        raise CliError(f"{what}: {exc}", ExitCode.BAD_REQUEST) from exc
+
+
+class _input:  # noqa: N801 - a context manager used like a function
+    """The lines to produce: from arguments, a file or stdin; with the file's size for the progress bar."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.handle: IO[str] | None = None
+
+    def __enter__(self) -> tuple[Iterable[str], int, str]:
+        args = self.args
+        if args.payloads:
+            if args.file is not None:
+                raise CliError("give PAYLOAD arguments or --file, not both", ExitCode.USAGE)
+            return list(args.payloads), 0, "lines"
+        path: Path | None = args.file
+        if path is None or str(path) == "-":
+            return sys.stdin, 0, args.format or "lines"
+        fmt = args.format or {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}.get(
+            path.suffix.lower(), "lines"
+        )
+        try:
+            self.handle = path.open(encoding="utf-8", newline="" if fmt == "csv" else None)
+            size = path.stat().st_size
+        except OSError as exc:
+            raise CliError(f"cannot read {path}: {exc.strerror}") from exc
+        return self.handle, size, fmt
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _items(lines: Iterable[str], fmt: str, defaults: _Defaults) -> Iterator[tuple[NewItem, int]]:
+    """Items with the number of input characters consumed so far (progress)."""
+    consumed = 0
+    if fmt == "csv":
+        counted = _counting(lines)
+        reader = csv.DictReader(counted)
+        for number, row in enumerate(reader, start=2):
+            yield _csv_item(row, defaults, number), counted.consumed
+        return
+    for number, line in enumerate(lines, start=1):
+        consumed += len(line.encode("utf-8"))
+        text = line.rstrip("\r\n")
+        if fmt == "jsonl":
+            if not text.strip():
+                continue
+            yield _jsonl_item(text, defaults, number), consumed
+        else:
+            yield _item(text, {}, defaults), consumed
+
+
+class _counting:  # noqa: N801 - an iterator wrapper
+    def __init__(self, lines: Iterable[str]) -> None:
+        self.lines = iter(lines)
+        self.consumed = 0
+
+    def __iter__(self) -> _counting:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self.lines)
+        self.consumed += len(line.encode("utf-8"))
+        return line
+
+
+def _item(payload: bytes | str, fields: dict[str, Any], defaults: _Defaults) -> NewItem:
+    return NewItem(
+        payload=payload,
+        reference=str(fields.get("reference") or defaults.reference),
+        encoding=str(fields.get("encoding") or defaults.encoding),
+        kind=str(fields.get("kind") or defaults.kind),
+        enqueue_at=fields.get("enqueue_at") or defaults.enqueue_at,
+    )
+
+
+def _jsonl_item(text: str, defaults: _Defaults, number: int) -> NewItem:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"line {number}: not JSON: {exc}", ExitCode.BAD_REQUEST) from exc
+    if not isinstance(value, dict) or not ({"payload", "bytes", "utf8"} & value.keys()):
+        return _item(value if isinstance(value, str) else json.dumps(value), {}, defaults)
+    if "bytes" in value:
+        try:
+            payload: bytes | str = base64.b64decode(str(value["bytes"]), validate=True)
+        except binascii.Error as exc:
+            raise CliError(f"line {number}: bytes: invalid base64: {exc}", ExitCode.BAD_REQUEST) from exc
+    else:
+        raw = value.get("payload", value.get("utf8"))
+        payload = raw if isinstance(raw, str) else json.dumps(raw)
+    return _item(payload, value, defaults)
+
+
+def _csv_item(row: dict[str, Any], defaults: _Defaults, number: int) -> NewItem:
+    if None in row:
+        raise CliError(f"line {number}: more fields than the header has", ExitCode.BAD_REQUEST)
+    if "payload" in row:
+        return _item(str(row["payload"] or ""), row, defaults)
+    return _item(json.dumps(row, ensure_ascii=False), {}, defaults)
+
+
+def _batches(items: Iterator[tuple[NewItem, int]], size: int) -> Iterator[tuple[list[NewItem], int]]:
+    """Batches of at most ``size`` items and ``MAX_BATCH_BYTES``, each with the input position after it."""
+    batch: list[NewItem] = []
+    batch_bytes = 0
+    position = 0
+    for item, consumed in items:
+        # A rough upper bound of the item's JSON size: base64 grows by 4/3, the rest is small.
+        item_bytes = len(item.payload) * 4 // 3 + 200
+        if batch and (len(batch) >= size or batch_bytes + item_bytes > MAX_BATCH_BYTES):
+            yield batch, position
+            batch, batch_bytes = [], 0
+        batch.append(item)
+        batch_bytes += item_bytes
+        position = consumed
+    if batch:
+        yield batch, position
+
+
+# -- lease, complete, retry, renew --------------------------------------------------------------------
+
+
+def _register_lease(commands: Any, common: argparse.ArgumentParser) -> None:
+    lease = _add(
+        commands,
+        "lease",
+        common,
+        _lease,
+        help="lease items (exit 4 when there is nothing to lease)",
+        description=(
+            "Lease up to --batch-size items of one partition, oldest first, waiting up to --wait for one.\n"
+            "Prints the partition and each item's id, attempts, lease deadline and payload; complete,\n"
+            "retry or renew them with the ids and --partition. Exits 4 when there was nothing to lease."
+        ),
+    )
+    lease.add_argument("queue_name", metavar="QUEUE")
+    lease.add_argument(
+        "--batch-size", "-n", type=int, default=1, help="most items to lease, 1-1000 (default 1)"
+    )
+    lease.add_argument(
+        "--wait", default="5s", metavar="DURATION", help="request_timeout: how long to wait (default 5s)"
+    )
+    lease.add_argument("--client-id", help="client id of the lease (default: host, pid and a random part)")
+
+
+def _lease(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        lease = client.lease(
+            args.queue_name, args.batch_size, client_id=args.client_id, request_timeout=args.wait
+        )
+    if args.output == "json":
+        print_json(_lease_json(lease))
+    elif lease.items:
+        print(f"queue {lease.queue_name}, partition {lease.partition}")  # noqa: T201
+        rows = [[i.id, i.attempts, i.lease_deadline, preview(i.payload)] for i in lease.items]
+        print(table(["ID", "ATTEMPTS", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
+    if not lease.items:
+        print(f"querator lease: nothing to lease in {args.queue_name}", file=sys.stderr)  # noqa: T201
+        return ExitCode.TRY_AGAIN
+    return ExitCode.OK
+
+
+def _lease_json(lease: Lease) -> dict[str, Any]:
+    body = lease.to_wire()
+    for wire, item in zip(body["items"], lease.items, strict=True):
+        text = utf8_or_none(item.payload)
+        if text is not None:
+            wire["utf8"] = text
+    return body
+
+
+def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
+    ids_help = "item ids (from lease); '-' or none: read them from stdin, one per line"
+
+    complete = _add(
+        commands,
+        "complete",
+        common,
+        _complete,
+        help="complete (delete) leased items",
+        description="Complete leased items. A stale or unknown id exits 3 naming it; the others are done.",
+    )
+    complete.add_argument("queue_name", metavar="QUEUE")
+    complete.add_argument("ids", nargs="*", metavar="ID", help=ids_help)
+    complete.add_argument("--partition", "-p", type=int, default=0, help="partition of the lease (default 0)")
+
+    retry = _add(
+        commands,
+        "retry",
+        common,
+        _retry,
+        help="put leased items back: now, later, or into the dead-letter queue",
+        description=(
+            "Put leased items back in the queue now, at --at / after --in (scheduled), or with --dead\n"
+            "into the queue's dead-letter queue. A stale or unknown id exits 3 naming it; the others apply."
+        ),
+    )
+    retry.add_argument("queue_name", metavar="QUEUE")
+    retry.add_argument("ids", nargs="*", metavar="ID", help=ids_help)
+    retry.add_argument("--partition", "-p", type=int, default=0, help="partition of the lease (default 0)")
+    when = retry.add_mutually_exclusive_group()
+    when.add_argument("--at", metavar="TIMESTAMP", help="RFC 3339 time at which the items come back")
+    when.add_argument(
+        "--in", dest="delay", metavar="DURATION", help="come back after this long (Go duration)"
+    )
+    when.add_argument("--dead", action="store_true", help="send to the dead-letter queue")
+
+    renew = _add(
+        commands,
+        "renew",
+        common,
+        _renew,
+        help="extend leases",
+        description="Extend leases to now + --lease-timeout (default: the queue's). A lost lease exits 3.",
+    )
+    renew.add_argument("queue_name", metavar="QUEUE")
+    renew.add_argument("ids", nargs="*", metavar="ID", help=ids_help)
+    renew.add_argument("--partition", "-p", type=int, default=0, help="partition of the lease (default 0)")
+    renew.add_argument("--lease-timeout", metavar="DURATION", help="new lease length (default: the queue's)")
+
+
+def _ids(args: argparse.Namespace) -> list[str]:
+    ids = [i for i in args.ids if i != "-"]
+    if not args.ids or "-" in args.ids:
+        ids += [line.strip() for line in sys.stdin if line.strip()]
+    if not ids:
+        raise CliError("no item ids given", ExitCode.USAGE)
+    return ids
+
+
+def _done(args: argparse.Namespace, verb: str, ids: list[str], extra: dict[str, Any] | None = None) -> int:
+    if args.output == "json":
+        print_json({"queue_name": args.queue_name, "partition": args.partition, verb: ids, **(extra or {})})
+    else:
+        print(f"{verb} {len(ids)} item(s) of {args.queue_name}")  # noqa: T201
+    return ExitCode.OK
+
+
+def _complete(args: argparse.Namespace) -> int:
+    ids = _ids(args)
+    with _client(args) as client:
+        client.complete(args.queue_name, ids, partition=args.partition)
+    return _done(args, "completed", ids)
+
+
+def _retry(args: argparse.Namespace) -> int:
+    ids = _ids(args)
+    retry_at: datetime | str | None = args.at
+    if args.delay:
+        retry_at = datetime.now(UTC) + parse_duration_delta(args.delay, "--in")
+    with _client(args) as client:
+        client.retry(
+            args.queue_name,
+            [RetryItem(id=i, retry_at=retry_at, dead=args.dead) for i in ids],
+            partition=args.partition,
+        )
+    return _done(args, "dead-lettered" if args.dead else "retried", ids)
+
+
+def _renew(args: argparse.Namespace) -> int:
+    ids = _ids(args)
+    with _client(args) as client:
+        renewal = client.renew(
+            args.queue_name, ids, partition=args.partition, lease_timeout=args.lease_timeout
+        )
+    rows = [[r.id, r.lease_deadline] for r in renewal.items]
+    if args.output == "json":
+        print_json(
+            {
+                "queue_name": renewal.queue_name,
+                "partition": renewal.partition,
+                "items": [{"id": i, "lease_deadline": d} for i, d in rows],
+            }
+        )
+    else:
+        print(table(["ID", "LEASE DEADLINE"], rows))  # noqa: T201
+    return ExitCode.OK
+
+
+# -- stats and watch ----------------------------------------------------------------------------------
+
+
+def _register_stats(commands: Any, common: argparse.ArgumentParser) -> None:
+    stats = _add(
+        commands,
+        "stats",
+        common,
+        _stats,
+        help="counts and ages per partition",
+        description="Items, leased items, scheduled items and average ages per partition, with totals.",
+    )
+    stats.add_argument("queue_name", metavar="QUEUE")
+
+    watch = _add(
+        commands,
+        "watch",
+        common,
+        _watch,
+        help="live stats, refreshed every --interval",
+        description="Show the stats of a queue again every --interval until Ctrl-C (or --count times).",
+    )
+    watch.add_argument("queue_name", metavar="QUEUE")
+    watch.add_argument("--interval", default="2s", metavar="DURATION", help="refresh interval (default 2s)")
+    watch.add_argument("--count", type=int, default=None, help="stop after this many refreshes")
+
+
+STATS_HEADERS: Final = ["PARTITION", "ITEMS", "LEASED", "SCHEDULED", "AVG AGE", "AVG LEASED AGE"]
+
+
+def stats_table(stats: QueueStats) -> str:
+    rows: list[list[Any]] = [
+        [p.partition, p.total, p.total_leased, p.scheduled, p.average_age, p.average_leased_age]
+        for p in stats.partitions
+    ]
+    rows.append(["all", stats.total, stats.total_leased, stats.scheduled, "", ""])
+    return table(STATS_HEADERS, rows)
+
+
+def _stats_json(stats: QueueStats) -> dict[str, Any]:
+    return {
+        "queue_name": stats.queue_name,
+        "total": stats.total,
+        "total_leased": stats.total_leased,
+        "scheduled": stats.scheduled,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "total": p.total,
+                "total_leased": p.total_leased,
+                "scheduled": p.scheduled,
+                "average_age": p.average_age,
+                "average_leased_age": p.average_leased_age,
+            }
+            for p in stats.partitions
+        ],
+    }
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        stats = client.stats(args.queue_name)
+    if args.output == "json":
+        print_json(_stats_json(stats))
+    else:
+        print(stats_table(stats))  # noqa: T201
+    return ExitCode.OK
+
+
+def _watch(args: argparse.Namespace) -> int:
+    interval = _seconds(args.interval, "--interval")
+    if interval <= 0:
+        raise CliError("--interval must be positive", ExitCode.BAD_REQUEST)
+    redraw = sys.stdout.isatty() and args.output == "table"
+    refreshes = 0
+    with _client(args) as client:
+        try:
+            while args.count is None or refreshes < args.count:
+                stats = client.stats(args.queue_name)
+                refreshes += 1
+                stamp = datetime.now(UTC).strftime("%H:%M:%S")
+                if args.output == "json":
+                    print_json({"at": datetime.now(UTC), **_stats_json(stats)})
+                else:
+                    if redraw:
+                        # Home and clear: the table replaces itself instead of scrolling.
+                        sys.stdout.write("\x1b[H\x1b[2J")
+                    print(f"{args.queue_name} at {stamp} (every {args.interval}, Ctrl-C to stop)")  # noqa: T201
+                    print(stats_table(stats))  # noqa: T201
+                    if not redraw:
+                        print()  # noqa: T201
+                sys.stdout.flush()
+                if args.count is not None and refreshes >= args.count:
+                    break
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            # Ctrl-C is how a watch ends.
+            return ExitCode.OK
+    return ExitCode.OK
+
+
+# -- dead letters -------------------------------------------------------------------------------------
+
+
+def _register_dead_letters(commands: Any, common: argparse.ArgumentParser) -> None:
+    dead = _add(
+        commands,
+        "dead-letters",
+        common,
+        _dead_letters,
+        help="list the items in a queue's dead-letter queue",
+        description=(
+            "List the items of QUEUE's dead-letter queue (its dead_queue setting), every partition,\n"
+            "with each item's source_id (its last id in QUEUE) and attempts. With --direct, QUEUE is\n"
+            "itself the dead-letter queue."
+        ),
+    )
+    dead.add_argument("queue_name", metavar="QUEUE")
+    dead.add_argument("--direct", action="store_true", help="QUEUE is the dead-letter queue itself")
+    dead.add_argument("--limit", type=int, default=None, help="at most this many items (default: all)")
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info = client.queue_info(args.queue_name)
+        if args.direct:
+            dead_info = info
+        elif not info.dead_queue:
+            raise CliError(
+                f"queue '{args.queue_name}' has no dead-letter queue (set one with: querator queues update "
+                f"{args.queue_name} --dead-queue NAME); use --direct to list QUEUE itself",
+                ExitCode.BAD_REQUEST,
+            )
+        else:
+            dead_info = client.queue_info(info.dead_queue)
+        items: list[tuple[int, StoredItem]] = []
+        for partition in range(dead_info.requested_partitions):
+            for item in client.iter_items(dead_info.queue_name, partition=partition):
+                if args.limit is not None and len(items) >= args.limit:
+                    break
+                items.append((partition, item))
+    if args.output == "json":
+        wire = []
+        for partition, item in items:
+            body = item.to_wire()
+            text = utf8_or_none(item.payload)
+            if text is not None:
+                body["utf8"] = text
+            wire.append({"partition": partition, **body})
+        print_json({"queue_name": dead_info.queue_name, "items": wire})
+    else:
+        print(f"dead-letter queue {dead_info.queue_name}: {len(items)} item(s)")  # noqa: T201
+        rows = [
+            [p, i.id, i.source_id, i.attempts, i.created_at, i.reference, preview(i.payload, 40)]
+            for p, i in items
+        ]
+        print(table(["PARTITION", "ID", "SOURCE ID", "ATTEMPTS", "CREATED", "REFERENCE", "PAYLOAD"], rows))  # noqa: T201
+    return ExitCode.OK

@@ -1,0 +1,211 @@
+"""The ``querator`` client commands: exit codes, error reporting, tables, JSON and a stderr progress bar.
+
+Every client command runs through ``guarded``, so the exit code depends only on what went wrong
+(docs/cli.md lists them) and a script can branch on it without reading the message.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from datetime import datetime, timedelta
+from typing import IO, TYPE_CHECKING, Any, Final
+
+from querator.api.durations import format_duration, format_timestamp
+from querator.client import (
+    ApiError,
+    AuthError,
+    BadRequestError,
+    ConnectionFailedError,
+    PayloadTooLargeError,
+    RequestFailedError,
+    RetryError,
+    ServerError,
+    UnsupportedContentError,
+)
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
+
+
+class ExitCode:
+    """What the ``querator`` client commands exit with (docs/cli.md)."""
+
+    OK: Final = 0
+    #: An unexpected error, or a problem found before anything was sent (a missing file).
+    ERROR: Final = 1
+    #: argparse's own: unknown option, missing argument.
+    USAGE: Final = 2
+    #: 400 / 413 / 455: invalid request, unknown queue, stale item id, bad duration.
+    BAD_REQUEST: Final = 3
+    #: 454 / 429: try again; for ``lease``, nothing to lease.
+    TRY_AGAIN: Final = 4
+    #: 453: a valid request that cannot succeed now.
+    REQUEST_FAILED: Final = 5
+    #: 5xx.
+    SERVER_ERROR: Final = 6
+    #: No reply: cannot connect, connection dropped, timed out.
+    CANNOT_CONNECT: Final = 7
+    #: 401 / 403.
+    NOT_ALLOWED: Final = 8
+    #: Ctrl-C (128 + SIGINT), as shells report it.
+    INTERRUPTED: Final = 130
+
+
+class CliError(Exception):
+    """A problem found by the command itself, with the exit code to report it under."""
+
+    def __init__(self, message: str, code: int = ExitCode.ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def exit_code_for(error: ApiError) -> int:
+    if isinstance(error, RetryError):
+        return ExitCode.TRY_AGAIN
+    if isinstance(error, BadRequestError | PayloadTooLargeError | UnsupportedContentError):
+        return ExitCode.BAD_REQUEST
+    if isinstance(error, RequestFailedError):
+        return ExitCode.REQUEST_FAILED
+    if isinstance(error, AuthError):
+        return ExitCode.NOT_ALLOWED
+    if isinstance(error, ServerError):
+        return ExitCode.SERVER_ERROR
+    return ExitCode.ERROR
+
+
+def guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn the client's errors into a one-line message on stderr and the documented exit code."""
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace) -> int:
+        prog = f"querator {args.command_path}"
+        try:
+            return run(args)
+        except ApiError as exc:
+            # The whole envelope: scripts may grep the stable class, people read the details.
+            print(f"{prog}: {exc.code} {exc.code_text}: {exc.message}", file=sys.stderr)  # noqa: T201
+            return exit_code_for(exc)
+        except ConnectionFailedError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)  # noqa: T201
+            return ExitCode.CANNOT_CONNECT
+        except CliError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)  # noqa: T201
+            return exc.code
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted", file=sys.stderr)  # noqa: T201
+            return ExitCode.INTERRUPTED
+
+    return wrapper
+
+
+# -- rendering ----------------------------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """Durations in Go form, timestamps RFC 3339, bytes as base64 (as on the wire)."""
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    if isinstance(value, dict):
+        return {key: jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    return value
+
+
+def print_json(data: Any, out: IO[str] | None = None) -> None:
+    print(json.dumps(jsonable(data), ensure_ascii=False), file=out or sys.stdout)
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned table; numbers right-aligned."""
+    text_rows = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in text_rows]) for i, h in enumerate(headers)]
+    numeric = [
+        bool(rows) and all(isinstance(row[i], int) and not isinstance(row[i], bool) for row in rows)
+        for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in text_rows)])
+
+
+def key_values(pairs: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(key) for key, _ in pairs)
+    return "\n".join(f"{key.ljust(width)}  {cell(value)}" for key, value in pairs)
+
+
+def preview(payload: bytes, limit: int = 60) -> str:
+    """A payload for a table: its text when it is printable UTF-8, else ``<N bytes>``."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(payload)} bytes>"
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def utf8_or_none(payload: bytes) -> str | None:
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+# -- progress -----------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal (never in pipes or
+    logs), at most ten times a second."""
+
+    def __init__(self, total: int, *, label: str, stream: IO[str] | None = None, force: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = total > 0 and (force or self.stream.isatty())
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.items = 0
+        self._drawn_at = 0.0
+        self._started = time.monotonic()
+
+    def advance(self, done: int, items: int) -> None:
+        self.done, self.items = done, items
+        now = time.monotonic()
+        if self.enabled and (now - self._drawn_at >= 0.1 or done >= self.total):
+            self._drawn_at = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        fraction = min(1.0, self.done / self.total)
+        filled = int(fraction * 30)
+        rate = self.items / max(now - self._started, 1e-9)
+        bar = "#" * filled + "-" * (30 - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {fraction:6.1%} {self.items} items {rate:,.0f}/s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
