@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from querator.cli import commands as client_commands
 from querator.cli import serve
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(commands)
+    client_commands.register(commands)
     return parser
 
 
