@@ -8,6 +8,9 @@ produces, apart from the asset hashes.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -39,3 +42,14 @@ def unacknowledged_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     context = cdk_context(**fake_assets(root), alarmEmail=ALARM_EMAIL)
     with nag.acknowledgements_withheld():
         yield synthesize(root / "cdk.out", context)
+
+
+@pytest.fixture(scope="session")
+def built_layer() -> Path:
+    """The layer at its default path, where ``cdk synth`` packages it from: built, or reused if current.
+
+    Building needs PyPI (or uv's cache) on the first run; ``cdk synth`` itself stays offline."""
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, str(root / "layers" / "core" / "build.py")]
+    subprocess.run(command, cwd=root, check=True, capture_output=True, text=True, timeout=600)  # noqa: S603
+    return root / "layers" / "core" / "dist"
