@@ -302,7 +302,10 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     produce.add_argument("queue_name", metavar="QUEUE")
-    produce.add_argument("payloads", nargs="*", metavar="PAYLOAD", help="item payloads (text)")
+    # argparse (3.11) takes PAYLOADs only before the first option, hence the "right after" in the help.
+    produce.add_argument(
+        "payloads", nargs="*", metavar="PAYLOAD", help="item payloads (text), right after QUEUE"
+    )
     produce.add_argument("--file", "-f", type=Path, help="read items from this file ('-' for stdin)")
     produce.add_argument(
         "--format",

@@ -1,0 +1,431 @@
+"""Every ``querator`` client command against ``querator serve``: output in both formats, the exit
+codes scripts rely on, and the messages of the error paths (unknown queue, stale id, bad duration)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from querator.cli import main
+from querator.cli.output import ExitCode, Progress, table
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from querator.client import Client
+    from tests.cli.conftest import Result
+
+    Run = Callable[..., Result]
+
+COMMANDS = [
+    ["queues"],
+    ["queues", "create"],
+    ["queues", "list"],
+    ["queues", "info"],
+    ["queues", "update"],
+    ["queues", "delete"],
+    ["produce"],
+    ["lease"],
+    ["complete"],
+    ["retry"],
+    ["renew"],
+    ["stats"],
+    ["watch"],
+    ["dead-letters"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert out.startswith(f"usage: querator {' '.join(command)}")
+    if command != ["queues"]:
+        assert "--url" in out
+        assert "--output" in out
+        assert "Exit codes" in out
+
+
+def test_usage_errors_exit_2(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["lease"])
+    assert exited.value.code == ExitCode.USAGE
+    assert "QUEUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["stats", "q", "--output", "yaml"])
+    assert exited.value.code == ExitCode.USAGE
+
+
+# -- queues -------------------------------------------------------------------------------------------
+
+
+def test_queues_create_info_list_update_delete(run: Run, queue_name: str) -> None:
+    created = run(
+        "queues", "create", queue_name, "--lease-timeout", "90s", "--max-attempts", "3", "-o", "json"
+    )
+    assert created.code == 0, created.err
+    assert created.json()["lease_timeout"] == "1m30s"
+    assert created.json()["expire_timeout"] == "24h0m0s"
+
+    info = run("queues", "info", queue_name)
+    assert info.code == 0
+    assert "lease_timeout" in info.out and "1m30s" in info.out
+    assert "max_attempts" in info.out
+
+    listing = run("queues", "list", "--pivot", queue_name, "--limit", "1")
+    assert listing.code == 0
+    assert listing.out.splitlines()[0].split()[:3] == ["QUEUE", "LEASE", "EXPIRE"]
+    assert queue_name in listing.out.splitlines()[2]
+    listed = run("queues", "list", "--pivot", queue_name, "--limit", "1", "-o", "json").json()
+    assert [q["queue_name"] for q in listed["items"]] == [queue_name]
+
+    updated = run(
+        "queues", "update", queue_name, "--reference", "billing", "--max-attempts", "5", "-o", "json"
+    )
+    assert updated.code == 0
+    assert (updated.json()["reference"], updated.json()["max_attempts"]) == ("billing", 5)
+
+    deleted = run("queues", "delete", queue_name)
+    assert (deleted.code, deleted.out.strip()) == (0, f"deleted queue {queue_name}")
+    gone = run("queues", "info", queue_name)
+    assert gone.code == ExitCode.BAD_REQUEST
+    assert "Queue does not exist" in gone.err
+
+
+def test_unknown_queue_exits_3_with_the_servers_message(run: Run, queue_name: str) -> None:
+    for argv in (["queues", "info", queue_name], ["stats", queue_name], ["produce", queue_name, "x"]):
+        result = run(*argv)
+        assert result.code == ExitCode.BAD_REQUEST, argv
+        assert result.err.startswith(f"querator {argv[0] if argv[0] != 'queues' else 'queues info'}: ")
+        assert f"400 Bad Request: Queue does not exist; queue '{queue_name}' does not exist" in result.err
+        assert result.out == ""
+
+
+def test_bad_duration_exits_3_naming_the_field(run: Run, queue_name: str) -> None:
+    result = run("queues", "create", queue_name, "--lease-timeout", "5x")
+    assert result.code == ExitCode.BAD_REQUEST
+    assert "Invalid request; lease_timeout: invalid duration '5x'" in result.err
+
+
+def test_a_taken_name_exits_3(run: Run, queue_name: str) -> None:
+    assert run("queues", "create", queue_name).code == 0
+    result = run("queues", "create", queue_name)
+    assert result.code == ExitCode.BAD_REQUEST
+    assert "Queue already exists" in result.err
+
+
+def test_update_without_changes_is_a_usage_error(run: Run, queue_name: str) -> None:
+    result = run("queues", "update", queue_name)
+    assert result.code == ExitCode.USAGE
+    assert "nothing to change" in result.err
+
+
+def test_cannot_connect_exits_7(run: Run) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run("stats", "q", "--url", f"http://127.0.0.1:{port}")
+    assert result.code == ExitCode.CANNOT_CONNECT
+    assert "cannot connect" in result.err
+
+
+# -- produce ------------------------------------------------------------------------------------------
+
+
+def _payloads(client: Client, queue_name: str) -> list[bytes]:
+    return [item.payload for item in client.iter_items(queue_name)]
+
+
+def test_produce_from_arguments(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    result = run("produce", queue_name, "one", "two", "--reference", "r1", "-o", "json")
+    assert result.code == 0
+    assert result.json() == {"queue_name": queue_name, "produced": 2, "batches": 1}
+    items = client.list_items(queue_name)
+    assert [(i.payload, i.reference) for i in items] == [(b"one", "r1"), (b"two", "r1")]
+
+
+def test_produce_from_stdin_lines_in_batches(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    result = run("produce", queue_name, "--batch-size", "2", stdin="a\nb\nc\n\nd\n")
+    assert result.code == 0
+    assert result.out.strip() == f"produced 5 item(s) to {queue_name} in 3 request(s)"
+    assert _payloads(client, queue_name) == [b"a", b"b", b"c", b"", b"d"]
+
+
+def test_produce_from_a_jsonl_file(run: Run, client: Client, queue_name: str, tmp_path: Path) -> None:
+    run("queues", "create", queue_name)
+    source = tmp_path / "items.jsonl"
+    source.write_text(
+        '{"payload": "text", "reference": "r", "kind": "k"}\n'
+        '{"bytes": "AP8="}\n'
+        '"just a string"\n'
+        "\n"
+        '{"order": 7}\n'
+    )
+    result = run("produce", queue_name, "--file", str(source))
+    assert result.code == 0, result.err
+    items = client.list_items(queue_name)
+    assert [i.payload for i in items] == [b"text", b"\x00\xff", b"just a string", b'{"order": 7}']
+    assert (items[0].reference, items[0].kind) == ("r", "k")
+
+
+def test_produce_from_a_csv_file(run: Run, client: Client, queue_name: str, tmp_path: Path) -> None:
+    run("queues", "create", queue_name)
+    with_payload = tmp_path / "with.csv"
+    with_payload.write_text('payload,reference\nhello,r1\n"a,b",r2\n')
+    assert run("produce", queue_name, "-f", str(with_payload)).code == 0
+    rows = tmp_path / "rows.csv"
+    rows.write_text("id,name\n1,ann\n")
+    assert run("produce", queue_name, "-f", str(rows)).code == 0
+    items = client.list_items(queue_name)
+    assert [(i.payload, i.reference) for i in items] == [
+        (b"hello", "r1"),
+        (b"a,b", "r2"),
+        (b'{"id": "1", "name": "ann"}', ""),
+    ]
+
+
+def test_produce_with_a_delay_schedules(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    assert run("produce", queue_name, "later", "--delay", "1h").code == 0
+    stats = client.stats(queue_name)
+    assert (stats.total, stats.scheduled) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin", "code", "message"),
+    [
+        (["--delay", "soon"], None, ExitCode.BAD_REQUEST, "--delay: invalid duration 'soon'"),
+        (["--file", "/nonexistent/items.txt"], None, ExitCode.ERROR, "cannot read /nonexistent/items.txt"),
+        (["--format", "jsonl"], '{"payload": "ok"}\n{broken\n', ExitCode.BAD_REQUEST, "line 2: not JSON"),
+        (["x", "--batch-size", "0"], None, ExitCode.USAGE, "--batch-size must be between 1 and 1000"),
+        (["x", "--enqueue-at", "tomorrow"], None, ExitCode.BAD_REQUEST, "items[0].enqueue_at"),
+    ],
+    ids=["bad-delay", "missing-file", "bad-jsonl", "bad-batch-size", "bad-timestamp"],
+)
+def test_produce_errors(
+    run: Run, queue_name: str, argv: list[str], stdin: str | None, code: int, message: str
+) -> None:
+    run("queues", "create", queue_name)
+    result = run("produce", queue_name, *argv, stdin=stdin)
+    assert result.code == code, result.err
+    assert message in result.err
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    stream = io.StringIO()
+    assert not Progress(100, label="p", stream=stream).enabled
+    bar = Progress(100, label="produce q", stream=stream, force=True)
+    bar.advance(50, 10)
+    bar.advance(100, 20)
+    bar.close()
+    text = stream.getvalue()
+    assert "produce q [###############---------------]  50.0% 10 items" in text
+    assert " 100.0% 20 items" in text
+    assert text.endswith("\n")
+
+
+# -- lease, complete, retry, renew --------------------------------------------------------------------
+
+
+def _lease(run: Run, queue_name: str, n: int = 1) -> dict[str, object]:
+    result = run("lease", queue_name, "-n", str(n), "--wait", "1s", "-o", "json")
+    assert result.code == 0, result.err
+    body: dict[str, object] = result.json()
+    return body
+
+
+def test_lease_and_complete(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "a", "b")
+    lease = _lease(run, queue_name, 2)
+    items = lease["items"]
+    assert isinstance(items, list)
+    assert [i["utf8"] for i in items] == ["a", "b"]
+    assert all(i["attempts"] == 1 and i["lease_deadline"] for i in items)
+
+    result = run("complete", queue_name, items[0]["id"], "--partition", str(lease["partition"]))
+    assert (result.code, result.out.strip()) == (0, f"completed 1 item(s) of {queue_name}")
+    # ids from stdin, as in `querator lease ... -o json | jq -r '.items[].id' | querator complete Q`
+    assert run("complete", queue_name, stdin=items[1]["id"] + "\n").code == 0
+    assert client.stats(queue_name).total == 0
+
+
+def test_lease_table_output(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "hello")
+    result = run("lease", queue_name, "--wait", "1s")
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert lines[0] == f"queue {queue_name}, partition 0"
+    assert lines[1].split() == ["ID", "ATTEMPTS", "LEASE", "DEADLINE", "PAYLOAD"]
+    assert lines[3].split()[1] == "1"
+    assert lines[3].endswith("hello")
+
+
+def test_nothing_to_lease_exits_4(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    result = run("lease", queue_name, "--wait", "200ms", "-o", "json")
+    assert result.code == ExitCode.TRY_AGAIN
+    assert result.json()["items"] == []
+    assert "nothing to lease" in result.err
+
+
+def test_stale_id_exits_3_naming_it_and_the_others_apply(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "a", "b")
+    items = _lease(run, queue_name, 2)["items"]
+    assert isinstance(items, list)
+    stale = "0" * 30
+
+    result = run("complete", queue_name, stale, items[0]["id"], items[1]["id"])
+
+    assert result.code == ExitCode.BAD_REQUEST
+    assert "Item id is unknown, stale or not leased" in result.err
+    assert f"'{stale}'" in result.err
+    assert client.stats(queue_name).total == 0
+
+    for verb in ("retry", "renew"):
+        again = run(verb, queue_name, items[0]["id"])
+        assert again.code == ExitCode.BAD_REQUEST, verb
+        assert items[0]["id"] in again.err
+
+
+def test_complete_without_ids_is_a_usage_error(run: Run, queue_name: str) -> None:
+    result = run("complete", queue_name, stdin="")
+    assert (result.code, result.err.strip()) == (ExitCode.USAGE, "querator complete: no item ids given")
+
+
+def test_retry_later_dead_and_renew(run: Run, client: Client, queue_name: str) -> None:
+    dead_queue = f"{queue_name}-dead"
+    run("queues", "create", dead_queue)
+    run("queues", "create", queue_name, "--dead-queue", dead_queue, "--lease-timeout", "30s")
+    run("produce", queue_name, "later", "dead", "renewed")
+    later, dead, renewed = _lease(run, queue_name, 3)["items"]  # type: ignore[misc]
+
+    assert run("retry", queue_name, later["id"], "--in", "1h").code == 0
+    result = run("retry", queue_name, dead["id"], "--dead", "-o", "json")
+    assert result.json()["dead-lettered"] == [dead["id"]]
+    renewal = run("renew", queue_name, renewed["id"], "--lease-timeout", "10m", "-o", "json")
+    assert renewal.code == 0
+    assert renewal.json()["items"][0]["lease_deadline"] > renewed["lease_deadline"]
+    table_renewal = run("renew", queue_name, renewed["id"])
+    assert table_renewal.out.splitlines()[0].split() == ["ID", "LEASE", "DEADLINE"]
+
+    stats = client.stats(queue_name)
+    assert (stats.total, stats.total_leased, stats.scheduled) == (1, 1, 1)
+    bad = run("retry", queue_name, renewed["id"], "--in", "1 hour")
+    assert bad.code == ExitCode.BAD_REQUEST
+    assert "--in: invalid duration" in bad.err
+
+    letters = run("dead-letters", queue_name, "-o", "json")
+    assert letters.code == 0
+    body = letters.json()
+    assert body["queue_name"] == dead_queue
+    assert [(i["utf8"], i["source_id"]) for i in body["items"]] == [("dead", dead["id"])]
+    listed = run("dead-letters", queue_name)
+    assert listed.out.splitlines()[0] == f"dead-letter queue {dead_queue}: 1 item(s)"
+    assert "dead" in listed.out.splitlines()[3]
+    direct = run("dead-letters", dead_queue, "--direct", "-o", "json")
+    assert len(direct.json()["items"]) == 1
+
+
+def test_dead_letters_of_a_queue_without_one_exits_3(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    result = run("dead-letters", queue_name)
+    assert result.code == ExitCode.BAD_REQUEST
+    assert "has no dead-letter queue" in result.err
+
+
+# -- stats and watch ----------------------------------------------------------------------------------
+
+
+def test_stats_table_and_json(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name, "--partitions", "2")
+    run("produce", queue_name, "a", "b")
+    run("produce", queue_name, "c")
+    _lease(run, queue_name, 1)
+
+    result = run("stats", queue_name)
+    lines = result.out.splitlines()
+    assert lines[0].split() == [
+        "PARTITION",
+        "ITEMS",
+        "LEASED",
+        "SCHEDULED",
+        "AVG",
+        "AGE",
+        "AVG",
+        "LEASED",
+        "AGE",
+    ]
+    assert len(lines) == 2 + 2 + 1
+    assert lines[-1].split()[:4] == ["all", "3", "1", "0"]
+
+    body = run("stats", queue_name, "-o", "json").json()
+    assert (body["total"], body["total_leased"], body["scheduled"]) == (3, 1, 0)
+    assert [p["partition"] for p in body["partitions"]] == [0, 1]
+    assert all(p["average_age"].endswith("s") for p in body["partitions"])
+
+
+def test_watch_refreshes_count_times(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    result = run("watch", queue_name, "--interval", "100ms", "--count", "2")
+    assert result.code == 0
+    assert result.out.count(f"{queue_name} at ") == 2
+    assert result.out.count("PARTITION") == 2
+    as_json = run("watch", queue_name, "--interval", "100ms", "--count", "2", "-o", "json")
+    assert [json.loads(line)["total"] for line in as_json.out.splitlines()] == [0, 0]
+    bad = run("watch", queue_name, "--interval", "often")
+    assert bad.code == ExitCode.BAD_REQUEST
+
+
+def test_table_aligns_columns_and_right_aligns_numbers() -> None:
+    assert table(["NAME", "N"], [["a", 1], ["bbb", 22]]).splitlines() == [
+        "NAME   N",
+        "----  --",
+        "a      1",
+        "bbb   22",
+    ]
+
+
+# -- the console script -------------------------------------------------------------------------------
+
+
+def test_the_console_script_exit_codes(served_url: str, queue_name: str) -> None:
+    script = Path(sys.executable).with_name("querator")
+    env = {**os.environ, "QUERATOR_URL": served_url}
+
+    def querator(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # noqa: S603 - our own console script
+            [str(script), *argv],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+    assert querator("queues", "create", queue_name).returncode == 0
+    assert querator("produce", queue_name, stdin="x\ny\n").returncode == 0
+    leased = querator("lease", queue_name, "-n", "5", "-o", "json")
+    assert leased.returncode == 0
+    ids = "\n".join(item["id"] for item in json.loads(leased.stdout)["items"])
+    assert querator("complete", queue_name, "-", stdin=ids).returncode == 0
+    empty = querator("lease", queue_name, "--wait", "100ms")
+    assert (empty.returncode, empty.stdout) == (ExitCode.TRY_AGAIN, "")
+    unknown = querator("stats", f"{queue_name}-nope")
+    assert unknown.returncode == ExitCode.BAD_REQUEST
+    assert "Queue does not exist" in unknown.stderr
