@@ -188,6 +188,14 @@ def test_unsafe_calls_are_resent_on_454_but_not_after_a_dropped_connection(
     assert len(fake.seen) == 1
 
 
+def test_a_produce_still_in_progress_is_retried_with_its_key(fake: FakeServer, fake_client: Client) -> None:
+    fake.then(envelope(453, "A request with this idempotency key is still in progress; key k"), Action())
+
+    fake_client.produce("q", [b"x"], idempotency_key="k")
+
+    assert len(fake.seen) == 2
+
+
 def test_delete_queue_retried_after_a_lost_reply_accepts_that_the_queue_is_gone(
     fake: FakeServer, fake_client: Client
 ) -> None:

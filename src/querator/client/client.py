@@ -21,6 +21,7 @@ from querator.client.errors import (
     ApiError,
     ConnectionFailedError,
     QueueNotFoundError,
+    RequestInProgressError,
     RetryError,
     ServerError,
     TooManyRequestsError,
@@ -529,8 +530,8 @@ def _decode(raw: bytes) -> object:
 
 
 def _retryable(error: ApiError, safety: Safety) -> bool:
-    if isinstance(error, RetryError | TooManyRequestsError):
-        # The server (or the gateway in front of it) did nothing: safe for every call.
+    if isinstance(error, RetryError | TooManyRequestsError | RequestInProgressError):
+        # The server (or the gateway in front of it) did nothing this time: safe for every call.
         return True
     if isinstance(error, UnknownMethodError | UnsupportedContentError):
         return False

@@ -22,6 +22,7 @@ QUEUE_EXISTS: Final = "Queue already exists"
 ITEM_NOT_LEASED: Final = "Item id is unknown, stale or not leased"
 DUPLICATE_CLIENT: Final = "Client id already has a waiting lease on this queue"
 NOTHING_TO_LEASE: Final = "Nothing to lease before the request timeout"
+IN_PROGRESS: Final = "A request with this idempotency key is still in progress"
 
 #: ``'<id>' (<reason>)`` as the server lists the ids of a request that were not applied.
 _FAILED_ID: Final = re.compile(r"'([^']*)' \(")
@@ -109,6 +110,10 @@ class RequestFailedError(ApiError):
     status = 453
 
 
+class RequestInProgressError(RequestFailedError):
+    """453: a produce with this idempotency key is still being stored; the retry may come later."""
+
+
 class RetryError(ApiError):
     """454: try again (throttled by the store; for lease, nothing to lease, which ``lease`` hides)."""
 
@@ -181,11 +186,13 @@ def error_for(status: int, body: Mapping[str, Any] | None, *, fallback_text: str
     message = str(body.get("message") or body.get("Message") or fallback_text or code_text)
     klass: type[ApiError] = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
     failed_ids: tuple[str, ...] = ()
+    stable = message.partition(";")[0].strip()
     if klass is BadRequestError:
-        stable = message.partition(";")[0].strip()
         klass = _BY_STABLE_CLASS.get(stable, BadRequestError)
         if klass is ItemNotLeasedError:
             failed_ids = parse_failed_ids(message)
+    elif klass is RequestFailedError and stable == IN_PROGRESS:
+        klass = RequestInProgressError
     return klass(code, code_text, message, failed_ids=failed_ids, body=body)
 
 
