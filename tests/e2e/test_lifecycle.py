@@ -3,6 +3,7 @@ dead-letter queue, stats, and the IAM gate in front of all of it."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,10 @@ def queues(api: SignedApi) -> Iterator[tuple[str, str]]:
             api.post("/v1/queues.delete", {"queue_name": queue})
 
 
+@pytest.mark.skipif(
+    os.environ.get("QUERATOR_E2E_IAM", "1") == "0",
+    reason="the target does not enforce IAM (LocalStack Community); QUERATOR_E2E_IAM=0",
+)
 def test_unsigned_requests_are_refused_before_any_function_runs(api: SignedApi) -> None:
     assert api.unsigned().call("GET", "/health").status == 403
     assert api.unsigned().post("/v1/queues.list", {}).status == 403

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Deploy the CDK stack (stage "local") to a running LocalStack with cdklocal, then print the e2e URL.
+#   docker compose -f localstack/docker-compose.yml up -d && ./localstack/deploy.sh
+#   QUERATOR_E2E_URL=<printed url> uv run --frozen pytest -m e2e tests/e2e
+set -euo pipefail
+cd "$(dirname "$0")/.."
+set -a
+# shellcheck source=localstack/localstack.env
+. localstack/localstack.env
+set +a
+
+# LocalStack runs functions in containers of the host's architecture; build the layer to match.
+case "$(uname -m)" in
+    aarch64 | arm64) arch=arm64 ;;
+    *) arch=x86_64 ;;
+esac
+context=(-c stage=local -c "architecture=${arch}")
+
+curl -fsS http://localhost:4566/_localstack/health >/dev/null || {
+    echo "LocalStack is not answering on localhost:4566: docker compose -f localstack/docker-compose.yml up -d" >&2
+    exit 1
+}
+[ -x node_modules/.bin/cdklocal ] || npm ci --no-audit --no-fund --loglevel=error
+uv run --frozen python layers/core/build.py --architecture "${arch}"
+npx cdklocal bootstrap "${context[@]}"
+npx cdklocal deploy "${context[@]}" --require-approval never --outputs-file cdk.out/localstack-outputs.json
+uv run --frozen python - <<'PY'
+import json
+outputs = json.load(open("cdk.out/localstack-outputs.json"))["querator-local"]
+print(f"QUERATOR_E2E_URL={outputs['ApiUrl']}")
+print(f"items table: {outputs['ItemsTableName']}, catalog table: {outputs['CatalogTableName']}")
+PY
