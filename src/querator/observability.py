@@ -1,9 +1,10 @@
 """Edge: Powertools Logger, Metrics and Tracer, created once for every function.
 
-The domain, the service and the adapters log through the standard library (``logging.getLogger``);
-``copy_config_to_registered_loggers`` gives those loggers this Logger's JSON formatter, so every line
-carries the correlation id of the request. Metrics are emitted from the results the service returns,
-never from inside it.
+The domain, the service and the adapters log through the standard library
+(``logging.getLogger(__name__)``). Powertools' Logger *is* the standard logger named ``querator``
+(the service name), so every ``querator.*`` logger propagates into it: each line comes out as JSON
+with the correlation id of the request, and the core never imports Powertools. Metrics are emitted
+from the results the service returns, never from inside it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 logger = Logger(service=SERVICE_NAME, stream=sys.stderr)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE_NAME)
 tracer = Tracer(service=SERVICE_NAME)
-copy_config_to_registered_loggers(source_logger=logger, include={"querator"})
 
 
 def count(name: str, value: float) -> None:

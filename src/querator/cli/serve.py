@@ -42,11 +42,10 @@ def run(args: argparse.Namespace) -> int:
     if args.reaper_interval <= 0:
         print("querator serve: --reaper-interval must be positive", file=sys.stderr)  # noqa: T201
         return 2
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if args.quiet:
+        # Request lines go through the Powertools logger ("querator"); quiet drops only them.
+        logging.getLogger("querator.localserver").setLevel(logging.WARNING)
     stopping = threading.Event()
 
     def stop(signum: int, frame: object) -> None:
