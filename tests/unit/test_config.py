@@ -1,0 +1,32 @@
+"""Settings come from the environment once; a missing or malformed variable fails at cold start."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from querator.config import DEFAULT_LEASE_WAIT_CAP, ConfigurationError, EnvVar, settings_from
+
+TABLES = {EnvVar.ITEMS_TABLE: "items-prod", EnvVar.CATALOG_TABLE: "queues-prod"}
+
+
+def test_table_names_are_required_and_named_in_the_error():
+    with pytest.raises(ConfigurationError, match=EnvVar.CATALOG_TABLE):
+        settings_from({EnvVar.ITEMS_TABLE: "items"})
+    with pytest.raises(ConfigurationError, match=f"{EnvVar.ITEMS_TABLE}, {EnvVar.CATALOG_TABLE}"):
+        settings_from({})
+
+
+def test_tunables_have_defaults_and_parse_seconds():
+    settings = settings_from(TABLES)
+    assert (settings.items_table, settings.catalog_table) == ("items-prod", "queues-prod")
+    assert settings.lease_wait_cap == DEFAULT_LEASE_WAIT_CAP
+    tuned = settings_from({**TABLES, EnvVar.LEASE_WAIT_CAP: "2.5", EnvVar.REAPER_MARGIN: "0"})
+    assert (tuned.lease_wait_cap, tuned.reaper_margin) == (timedelta(seconds=2.5), timedelta(0))
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-1"])
+def test_a_bad_wait_cap_is_refused(raw):
+    with pytest.raises(ConfigurationError, match=r"LEASE_WAIT_CAP|lease_wait_cap"):
+        settings_from({**TABLES, EnvVar.LEASE_WAIT_CAP: raw})
