@@ -81,7 +81,11 @@ class QueueApi(Construct):
             resource = self.api.root.resource_for_path(route.path)
             resource.add_method(
                 route.method,
-                apigw.LambdaIntegration(functions[route.function].target, proxy=True),
+                # No console test-invoke permission: it doubles the Lambda permissions per route, and a
+                # signed request does the same job.
+                apigw.LambdaIntegration(
+                    functions[route.function].target, proxy=True, allow_test_invoke=False
+                ),
                 authorization_type=apigw.AuthorizationType.IAM,
             )
         self.url = self.api.url
