@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 
-from querator.clock import SystemClock
-from querator.config import Settings
-from querator.spark.producer import DirectTarget
-from querator.testing import build_service, dynamodb_client
+from tests.spark.helpers import Store, fresh_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from pyspark.sql import SparkSession
 
-    from querator.service import QueueService
 
 _FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -61,24 +55,6 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-@dataclass(frozen=True)
-class Store:
-    """Fresh tables on the session's moto server: a driver-side service and the executors' target."""
-
-    service: QueueService
-    target: DirectTarget
-    endpoint: str
-
-
-def fresh_store(endpoint: str) -> Store:
-    prefix = f"s{uuid.uuid4().hex[:8]}"
-    service = build_service(dynamodb_client(endpoint), clock=SystemClock(), prefix=prefix)
-    settings = Settings(items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues", region="us-east-1")
-    return Store(
-        service=service, target=DirectTarget(settings=settings, endpoint_url=endpoint), endpoint=endpoint
-    )
 
 
 @pytest.fixture

@@ -1,21 +1,14 @@
-"""Spark producer, pure part: rows to items, row and chunk keys, chunking, retries and pacing (no Spark)."""
+"""Spark producer, pure part: rows to items, row and chunk keys, chunking (no Spark)."""
 
 from __future__ import annotations
 
 import json
-import random
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
 
-from querator.domain.errors import (
-    InvalidRequestError,
-    QueueNotFoundError,
-    RequestInProgressError,
-    StoreThrottledError,
-    StoreUnavailableError,
-)
+from querator.domain.errors import InvalidRequestError
 from querator.domain.model import MAX_PAYLOAD_BYTES, MAX_REFERENCE_BYTES, NewItem
 from querator.spark.mapping import (
     MAX_CHUNK_WIRE_BYTES,
@@ -28,13 +21,6 @@ from querator.spark.mapping import (
     row_key,
     row_to_item,
     wire_size,
-)
-from querator.spark.retry import (
-    RateLimiter,
-    RetriesExhaustedError,
-    RetryPolicy,
-    call_with_retries,
-    is_retryable,
 )
 
 pytestmark = pytest.mark.spark
@@ -232,100 +218,3 @@ def test_wire_size_bounds_the_json_the_client_sends():
 
 def test_an_empty_stream_has_no_chunks():
     assert list(chunks_of([], size_of=lambda _: 1)) == []
-
-
-# -- retries and pacing --------------------------------------------------------------------------
-
-
-def test_retryable_errors_are_throttling_in_progress_and_transient_unavailability():
-    assert is_retryable(StoreThrottledError())
-    assert is_retryable(RequestInProgressError())
-    assert is_retryable(StoreUnavailableError(store_code="InternalServerError"))
-    assert not is_retryable(StoreUnavailableError(store_code="ResourceNotFoundException"))
-    assert not is_retryable(QueueNotFoundError())
-    assert not is_retryable(RuntimeError())
-
-
-def test_call_with_retries_backs_off_with_capped_full_jitter_then_succeeds():
-    outcomes = [StoreThrottledError(), StoreThrottledError(), StoreThrottledError(), "ok"]
-    slept: list[float] = []
-
-    def call() -> str:
-        outcome = outcomes.pop(0)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-    policy = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=2.5)
-    result, attempts = call_with_retries(call, policy=policy, sleep=slept.append, rng=random.Random(1))
-    assert (result, attempts) == ("ok", 4)
-    assert len(slept) == 3
-    for retry, delay in enumerate(slept):
-        assert 0 <= delay <= min(2.5, 2**retry)
-
-
-def test_call_with_retries_gives_up_after_max_attempts_with_the_last_error():
-    calls = 0
-
-    def call() -> None:
-        nonlocal calls
-        calls += 1
-        raise StoreThrottledError("still throttled")
-
-    with pytest.raises(RetriesExhaustedError, match="3 attempts") as caught:
-        call_with_retries(call, policy=RetryPolicy(max_attempts=3), sleep=lambda _: None)
-    assert calls == 3
-    assert isinstance(caught.value.last, StoreThrottledError)
-
-
-def test_call_with_retries_does_not_retry_other_errors():
-    calls = 0
-
-    def call() -> None:
-        nonlocal calls
-        calls += 1
-        raise QueueNotFoundError()
-
-    with pytest.raises(QueueNotFoundError):
-        call_with_retries(call, policy=RetryPolicy(max_attempts=5), sleep=lambda _: None)
-    assert calls == 1
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-def test_rate_limiter_paces_chunks_to_the_average_rate():
-    time = FakeTime()
-    limiter = RateLimiter(100.0, clock=time.clock, sleep=time.sleep)
-    start = time.now
-    for _ in range(5):
-        limiter.acquire(50)
-    # 250 items went out after 4 waits of 0.5 s: the 5th chunk starts at 2.0 s, 200 items before it.
-    assert time.slept == [0.5, 0.5, 0.5, 0.5]
-    assert time.now - start == pytest.approx(2.0)
-
-
-def test_rate_limiter_does_not_wait_when_work_is_slower_than_the_limit():
-    time = FakeTime()
-    limiter = RateLimiter(100.0, clock=time.clock, sleep=time.sleep)
-    limiter.acquire(50)
-    time.now += 10
-    assert limiter.acquire(50) == 0
-    assert time.slept == []
-
-
-def test_no_rate_limit_never_waits():
-    time = FakeTime()
-    limiter = RateLimiter(None, clock=time.clock, sleep=time.sleep)
-    assert all(limiter.acquire(1000) == 0 for _ in range(3))
-    assert time.slept == []

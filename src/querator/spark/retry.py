@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from querator.domain.errors import RequestInProgressError, RetryLaterError, StoreUnavailableError
+from querator.service import IDEMPOTENCY_STALE_AFTER
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,6 +22,10 @@ T = TypeVar("T")
 
 #: A store that says the table does not exist will not change its mind within a retry budget.
 _PERMANENT_STORE_CODES = frozenset({"ResourceNotFoundException"})
+#: A chunk whose earlier attempt died mid-write stays "in progress" until its record is stale, then
+#: the next attempt takes it over and finishes it without duplicates (docs/adr/0004). Waiting that
+#: long lets a retried task finish the job by itself instead of failing it.
+DEFAULT_IN_PROGRESS_WAIT = IDEMPOTENCY_STALE_AFTER.total_seconds() + 60
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,11 +42,15 @@ class RetryPolicy:
     base_delay: float = 0.1
     #: No single delay is longer than this.
     max_delay: float = 10.0
+    #: Seconds to keep retrying a chunk that another attempt is still writing, or that a dead
+    #: attempt left half-written (``RequestInProgressError``); these retries do not count against
+    #: ``max_attempts``. 0 treats them like any other retryable error.
+    in_progress_wait: float = DEFAULT_IN_PROGRESS_WAIT
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        if self.base_delay < 0 or self.max_delay < 0:
+        if self.base_delay < 0 or self.max_delay < 0 or self.in_progress_wait < 0:
             raise ValueError("delays may not be negative")
 
     def delay(self, retry: int, rng: random.Random) -> float:
@@ -73,6 +82,7 @@ def call_with_retries(
     policy: RetryPolicy,
     retryable: Callable[[BaseException], bool] = is_retryable,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
     rng: random.Random | None = None,
 ) -> tuple[T, int]:
     """Run ``call`` until it succeeds; return its result and the number of attempts made.
@@ -80,21 +90,30 @@ def call_with_retries(
     Raises
     ------
     RetriesExhaustedError
-        The last of ``policy.max_attempts`` attempts failed with a retryable error.
+        ``policy.max_attempts`` attempts failed with a retryable error, or an in-progress chunk
+        stayed in progress for longer than ``policy.in_progress_wait``.
     Exception
         Any error ``retryable`` refuses, at once, unchanged.
     """
     rng = rng or random.Random()  # noqa: S311 - spreading retries, not security
-    for attempt in range(1, policy.max_attempts + 1):
+    started = clock()
+    attempts = counted = 0
+    while True:
+        attempts += 1
         try:
-            return call(), attempt
+            return call(), attempts
         except Exception as exc:
             if not retryable(exc):
                 raise
-            if attempt == policy.max_attempts:
-                raise RetriesExhaustedError(attempt, exc) from exc
-            sleep(policy.delay(attempt - 1, rng))
-    raise AssertionError("unreachable")  # pragma: no cover
+            waiting = isinstance(exc, RequestInProgressError) and policy.in_progress_wait > 0
+            if waiting:
+                if clock() - started >= policy.in_progress_wait:
+                    raise RetriesExhaustedError(attempts, exc) from exc
+            else:
+                counted += 1
+                if counted >= policy.max_attempts:
+                    raise RetriesExhaustedError(attempts, exc) from exc
+            sleep(policy.delay(min(attempts - 1, 30), rng))
 
 
 class RateLimiter:

@@ -1,0 +1,249 @@
+"""Spark producer: the command lines of the ready-to-run jobs (``jobs/produce.py``, ``jobs/export_queue.py``).
+
+Each job is ``main(argv) -> exit status``: parse the arguments, get (or create) the Spark session,
+run one function of ``querator.spark``, print the counts as one JSON line. Glue passes arguments of
+its own (``--JOB_ID``, ``--TempDir`` …); those are logged and ignored. Nothing here derives a job id
+from the platform's run id: a re-run must reuse the load's job id to store nothing twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from querator.config import EnvVar, settings_from
+from querator.spark.export import export_queue
+from querator.spark.job import DEFAULT_PARTITIONS, ProduceFailedError, produce_dataframe
+from querator.spark.mapping import MAX_CHUNK_ITEMS, ColumnMap
+from querator.spark.producer import DirectTarget, HttpTarget
+from querator.spark.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from querator.spark.job import ProduceCounts
+    from querator.spark.producer import Target
+
+log = logging.getLogger(__name__)
+
+#: Exit statuses of the jobs (argparse uses 2 for a bad command line).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID_ROWS = 3
+SOURCE_FORMATS = ("parquet", "json", "csv")
+#: The DynamoDB endpoint variable boto3 honours; read here only to pass it on to the executors.
+_ENDPOINT_ENV = "AWS_ENDPOINT_URL_DYNAMODB"
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    store = parser.add_argument_group("direct write path (the product's DynamoDB tables)")
+    store.add_argument("--items-table", default=os.environ.get(EnvVar.ITEMS_TABLE), help="items table name")
+    store.add_argument(
+        "--catalog-table", default=os.environ.get(EnvVar.CATALOG_TABLE), help="queue catalog table name"
+    )
+    store.add_argument("--region", default=os.environ.get(EnvVar.REGION), help="AWS region of the tables")
+    store.add_argument(
+        "--endpoint-url",
+        default=os.environ.get(_ENDPOINT_ENV),
+        help="DynamoDB endpoint other than AWS's (a local store); passed on to the executors",
+    )
+
+
+def produce_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobs/produce.py",
+        allow_abbrev=False,
+        description="Produce every row of a Parquet / JSON / CSV source into a queue, exactly once per row.",
+    )
+    parser.add_argument("--source", required=True, help="path or URI (s3://…, file://…) of the source")
+    parser.add_argument("--format", choices=SOURCE_FORMATS, default="parquet", help="source format")
+    parser.add_argument(
+        "--csv-no-header", action="store_true", help="CSV files have no header line (columns are _c0, _c1 …)"
+    )
+    parser.add_argument("--queue", required=True, help="the queue to produce into")
+    parser.add_argument(
+        "--job-id",
+        required=True,
+        help="names this load; re-running with the same job id (and partitions) stores nothing twice",
+    )
+    columns = parser.add_argument_group("columns")
+    columns.add_argument(
+        "--payload",
+        action="append",
+        required=True,
+        help="payload column; repeat it (or separate with commas) for a JSON object of several columns",
+    )
+    columns.add_argument("--key", help="column identifying a row (default: the row's content)")
+    columns.add_argument("--reference", help="reference column")
+    columns.add_argument("--kind", help="kind column")
+    columns.add_argument("--encoding", help="encoding column")
+    columns.add_argument("--enqueue-at", help="schedule column: a timestamp or RFC 3339 text")
+    columns.add_argument("--default-kind", default="", help="kind when there is no kind column or it is null")
+    columns.add_argument(
+        "--default-encoding", default="", help="encoding when there is no encoding column or it is null"
+    )
+    parser.add_argument("--write-path", choices=("direct", "http"), default="direct")
+    _add_store_arguments(parser)
+    http = parser.add_argument_group("http write path (the queue's API)")
+    http.add_argument(
+        "--base-url", help="the API's URL, e.g. https://abc.execute-api.eu-west-1.amazonaws.com/prod"
+    )
+    http.add_argument("--sigv4-region", help="sign requests with SigV4 for this region (IAM-authorized APIs)")
+    tuning = parser.add_argument_group("tuning")
+    tuning.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="concurrent writers; part of the job's identity, keep it the same on a re-run",
+    )
+    tuning.add_argument(
+        "--chunk-items",
+        type=int,
+        default=MAX_CHUNK_ITEMS,
+        help="items per produce call; part of the job's identity as well",
+    )
+    tuning.add_argument("--max-items-per-second", type=float, help="average rate limit per Spark partition")
+    tuning.add_argument(
+        "--max-attempts", type=int, default=RetryPolicy().max_attempts, help="calls per chunk"
+    )
+    parser.add_argument(
+        "--allow-invalid",
+        action="store_true",
+        help="exit 0 even when some rows were invalid (they are listed)",
+    )
+    return parser
+
+
+def export_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobs/export_queue.py",
+        allow_abbrev=False,
+        description="Export every item of a queue (e.g. a dead-letter queue) to Parquet.",
+    )
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--output", required=True, help="path or URI of the Parquet output")
+    parser.add_argument(
+        "--mode", choices=("errorifexists", "overwrite", "append"), default="errorifexists", help="save mode"
+    )
+    _add_store_arguments(parser)
+    return parser
+
+
+def direct_target(args: argparse.Namespace) -> DirectTarget:
+    """The direct write path from the arguments, validated like the functions' own settings."""
+    environ = {
+        EnvVar.ITEMS_TABLE: args.items_table or "",
+        EnvVar.CATALOG_TABLE: args.catalog_table or "",
+        EnvVar.REGION: args.region or "",
+    }
+    return DirectTarget(settings=settings_from(environ), endpoint_url=args.endpoint_url or None)
+
+
+def column_map(args: argparse.Namespace) -> ColumnMap:
+    payload = tuple(name.strip() for value in args.payload for name in value.split(",") if name.strip())
+    return ColumnMap(
+        payload=payload,
+        key=args.key,
+        reference=args.reference,
+        kind=args.kind,
+        encoding=args.encoding,
+        enqueue_at=args.enqueue_at,
+        default_kind=args.default_kind,
+        default_encoding=args.default_encoding,
+    )
+
+
+def read_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    reader = spark.read
+    if args.format == "csv":
+        # Every CSV column stays a string: guessing types would change payloads ("007" → 7).
+        reader = reader.option("header", str(not args.csv_no_header).lower())
+    return reader.format(args.format).load(args.source)
+
+
+def run_produce(spark: SparkSession, args: argparse.Namespace) -> ProduceCounts:
+    """Produce the source named by ``args``; raises ``ProduceFailedError`` like ``produce_dataframe``."""
+    target: Target
+    if args.write_path == "http":
+        if not args.base_url:
+            raise SystemExit("--base-url is required with --write-path http")
+        target = HttpTarget(base_url=args.base_url, sigv4_region=args.sigv4_region)
+    else:
+        target = direct_target(args)
+    return produce_dataframe(
+        read_source(spark, args),
+        queue=args.queue,
+        columns=column_map(args),
+        target=target,
+        job_id=args.job_id,
+        partitions=args.partitions,
+        chunk_items=args.chunk_items,
+        retry=RetryPolicy(max_attempts=args.max_attempts),
+        max_items_per_second=args.max_items_per_second,
+    )
+
+
+def produce_main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None) -> int:
+    """``jobs/produce.py``: 0 all rows stored, 1 some not stored (re-run), 3 invalid rows found."""
+    args = _parse(produce_parser(), argv)
+    session = spark or _session("querator-produce")
+    try:
+        counts = run_produce(session, args)
+    except ProduceFailedError as exc:
+        log.error("%s", exc)
+        _print_counts(exc.counts, status="failed")
+        return EXIT_FAILED
+    invalid = counts.invalid and not args.allow_invalid
+    _print_counts(counts, status="invalid_rows" if invalid else "ok")
+    return EXIT_INVALID_ROWS if invalid else EXIT_OK
+
+
+def export_main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None) -> int:
+    """``jobs/export_queue.py``: writes the queue's items to Parquet and prints how many."""
+    args = _parse(export_parser(), argv)
+    session = spark or _session("querator-export")
+    count = export_queue(
+        session, queue=args.queue, target=direct_target(args), path=args.output, mode=args.mode
+    )
+    sys.stdout.write(
+        json.dumps({"status": "ok", "queue": args.queue, "items": count, "output": args.output}) + "\n"
+    )
+    return EXIT_OK
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        log.info("ignoring arguments this job does not define (Glue adds its own): %s", " ".join(unknown))
+    return args
+
+
+def _session(name: str) -> SparkSession:
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark only where Spark runs
+
+    return SparkSession.builder.appName(name).getOrCreate()
+
+
+def _print_counts(counts: ProduceCounts, *, status: str) -> None:
+    record: dict[str, Any] = {"status": status, **dataclasses.asdict(counts)}
+    sys.stdout.write(json.dumps(record, default=str) + "\n")
+
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INVALID_ROWS",
+    "EXIT_OK",
+    "export_main",
+    "export_parser",
+    "produce_main",
+    "produce_parser",
+    "run_produce",
+]

@@ -1,0 +1,78 @@
+"""Helpers of the Spark suite: fresh tables on the session's moto server, and reading a queue back."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from querator.clock import SystemClock
+from querator.config import Settings
+from querator.domain.model import QueueInfo
+from querator.spark.export import iter_partition
+from querator.spark.producer import DirectTarget
+from querator.storage.dynamodb import schema
+from querator.testing import build_service, dynamodb_client
+
+if TYPE_CHECKING:
+    from querator.domain.model import Item
+    from querator.service import QueueService
+
+
+@dataclass(frozen=True)
+class Store:
+    """Fresh tables on the session's moto server: a driver-side service and the executors' target."""
+
+    service: QueueService
+    target: DirectTarget
+    endpoint: str
+
+
+def fresh_store(endpoint: str) -> Store:
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    service = build_service(dynamodb_client(endpoint), clock=SystemClock(), prefix=prefix)
+    settings = Settings(items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues", region="us-east-1")
+    return Store(
+        service=service, target=DirectTarget(settings=settings, endpoint_url=endpoint), endpoint=endpoint
+    )
+
+
+def create_queue(service: QueueService, name: str, *, partitions: int = 4) -> str:
+    now = datetime.now(UTC)
+    service.create_queue(
+        QueueInfo(
+            name=name,
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(days=1),
+            partitions=partitions,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return name
+
+
+def stored_by_partition(service: QueueService, queue: str) -> dict[int, list[Item]]:
+    partitions = service.get_queue(queue).partitions
+    return {p: [item for item, _ in iter_partition(service, queue, p)] for p in range(partitions)}
+
+
+def count_items(store: Store, queue: str) -> int:
+    """Items in every partition of ``queue``, counted by the store (far cheaper on moto than reading)."""
+    client = dynamodb_client(store.endpoint)
+    total = 0
+    for partition in range(store.service.get_queue(queue).partitions):
+        pages = client.get_paginator("query").paginate(
+            TableName=store.target.settings.items_table,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": schema.PK},
+            ExpressionAttributeValues={":pk": {"S": schema.partition_key(queue, partition)}},
+            Select="COUNT",
+        )
+        total += sum(page["Count"] for page in pages)
+    return total
+
+
+def stored(service: QueueService, queue: str) -> list[Item]:
+    return [item for items in stored_by_partition(service, queue).values() for item in items]
