@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: Errors of ``lease`` that another try cannot fix: the worker stops and raises them.
 _FATAL: Final = (BadRequestError, AuthError, UnsupportedContentError, UnknownMethodError)
+#: Most ids per complete / retry call (the API's limit).
+MAX_IDS: Final = 1000
 #: How often the waits of the lease loop look at the stop flag, in seconds.
 _POLL: Final = 0.2
 
@@ -98,6 +100,15 @@ class _Job:
     lost: bool = False
     #: complete / retry is on its way: neither renew it nor put it back.
     settling: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Settlement:
+    """A finished handler's verdict on its item: complete it (``retry`` is None) or retry it."""
+
+    job: _Job
+    retry: RetryItem | None
+    outcome: str
 
 
 @dataclass(slots=True, eq=False)
@@ -235,6 +246,8 @@ class _Worker:
         self.state = _State()
         self.work: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self.renewer_done = threading.Event()
+        self.settlements: queue.SimpleQueue[_Settlement] = queue.SimpleQueue()
+        self.settler_done = threading.Event()
 
     # -- the run --------------------------------------------------------------------------------------
 
@@ -251,7 +264,8 @@ class _Worker:
             for n in range(self.concurrency)
         ]
         renewer = threading.Thread(target=self._renew_loop, name="querator-renewer", daemon=True)
-        for thread in [*threads, renewer]:
+        settler = threading.Thread(target=self._settle_loop, name="querator-settler", daemon=True)
+        for thread in [*threads, renewer, settler]:
             thread.start()
         fatal: ApiError | None = None
         try:
@@ -262,7 +276,9 @@ class _Worker:
         finally:
             self._shut_down(threads)
             self.renewer_done.set()
+            self.settler_done.set()
             renewer.join(timeout=self.client.timeout)
+            settler.join(timeout=self.client.timeout)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         with self.state.lock:
@@ -395,37 +411,68 @@ class _Worker:
             self._settle(job, None, "completed")
 
     def _settle(self, job: _Job, retry: RetryItem | None, outcome: str) -> None:
-        item = job.item
         with self.state.lock:
             # Gone when the worker put it back during a stop: the item is no longer ours to settle.
-            if item.id not in self.state.jobs:
+            if job.item.id not in self.state.jobs:
                 return
             job.settling = True
+        self.settlements.put(_Settlement(job, retry, outcome))
+
+    def _settle_loop(self) -> None:
+        """Send the verdicts in batches: whatever finished while the previous call was under way goes
+        in the next one, one call per partition and kind, so a busy worker sends far fewer requests
+        than one per item and an idle one adds no delay."""
+        while True:
+            try:
+                batch = [self.settlements.get(timeout=_POLL)]
+            except queue.Empty:
+                if self.settler_done.is_set():
+                    return
+                continue
+            while len(batch) < MAX_IDS:
+                try:
+                    batch.append(self.settlements.get_nowait())
+                except queue.Empty:
+                    break
+            groups: dict[tuple[int, bool], list[_Settlement]] = defaultdict(list)
+            for settlement in batch:
+                groups[(settlement.job.item.partition, settlement.retry is None)].append(settlement)
+            for (partition, completing), group in groups.items():
+                self._apply(partition, completing, group)
+
+    def _apply(self, partition: int, completing: bool, group: list[_Settlement]) -> None:
+        ids = [s.job.item.id for s in group]
+        failed: set[str] = set()
+        unsettled = False
         try:
-            if retry is None:
-                self.client.complete(self.queue_name, [item.id], partition=item.partition)
+            if completing:
+                self.client.complete(self.queue_name, ids, partition=partition)
             else:
-                self.client.retry(self.queue_name, [retry], partition=item.partition)
-        except ItemNotLeasedError:
-            log.warning("item %s of %s: lease lost before %s", item.id, self.queue_name, outcome)
-            self.state.count("lost")
+                retries = [s.retry for s in group if s.retry is not None]
+                self.client.retry(self.queue_name, retries, partition=partition)
+        except ItemNotLeasedError as exc:
+            # The others were applied; these leases ran out and the items went to someone else.
+            failed = set(exc.failed_ids)
+            log.warning("%d item(s) of %s: lease lost before settling", len(failed), self.queue_name)
         except (ApiError, ConnectionFailedError) as exc:
             log.warning(
-                "item %s of %s: %s failed (%s); its lease will run out",
-                item.id,
+                "settling %d item(s) of %s failed (%s); their leases will run out",
+                len(ids),
                 self.queue_name,
-                outcome,
                 exc,
             )
             self.state.count("errors")
-            self.state.count("unsettled")
-        else:
-            self.state.count(outcome)
-        finally:
+            self.state.count("unsettled", len(ids))
+            unsettled = True
+        with self.state.idle:
+            if not unsettled:
+                for settlement in group:
+                    key = "lost" if settlement.job.item.id in failed else settlement.outcome
+                    self.state.counts[key] += 1
             # Only now: a stop waits for settling items, so no complete is cut off by the exit.
-            with self.state.idle:
-                self.state.jobs.pop(item.id, None)
-                self.state.idle.notify_all()
+            for item_id in ids:
+                self.state.jobs.pop(item_id, None)
+            self.state.idle.notify_all()
 
     # -- renewing -------------------------------------------------------------------------------------
 
