@@ -9,7 +9,9 @@ fresh tables:
 - the job: a ``local[1]`` Spark session, ``produce_dataframe`` over the direct write path (mapping,
   shuffle and sort by row key, 1000-item idempotent produce calls through ``QueueService``), timed
   from the call to its return; the session and the Python worker are warmed up first and not timed.
-- the re-run: the same job again, where every chunk is an idempotent replay that stores nothing.
+- the re-run: the same job again, where every chunk is an idempotent replay that stores nothing;
+- for reference, ``QueueService.produce`` called in a plain loop (1000-item idempotent calls, no
+  Spark), which separates what Spark adds from what the product's item format and idempotency cost.
 
 moto serves one request at a time, so the figures compare the client-side work and the number of
 requests of each path, not DynamoDB's speed; the ratio is what to read.
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from querator.clock import SystemClock
 from querator.config import Settings
-from querator.domain.model import QueueInfo
+from querator.domain.model import MAX_BATCH, NewItem, QueueInfo
 from querator.spark.job import produce_dataframe
 from querator.spark.mapping import ColumnMap
 from querator.spark.producer import DirectTarget
@@ -37,6 +39,8 @@ from querator.testing import build_service, dynamodb_client, moto_server_process
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from pyspark.sql import SparkSession
+
+    from querator.service import QueueService
 
 ROWS = 10_000
 PAYLOAD_BYTES = 100
@@ -77,6 +81,35 @@ def loop_rows_per_second(client: DynamoDBClient, rows: list[tuple[int, str]]) ->
     return len(rows) / (time.perf_counter() - started)
 
 
+def new_queue(endpoint: str) -> tuple[QueueService, DirectTarget]:
+    """Fresh tables with a 4-partition queue ``bench``; the driver's service and the executors' target."""
+    prefix = f"b{uuid.uuid4().hex[:8]}"
+    service = build_service(dynamodb_client(endpoint), clock=SystemClock(), prefix=prefix)
+    now = datetime.now(UTC)
+    service.create_queue(
+        QueueInfo(
+            name="bench",
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(days=1),
+            partitions=4,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    settings = Settings(items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues", region="us-east-1")
+    return service, DirectTarget(settings=settings, endpoint_url=endpoint)
+
+
+def service_rows_per_second(endpoint: str, rows: list[tuple[int, str]]) -> float:
+    """``QueueService.produce`` in a loop, 1000 items a call with an idempotency key; rows/s."""
+    service, _ = new_queue(endpoint)
+    started = time.perf_counter()
+    for start in range(0, len(rows), MAX_BATCH):
+        items = [NewItem(payload=body.encode()) for _, body in rows[start : start + MAX_BATCH]]
+        service.produce("bench", items, idempotency_key=f"loop-{start}")
+    return len(rows) / (time.perf_counter() - started)
+
+
 def spark_session() -> SparkSession:
     for name, value in _FAKE_AWS.items():
         os.environ.setdefault(name, value)
@@ -101,21 +134,7 @@ def job_rows_per_second(
     spark: SparkSession, endpoint: str, rows: list[tuple[int, str]], *, partitions: int
 ) -> tuple[float, float]:
     """Produce ``rows`` with the job into a fresh queue, then again; rows/s of both runs."""
-    prefix = f"b{uuid.uuid4().hex[:8]}"
-    service = build_service(dynamodb_client(endpoint), clock=SystemClock(), prefix=prefix)
-    now = datetime.now(UTC)
-    service.create_queue(
-        QueueInfo(
-            name="bench",
-            lease_timeout=timedelta(minutes=1),
-            expire_timeout=timedelta(days=1),
-            partitions=4,
-            created_at=now,
-            updated_at=now,
-        )
-    )
-    settings = Settings(items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues", region="us-east-1")
-    target = DirectTarget(settings=settings, endpoint_url=endpoint)
+    _, target = new_queue(endpoint)
     columns = ColumnMap(payload=("body",), key="id")
 
     def produce(frame_rows: list[tuple[int, str]], job_id: str) -> float:
@@ -149,12 +168,14 @@ def main(argv: list[str] | None = None) -> None:
             job, rerun = job_rows_per_second(spark, endpoint, rows, partitions=args.partitions)
         finally:
             spark.stop()
+        direct = service_rows_per_second(endpoint, rows)
     print(f"{args.rows} rows of {PAYLOAD_BYTES} bytes, one single-threaded moto server on 127.0.0.1")
     print(f"{'path':<44} {'rows/s':>10} {'vs loop':>8}")
     print(f"{'boto3 batch_write_item loop (25 a request)':<44} {loop:>10.0f} {1.0:>8.2f}")
     label = f"produce_dataframe, {args.partitions} partition(s), local[1]"
     print(f"{label:<44} {job:>10.0f} {job / loop:>8.2f}")
     print(f"{'same job again (every chunk a replay)':<44} {rerun:>10.0f} {rerun / loop:>8.2f}")
+    print(f"{'QueueService.produce loop, no Spark':<44} {direct:>10.0f} {direct / loop:>8.2f}")
 
 
 if __name__ == "__main__":
