@@ -43,6 +43,10 @@ class FakeServer:
     def __init__(self) -> None:
         self.seen: list[Seen] = []
         self.script: list[Action] = []
+        #: Per-path scripts, used before ``script`` (for callers with several threads).
+        self.by_path: dict[str, list[Action]] = {}
+        #: Per-path answer once a path's script is used up.
+        self.default_by_path: dict[str, Action] = {}
         self.lock = threading.Lock()
         outer = self
 
@@ -63,7 +67,13 @@ class FakeServer:
                             self.command, self.path, dict(self.headers.items()), body, self.client_address[1]
                         )
                     )
-                    action = outer.script.pop(0) if outer.script else Action()
+                    queued = outer.by_path.get(self.path)
+                    if queued:
+                        action = queued.pop(0)
+                    elif outer.script:
+                        action = outer.script.pop(0)
+                    else:
+                        action = outer.default_by_path.get(self.path, Action())
                 if action.delay:
                     time.sleep(action.delay)
                 if action.drop:
@@ -99,7 +109,16 @@ class FakeServer:
             self.script.extend(actions)
         return self
 
+    def on(self, path: str, *actions: Action, then: Action | None = None) -> FakeServer:
+        with self.lock:
+            self.by_path.setdefault(path, []).extend(actions)
+            if then is not None:
+                self.default_by_path[path] = then
+        return self
+
     def reset(self) -> None:
         with self.lock:
             self.seen.clear()
             self.script.clear()
+            self.by_path.clear()
+            self.default_by_path.clear()
