@@ -219,11 +219,22 @@ def export_main(argv: Sequence[str] | None = None, *, spark: SparkSession | None
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _log_to_stderr()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         log.info("ignoring arguments this job does not define (Glue adds its own): %s", " ".join(unknown))
     return args
+
+
+def _log_to_stderr() -> None:
+    """The product's own INFO lines (the summary) on the driver's stderr; Spark's and py4j's stay as
+    Spark configures them."""
+    logger = logging.getLogger("querator")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def _session(name: str) -> SparkSession:

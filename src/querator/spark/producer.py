@@ -226,7 +226,7 @@ class HttpProducer:
 
 #: The stable class (``message`` up to the first ``;``) the server sends for an idempotent produce
 #: whose first attempt is still writing: the domain error's docstring, as the API layer sends it.
-_IN_PROGRESS = (RequestInProgressError.__doc__ or "").strip()
+_IN_PROGRESS = (RequestInProgressError.__doc__ or "").strip().splitlines()[0].rstrip(".")
 
 
 def domain_error(exc: QueratorClientError) -> QueratorError:
