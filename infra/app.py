@@ -1,12 +1,25 @@
-"""CDK entry point: ``cdk.json`` runs ``python -m infra.app``; the stage comes from context."""
+"""CDK entry point: ``cdk.json`` runs ``python -m infra.app``; the stage comes from context.
+
+Before synthesizing, the entry point brings the core layer up to date for the stage's runtime and
+architecture (``layers/core/build.py``, a no-op while the source hash is unchanged), so a deploy can
+never package a layer older than the code. ``-c buildLayer=false`` skips that, e.g. when
+``layerAssetPath`` points at a layer built elsewhere.
+"""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 from aws_cdk import App
 
 from infra.config import StageConfig
 from infra.nag import add_checks
 from infra.stack import QueratorStack
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYER_BUILD = ROOT / "layers" / "core" / "build.py"
 
 
 def build(app: App) -> QueratorStack:
@@ -18,8 +31,26 @@ def build(app: App) -> QueratorStack:
     return stack
 
 
+def ensure_layer(config: StageConfig) -> None:
+    """Build the layer where the stage expects it, unless it is current (cached by source hash)."""
+    command = [
+        sys.executable,
+        str(LAYER_BUILD),
+        "--runtime",
+        config.runtime,
+        "--architecture",
+        config.architecture,
+        "--out",
+        config.layer_asset_path,
+    ]
+    # The CDK CLI reads the app's stdout for nothing, but keep the build's progress on stderr anyway.
+    subprocess.run(command, check=True, cwd=ROOT, stdout=sys.stderr)  # noqa: S603 - fixed arguments
+
+
 def main() -> None:
     app = App()
+    if str(app.node.try_get_context("buildLayer")).lower() != "false":
+        ensure_layer(StageConfig.from_context(app.node))
     build(app)
     app.synth()
 
