@@ -99,7 +99,10 @@ class QueueMonitoring(Construct):
             Signal(
                 "ReaperNotRunning",
                 "The reaper was not invoked: the schedule is disabled or failing.",
-                functions["reaper"].function.metric_invocations(period=Duration.minutes(10), statistic="Sum"),
+                # Two schedule periods at least, so one late run is not an alarm.
+                functions["reaper"].function.metric_invocations(
+                    period=Duration.minutes(max(10, 2 * config.reaper_rate_minutes)), statistic="Sum"
+                ),
                 1,
                 Comparison.LESS_THAN_THRESHOLD,
                 missing=Missing.BREACHING,

@@ -91,7 +91,9 @@ def test_a_reaper_that_stops_running_alarms(synth: Synth) -> None:
     fn_id = synth.logical_id(synth.stack.functions[REAPER].function)
     alarm = _alarm_on(synth, "AWS/Lambda", "Invocations", [{"Name": "FunctionName", "Value": {"Ref": fn_id}}])
     assert alarm["ComparisonOperator"] == "LessThanThreshold"
+    # No invocations publish no datapoint at all, so missing data must count as "not running".
     assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["Period"] == 600  # ten one-minute schedule periods
 
 
 @pytest.mark.parametrize("which", ["items", "catalog"])
