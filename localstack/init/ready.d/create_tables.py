@@ -13,7 +13,9 @@ import os
 
 import boto3
 
-SCHEMA_PATH = "/opt/querator/schema.py"
+# Overridable so the hook can be tried outside the container (tests/infra runs it against moto).
+SCHEMA_PATH = os.environ.get("QUERATOR_SCHEMA_PATH", "/opt/querator/schema.py")
+ENDPOINT = os.environ.get("QUERATOR_INIT_ENDPOINT", "http://localhost:4566")
 
 spec = importlib.util.spec_from_file_location("querator_schema", SCHEMA_PATH)
 assert spec is not None and spec.loader is not None, SCHEMA_PATH  # noqa: S101 - a hook, not a module
@@ -22,7 +24,7 @@ spec.loader.exec_module(schema)
 
 client = boto3.client(
     "dynamodb",
-    endpoint_url="http://localhost:4566",
+    endpoint_url=ENDPOINT,
     region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
     aws_access_key_id="test",
     aws_secret_access_key="test",  # noqa: S106 - LocalStack's dummy key
