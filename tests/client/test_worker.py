@@ -144,19 +144,19 @@ def test_500_items_each_complete_exactly_once_or_dead_letter_after_max_attempts(
 
 
 def test_a_slow_handler_keeps_its_lease_through_renewals(client: Client, queue_name: str) -> None:
-    client.create_queue(queue_name, lease_timeout="1s", expire_timeout="1h")
+    client.create_queue(queue_name, lease_timeout="2s", expire_timeout="1h")
     client.produce(queue_name, [b"slow"])
     seen: list[LeasedItem] = []
 
     def handler(item: LeasedItem) -> None:
         seen.append(item)
-        time.sleep(2.5)
+        time.sleep(4.5)
 
     report = client.consume(queue_name, handler, max_items=1, request_timeout=1.0)
 
     assert [item.attempts for item in seen] == [1]
     assert (report.completed, report.lost, report.stopped_by) == (1, 0, "max_items")
-    assert report.renewed >= 3
+    assert report.renewed >= 2
     assert _drained(client, queue_name)
 
 
