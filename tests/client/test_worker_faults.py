@@ -69,3 +69,17 @@ def test_a_queue_deleted_under_the_worker_stops_it_and_raises(fake: FakeServer, 
 
     with pytest.raises(QueueNotFoundError):
         fake_client.consume("q", lambda item: None)
+
+
+def test_a_handler_that_exits_its_thread_still_settles_its_item(
+    fake: FakeServer, fake_client: Client
+) -> None:
+    fake.on("/v1/queues.info", INFO)
+    fake.on("/v1/queue.lease", _lease("a" * 30), then=EMPTY)
+
+    def exits(item: LeasedItem) -> None:
+        raise SystemExit(3)
+
+    report = fake_client.consume("q", exits, max_items=1)
+
+    assert (report.retried, report.failures, report.stopped_by) == (1, 1, "max_items")

@@ -396,9 +396,10 @@ class _Worker:
             self.state.count("failures")
             log.info("item %s of %s: dead letter (%r)", item.id, self.queue_name, exc)
             self._settle(job, RetryItem(id=item.id, dead=True), "dead_lettered")
-        # The handler is the user's code: whatever it raises is that item's failure, never the
-        # worker's, so this is the one place that catches everything.
-        except Exception as exc:
+        # The handler is the user's code: whatever it raises (even SystemExit) is that item's
+        # failure, never the worker's, so this is the one place that catches everything; a thread
+        # that died here would leave its item held until the worker stops.
+        except BaseException as exc:
             self.state.count("failures")
             last = self.max_attempts > 0 and item.attempts >= self.max_attempts
             retry_at = datetime.now(UTC) + self.backoff(item.attempts)
@@ -542,6 +543,11 @@ class _Worker:
             while (
                 any(graceful or job.started for job in self.state.jobs.values()) and not self.hurry.is_set()
             ):
+                if graceful and self.stop.is_set():
+                    # A signal during a normal end: from now on it is a stop like any other.
+                    graceful = False
+                    self.state.stopping = True
+                    deadline = time.monotonic() + self.shutdown_timeout
                 remaining = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
                 if remaining <= 0:
                     break
