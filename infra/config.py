@@ -76,7 +76,7 @@ class StageConfig:
     alarm_topic_arn: str | None = None
     api_throttle_rate: int = 100
     api_throttle_burst: int = 200
-    api_cloudwatch_role: bool = True
+    api_cloud_watch_role: bool = True
     tracing: bool = True
     lease_wait_cap_seconds: int = 20
     oldest_item_age_alarm_seconds: int = 3600

@@ -50,8 +50,9 @@ class QueueApi(Construct):
             rest_api_name=f"querator-{config.stage}",
             description="Querator lease queue (contract/API.md)",
             endpoint_types=[apigw.EndpointType.REGIONAL],
-            cloud_watch_role=config.api_cloudwatch_role,
-            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
+            cloud_watch_role=config.api_cloud_watch_role,
+            # Region-wide (AWS::ApiGateway::Account): other stacks' APIs may log through it too.
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN if config.api_cloud_watch_role else None,
             deploy_options=apigw.StageOptions(
                 stage_name=config.stage,
                 throttling_rate_limit=config.api_throttle_rate,
@@ -90,7 +91,7 @@ class QueueApi(Construct):
             )
         self.url = self.api.url
 
-        if config.api_cloudwatch_role:
+        if config.api_cloud_watch_role:
             acknowledge(
                 self.api,
                 "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"

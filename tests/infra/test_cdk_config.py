@@ -40,6 +40,19 @@ def test_command_line_strings_override_the_stage_object() -> None:
     assert dict(config.provisioned_concurrency) == {"lease": 2}
 
 
+@pytest.mark.parametrize("stage", sorted(CDK_JSON["context"]["stages"]))
+def test_every_stage_in_cdk_json_parses(stage: str) -> None:
+    config = StageConfig.from_context(App(context={**CDK_JSON["context"], "stage": stage}).node)
+    assert config.stack_name == f"querator-{stage}"
+
+
+def test_the_local_stage_suits_localstack() -> None:
+    config = StageConfig.from_context(App(context={**CDK_JSON["context"], "stage": "local"}).node)
+    assert not config.retains_data
+    assert not config.api_cloud_watch_role
+    assert not config.tracing
+
+
 def test_an_unnamed_stage_is_not_a_dev_stage_unless_told() -> None:
     assert StageConfig(stage="staging").retains_data
     assert not StageConfig(stage="staging", retain_data=False).retains_data
