@@ -115,6 +115,21 @@ def test_running_the_same_job_again_adds_no_items(ten_thousand: Load):
     assert ten_thousand.count_after_second == ROWS
 
 
+def test_a_rerun_whose_input_arrives_in_other_splits_and_order_adds_nothing(spark, store: Store):
+    queue = create_queue(store.service, "resplit", partitions=2)
+    frame = rows_frame(spark, 600)
+    # No key column: rows are identified by their content and the job id.
+    columns = ColumnMap(payload=("body",), reference="ref")
+    options = {"queue": queue, "columns": columns, "target": store.target, "job_id": "resplit"}
+    first = produce_dataframe(frame.coalesce(1), partitions=3, chunk_items=100, **options)
+    # The same rows read as 5 splits in reverse order (another cluster, other file splits).
+    second = produce_dataframe(
+        frame.repartition(5).orderBy(frame.id.desc()), partitions=3, chunk_items=100, **options
+    )
+    assert (first.written, second.written, second.skipped_duplicates) == (600, 0, 600)
+    assert count_items(store, queue) == 600
+
+
 # -- a task that dies after writing part of its partition ------------------------------------------
 
 

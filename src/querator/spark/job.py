@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ from querator.spark.mapping import (
 from querator.spark.retry import RateLimiter, RetriesExhaustedError, RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from pyspark.sql import Column, DataFrame
 
@@ -293,6 +294,9 @@ class PartitionWriter:
     chunk_items: int = MAX_CHUNK_ITEMS
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_items_per_second: float | None = None
+    #: Injected for tests; the executors use the real ones.
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
 
     def __call__(
         self, index: int, records: Iterable[tuple[SortKey, NewItem | RowError]]
@@ -305,7 +309,7 @@ class PartitionWriter:
             max_items=self.chunk_items,
             max_bytes=MAX_CHUNK_WIRE_BYTES,
         )
-        limiter = RateLimiter(self.max_items_per_second)
+        limiter = RateLimiter(self.max_items_per_second, clock=self.clock, sleep=self.sleep)
         producer: Producer | None = None
         stopped = False
         for chunk in chunks:
@@ -327,7 +331,10 @@ class PartitionWriter:
         items = [item for _, item in chunk]
         try:
             receipt, attempts = call_with_retries(
-                lambda: producer.produce(self.queue, items, idempotency_key=key), policy=self.retry
+                lambda: producer.produce(self.queue, items, idempotency_key=key),
+                policy=self.retry,
+                sleep=self.sleep,
+                clock=self.clock,
             )
         except (RetriesExhaustedError, QueratorError) as exc:
             progress.failed += len(chunk)

@@ -1,0 +1,185 @@
+"""One Spark partition's writer without Spark: chunks, idempotent replays, counts, retries and pacing.
+
+The fake producer keeps what each idempotency key stored, as the service does, so a replayed chunk
+stores nothing; the clock and sleep are fakes, so retries and pacing cost no time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pytest
+
+from querator.domain.errors import QueueNotFoundError, RequestInProgressError, StoreThrottledError
+from querator.spark.job import PartitionWriter, ProduceCounts
+from querator.spark.mapping import ColumnMap, RowError, item_digest, row_key, row_to_item
+from querator.spark.producer import ChunkReceipt
+from querator.spark.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from querator.domain.model import NewItem
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = ColumnMap(payload=("body",), key="id")
+
+
+@dataclass
+class FakeTime:
+    now: float = 0.0
+    slept: list[float] = field(default_factory=list)
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@dataclass
+class MemoryProducer:
+    """Idempotent by key, like ``QueueService.produce``; ``faults`` are raised first, in order."""
+
+    stored: dict[str, list[NewItem]] = field(default_factory=dict)
+    faults: list[Exception] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
+    says_replayed: bool = True
+
+    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+        self.calls.append(len(items))
+        if self.faults:
+            raise self.faults.pop(0)
+        replayed = idempotency_key in self.stored
+        self.stored.setdefault(idempotency_key, list(items))
+        return ChunkReceipt(items=len(items), replayed=replayed if self.says_replayed else None)
+
+    def check_queue(self, queue: str) -> int:
+        return 1
+
+    def items(self) -> list[NewItem]:
+        return [item for items in self.stored.values() for item in items]
+
+
+@dataclass(frozen=True)
+class MemoryTarget:
+    producer: MemoryProducer
+
+    def connect(self) -> MemoryProducer:
+        return self.producer
+
+
+def records(count: int, *, invalid: int = 0, size: int = 10) -> list:
+    """Sorted (sort key, item) records as the shuffle hands them over, with ``invalid`` RowErrors."""
+    out: list = []
+    for i in range(count):
+        row = {"id": i, "body": f"{i:06d}".ljust(size, "x")}
+        item = row_to_item(row, COLUMNS)
+        out.append(((row_key(row, COLUMNS, item, job_id="job"), item_digest(item)), item))
+    out += [
+        ((f"{n:064x}", "!"), RowError(row=f"id={n}", column="body", reason="bad")) for n in range(invalid)
+    ]
+    return sorted(out, key=lambda record: record[0])
+
+
+def write(producer: MemoryProducer, recs: list, time: FakeTime | None = None, **options) -> ProduceCounts:
+    time = time or FakeTime()
+    writer = PartitionWriter(
+        target=MemoryTarget(producer), queue="q", job_id="job", sleep=time.sleep, clock=time.clock, **options
+    )
+    (counts,) = list(writer(0, iter(recs)))
+    return counts
+
+
+def balanced(counts: ProduceCounts) -> bool:
+    parts = counts.written + counts.skipped_duplicates + counts.confirmed + counts.invalid + counts.failed
+    return parts == counts.rows
+
+
+def test_a_partition_is_written_in_chunks_and_invalid_rows_are_counted_and_listed():
+    producer = MemoryProducer()
+    counts = write(producer, records(250, invalid=3), chunk_items=100)
+    assert producer.calls == [100, 100, 50]
+    assert (counts.rows, counts.written, counts.invalid, counts.chunks) == (253, 250, 3, 3)
+    assert [e.row for e in counts.invalid_rows] == ["id=0", "id=1", "id=2"]
+    assert balanced(counts)
+    assert len(producer.items()) == 250
+
+
+def test_the_same_partition_again_stores_nothing_and_counts_duplicates():
+    producer = MemoryProducer()
+    recs = records(250)
+    write(producer, recs, chunk_items=100)
+    again = write(producer, recs, chunk_items=100)
+    assert (again.written, again.skipped_duplicates) == (0, 250)
+    assert len(producer.items()) == 250
+
+
+def test_a_partition_retried_after_a_crash_replays_what_was_stored():
+    producer = MemoryProducer(faults=[])
+    recs = records(300)
+    # The first attempt stored the first chunk, then the task died (simulated by writing less).
+    write(producer, recs[:100], chunk_items=100)
+    retried = write(producer, recs, chunk_items=100)
+    assert (retried.skipped_duplicates, retried.written) == (100, 200)
+    assert len(producer.items()) == 300
+
+
+def test_a_path_that_cannot_tell_replays_counts_items_as_confirmed():
+    producer = MemoryProducer(says_replayed=False)
+    counts = write(producer, records(150), chunk_items=100)
+    assert (counts.written, counts.skipped_duplicates, counts.confirmed) == (0, 0, 150)
+    assert balanced(counts)
+
+
+def test_throttling_is_retried_with_backoff_then_succeeds():
+    producer = MemoryProducer(faults=[StoreThrottledError(), StoreThrottledError()])
+    time = FakeTime()
+    counts = write(producer, records(100), time, retry=RetryPolicy(max_attempts=5, base_delay=1.0))
+    assert (counts.written, counts.retries, counts.failed) == (100, 2, 0)
+    assert len(time.slept) == 2
+    assert time.slept[0] <= 1.0
+    assert time.slept[1] <= 2.0
+
+
+def test_when_retries_run_out_the_partition_stops_and_counts_the_rest_as_failed():
+    producer = MemoryProducer(faults=[StoreThrottledError()] * 3)
+    counts = write(producer, records(300), chunk_items=100, retry=RetryPolicy(max_attempts=3))
+    assert (counts.written, counts.failed) == (0, 300)
+    assert producer.calls == [100, 100, 100]  # three attempts of the first chunk, then nothing
+    assert "gave up after 3 attempts" in counts.failures[0]
+    assert balanced(counts)
+    assert producer.items() == []
+
+
+def test_a_refused_chunk_stops_the_partition_without_retrying():
+    producer = MemoryProducer(faults=[QueueNotFoundError("gone")])
+    counts = write(producer, records(150), chunk_items=100)
+    assert (counts.written, counts.failed, counts.retries) == (0, 150, 0)
+    assert producer.calls == [100]
+    assert "gone" in counts.failures[0]
+
+
+def test_a_chunk_in_progress_elsewhere_is_waited_for_and_not_charged_to_max_attempts():
+    producer = MemoryProducer(faults=[RequestInProgressError()] * 5)
+    counts = write(producer, records(100), retry=RetryPolicy(max_attempts=2))
+    assert (counts.written, counts.retries, counts.failed) == (100, 5, 0)
+
+
+def test_the_rate_limit_paces_the_partition():
+    producer = MemoryProducer()
+    time = FakeTime()
+    write(producer, records(500), time, chunk_items=100, max_items_per_second=200)
+    # Five chunks of 100 at 200 items/s: each chunk after the first waits half a second.
+    assert time.slept == [0.5, 0.5, 0.5, 0.5]
+
+
+def test_chunks_stay_under_the_body_limit_for_large_payloads():
+    producer = MemoryProducer()
+    counts = write(producer, records(30, size=300_000))
+    assert counts.written == 30
+    # About 400 KB of base64 each: nine fit under the 4,000,000-byte budget, ten would not.
+    assert producer.calls == [9, 9, 9, 3]
