@@ -37,20 +37,12 @@ DEFAULT_OUT: Final = Path(__file__).resolve().parent / "dist"
 STAMP_FILE: Final = ".build-stamp.json"
 #: Shipped by the Lambda Python runtime; a second copy in the layer would shadow it (docs/adr/0011).
 RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore", "s3transfer"})
-#: Parts of the wheel that never run in Lambda: function code ships in its own asset, the local
-#: store and test kit need moto, the Spark producer needs pyspark, the CLI serves locally.
-NOT_IN_LAMBDA: Final = (
-    "functions",
-    "bin",
-    "querator/localstore.py",
-    "querator/testing.py",
-    "querator/devserver.py",
-    "querator/localserver.py",
-    "querator/cli.py",
-    "querator/spark",
-    # uv's install lock, not a module.
-    ".lock",
-)
+#: Parts of the wheel that never run in Lambda: function code ships in its own asset, scripts are for a
+#: shell, and uv's install lock is not a module.
+NOT_IN_LAMBDA: Final = ("functions", "bin", ".lock")
+#: ``querator`` modules (file or package) that never run in Lambda: the local server and store and
+#: the test kit need moto, the Spark producer needs pyspark, the CLI is for a terminal.
+LOCAL_ONLY_MODULES: Final = ("localstore", "localserver", "devserver", "testing", "spark", "cli")
 #: Lambda's Python 3.12/3.13 runtimes run Amazon Linux 2023 (glibc 2.34); manylinux_2_28 wheels fit.
 PLATFORMS: Final = {"arm64": "aarch64-manylinux_2_28", "x86_64": "x86_64-manylinux_2_28"}
 MACHINE: Final = {"arm64": "aarch64", "x86_64": "x86_64"}
@@ -151,8 +143,10 @@ def build(out: Path, runtime: str, architecture: str) -> dict[str, object]:
                 "--target", str(target), "--requirement", str(reqs), str(wheel),
             ]
         )  # fmt: skip
-        for name in NOT_IN_LAMBDA:
-            path = target / name
+        local_only = [
+            target / "querator" / f"{name}{suffix}" for name in LOCAL_ONLY_MODULES for suffix in ("", ".py")
+        ]
+        for path in [*(target / name for name in NOT_IN_LAMBDA), *local_only]:
             if path.is_dir():
                 shutil.rmtree(path)
             elif path.exists():
