@@ -6,21 +6,29 @@ stores nothing; the clock and sleep are fakes, so retries and pacing cost no tim
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from querator.domain.errors import QueueNotFoundError, RequestInProgressError, StoreThrottledError
+from querator.domain.model import QueueInfo
+from querator.service import IDEMPOTENCY_STALE_AFTER, QueueService
 from querator.spark.job import PartitionWriter, ProduceCounts
 from querator.spark.mapping import ColumnMap, RowError, item_digest, row_key, row_to_item
-from querator.spark.producer import ChunkReceipt
+from querator.spark.producer import ChunkReceipt, DirectProducer
 from querator.spark.retry import RetryPolicy
+from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.store import DynamoDBItemStore
+from querator.testing import EPOCH, FakeClock, dynamodb_client
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from querator.domain.model import NewItem
+    from querator.domain.model import Item, NewItem
 
 pytestmark = pytest.mark.spark
 
@@ -183,3 +191,72 @@ def test_chunks_stay_under_the_body_limit_for_large_payloads():
     assert counts.written == 30
     # About 400 KB of base64 each: nine fit under the 4,000,000-byte budget, ten would not.
     assert producer.calls == [9, 9, 9, 3]
+
+
+# -- a chunk whose writer died half-way, against the real service ----------------------------------
+
+
+class DiesHalfWay:
+    """An item store whose first ``put_new`` writes one batch of the chunk and then dies."""
+
+    def __init__(self, inner: DynamoDBItemStore) -> None:
+        self._inner = inner
+        self.died = False
+
+    def put_new(self, queue: str, partition: int, items: Sequence[Item]) -> None:
+        if not self.died:
+            self.died = True
+            self._inner.put_new(queue, partition, items[:25])
+            raise RuntimeError("injected: the executor died in the middle of a produce call")
+        self._inner.put_new(queue, partition, items)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.server
+def test_a_chunk_whose_writer_died_mid_write_is_finished_by_the_retry_without_duplicates(moto_server):
+    client = dynamodb_client(moto_server)
+    prefix = f"w{uuid.uuid4().hex[:8]}"
+    schema.create_tables(client, items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues")
+    clock = FakeClock()
+    store = DiesHalfWay(DynamoDBItemStore(client, f"{prefix}-items"))
+    service = QueueService(
+        catalog=DynamoDBQueueCatalog(f"{prefix}-queues", host=moto_server, region="us-east-1"),
+        store=store,  # type: ignore[arg-type]
+        clock=clock,
+    )
+    service.create_queue(
+        QueueInfo(
+            name="q",
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(days=7),
+            created_at=clock.now(),
+            updated_at=clock.now(),
+        )
+    )
+    recs = records(80)
+    target = MemoryTarget(DirectProducer(service))  # type: ignore[arg-type]
+    writer = PartitionWriter(
+        target=target,
+        queue="q",
+        job_id="job",
+        # The retry's waiting moves the service's clock, so its 15-minute takeover comes in no time.
+        sleep=clock.sleep,
+        clock=lambda: clock.now().timestamp(),
+    )
+
+    # GIVEN the first attempt stored 25 of the chunk's 80 items and died
+    with pytest.raises(RuntimeError, match="injected"):
+        list(writer(0, iter(recs)))
+    assert len(service.list_items("q", 0)) == 25
+
+    # WHEN the task is retried at once
+    (counts,) = list(writer(0, iter(recs)))
+
+    # THEN it waited for the dead attempt's record to go stale, took it over and wrote only the rest
+    assert counts.retries > 0
+    assert (counts.written, counts.failed) == (80, 0)
+    assert clock.now() - EPOCH >= IDEMPOTENCY_STALE_AFTER
+    payloads = sorted(item.payload for item in service.list_items("q", 0))
+    assert payloads == sorted(item.payload for _, item in recs)
