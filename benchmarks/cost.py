@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from querator.ports import Clock
     from querator.service import QueueService
 
 PHASES = ("produce", "lease", "complete")
@@ -186,14 +187,14 @@ class PhaseMeter:
             yield
         finally:
             everything, catalog = (meter.snapshot() for meter in self._meters)
-            self.totals[name] = self.totals[name].plus(everything, catalog)
+            self.totals[name] = self.totals.get(name, PhaseCost()).plus(everything, catalog)
 
 
-def metered_service(endpoint: str) -> MeteredService:
-    """A service on fresh tables at ``endpoint`` with its clients metered."""
+def metered_service(endpoint: str, *, clock: Clock | None = None) -> MeteredService:
+    """A service on fresh tables at ``endpoint`` with its clients metered (system clock by default)."""
     client = dynamodb_client(endpoint)
     raw = dynamodb_client(endpoint)
-    service = build_service(client, clock=SystemClock())
+    service = build_service(client, clock=clock or SystemClock())
     catalog = service._catalog
     if not isinstance(catalog, DynamoDBQueueCatalog):
         raise TypeError(f"expected the DynamoDB catalog, got {type(catalog).__name__}")
