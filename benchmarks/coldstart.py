@@ -5,8 +5,9 @@ everything else. Each figure is the median over ``repeat`` fresh interpreters of
 import time CPython reports with ``-X importtime`` for the top module (``functions.<name>.handler``,
 or ``boto3``), with warm bytecode caches: only the import, not interpreter start-up. A handler
 imports boto3 itself (through the composition root), so its ratio to boto3 is at least about 1;
-what is above 1 is ours (Powertools, pydantic, the route table, the schemas). The Lambda init phase also creates no client: clients are
-made on the first request (``querator.bootstrap``), so this is the import share of a cold start.
+what is above 1 is ours (Powertools, pydantic, the route table, the schemas). The Lambda init
+phase creates no client (clients are made on the first request, ``querator.bootstrap``), so this
+is the import share of a cold start.
 """
 
 from __future__ import annotations
