@@ -67,8 +67,18 @@ def _us(value: timedelta) -> int:
     return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
 
 
+def _cause_code(exc: PynamoDBException) -> str:
+    """The DynamoDB error code behind a PynamoDB error; "" when there was no reply at all.
+
+    Not ``exc.cause_response_code``: it raises AttributeError when the cause is a botocore error
+    without a reply (a read timeout, a lost connection), which would hide the store failure.
+    """
+    response = getattr(exc.cause, "response", None)
+    return str(response.get("Error", {}).get("Code") or "") if isinstance(response, dict) else ""
+
+
 def _raise_store_error(exc: PynamoDBException, operation: str) -> None:
-    code = exc.cause_response_code or ""
+    code = _cause_code(exc)
     if code in THROTTLING_CODES:
         raise StoreThrottledError(f"the store is throttling {operation}; retry", store_code=code) from exc
     raise StoreUnavailableError(f"{operation} failed: {code or exc}", store_code=code) from exc
@@ -116,7 +126,7 @@ class DynamoDBQueueCatalog:
             # Two creates of one name race: the first write wins, the second is told the queue exists.
             record.save(condition=self._model.name.does_not_exist())
         except PutError as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
+            if _cause_code(exc) == "ConditionalCheckFailedException":
                 raise QueueAlreadyExistsError(f"queue '{info.name}' already exists") from exc
             _raise_store_error(exc, "queues.create")
 
@@ -159,7 +169,7 @@ class DynamoDBQueueCatalog:
             # the first, so it fails and the service retries on the fresh version.
             record.save(condition=self._model.updated_at_us == timestamp_us(expected_updated_at))
         except PutError as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
+            if _cause_code(exc) == "ConditionalCheckFailedException":
                 raise ConflictError(f"queue '{info.name}' changed or was deleted meanwhile") from exc
             _raise_store_error(exc, "queues.update")
 
@@ -169,7 +179,7 @@ class DynamoDBQueueCatalog:
             # Only an existing queue is marked; a missing one must not be recreated by the update.
             record.update(actions=[self._model.deleting.set(True)], condition=self._model.name.exists())
         except UpdateError as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
+            if _cause_code(exc) == "ConditionalCheckFailedException":
                 raise QueueNotFoundError(f"queue '{name}' does not exist", queue=name) from exc
             _raise_store_error(exc, "queues.delete")
         return self._to_info(record)
