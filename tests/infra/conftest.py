@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,9 +19,6 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from infra import nag
 from tests.infra.synth import Synth, cdk_context, fake_assets, synthesize
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 ALARM_EMAIL = "alarms@example.com"
 
@@ -36,12 +32,13 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 
 @pytest.fixture(scope="session")
-def unacknowledged_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+def unacknowledged_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     """The same stack with every acknowledgement withheld: what cdk-nag finds on its own."""
     root = tmp_path_factory.mktemp("infra-raw")
     context = cdk_context(**fake_assets(root), alarmEmail=ALARM_EMAIL)
+    # Withheld only while this stack is built: later synths in the session acknowledge as usual.
     with nag.acknowledgements_withheld():
-        yield synthesize(root / "cdk.out", context)
+        return synthesize(root / "cdk.out", context)
 
 
 @pytest.fixture(scope="session")
