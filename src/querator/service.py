@@ -421,7 +421,8 @@ class QueueService:
                 at = self._rng.randrange(len(pending))
             if at >= len(pending):
                 at = 0
-        return won
+        # Claimed out of order after a lost race; the reply is oldest first all the same (contract).
+        return sorted(won, key=lambda item: item.id)
 
     def _settle(
         self,
