@@ -54,12 +54,12 @@ class Sizes:
 FULL = Sizes(
     cost_payloads=(100, 1024, 10240),
     cost_batches=(1, 10, 100),
-    cost_count=200,
+    cost_count=100,
     path_payloads=(100, 1024, 10240),
-    path_count=40,
+    path_count=30,
     throughput_batches=(1, 10),
-    throughput_count=200,
-    contention_count=200,
+    throughput_count=100,
+    contention_count=100,
     contention_partitions=(1, 4),
     coldstart_repeat=7,
 )
