@@ -1,7 +1,8 @@
 """Python client: the consumer worker, ``consume(client, queue_name, handler)``.
 
 One thread leases (the caller's, so it can own the signal handlers), ``concurrency`` threads run the
-handler once per item, and one thread renews the leases of items whose handler is still running.
+handler once per item, one thread renews the leases of items whose handler is still running, and one
+sends the completes and retries in batches.
 An item is completed when its handler returns, retried with backoff when it raises, and sent to the
 dead-letter queue when it raises one of ``dead_letter_on``. On SIGTERM / SIGINT (or ``stop``) the
 worker stops leasing, lets running handlers finish for up to ``shutdown_timeout`` and puts back at
