@@ -27,7 +27,7 @@ from tests.reliability.history import Event, History, check, now
 if TYPE_CHECKING:
     from querator.service import QueueService
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = pytest.mark.server
 
 ITEMS_PER_PRODUCER = 50
 PRODUCERS = 2
