@@ -150,6 +150,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._serve()
 
+    def __getattr__(self, name: str) -> Any:
+        # http.server answers a method it has no do_<METHOD> for with its own 501 HTML page; route
+        # every method instead, so another method on an API path gets the contract's 400 envelope.
+        # HEAD stays with http.server: its reply must not carry a body.
+        if name.startswith("do_") and name != "do_HEAD":
+            return self._serve
+        raise AttributeError(name)
+
     def _serve(self) -> None:
         started = time.perf_counter()
         path = self.path.split("?", 1)[0]
