@@ -22,6 +22,20 @@ MAX_PARTITIONS = 256
 MAX_PAYLOAD_BYTES = 380_000
 
 
+#: The latest time a client may schedule an item for. An item id holds its visible-at time in 14 hex
+#: digits of microseconds (until the year 4253, ``querator.domain.ids``), and deadlines add at most a
+#: Go duration (~292 years) to it; a later time would overflow both.
+LATEST_SCHEDULE = datetime(3000, 1, 1, tzinfo=UTC)
+
+
+def check_schedulable(value: datetime, what: str) -> datetime:
+    """Return ``value`` in UTC, refusing naive datetimes and times from ``LATEST_SCHEDULE`` on."""
+    value = check_aware(value, what)
+    if value >= LATEST_SCHEDULE:
+        raise InvalidRequestError(f"{what} must be before {LATEST_SCHEDULE.year}", field=what)
+    return value
+
+
 def check_aware(value: datetime, what: str) -> datetime:
     """Return ``value`` in UTC, refusing naive datetimes."""
     if value.tzinfo is None or value.utcoffset() is None:
@@ -124,7 +138,7 @@ class NewItem:
             if len(getattr(self, name).encode()) > MAX_REFERENCE_BYTES:
                 raise InvalidRequestError(f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes")
         if self.enqueue_at is not None:
-            object.__setattr__(self, "enqueue_at", check_aware(self.enqueue_at, "enqueue_at"))
+            object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,6 +195,10 @@ class RetryRequest:
     retry_at: datetime | None = None
     #: Straight to the dead-letter queue (deleted when the queue has none).
     dead: bool = False
+
+    def __post_init__(self) -> None:
+        if self.retry_at is not None:
+            object.__setattr__(self, "retry_at", check_schedulable(self.retry_at, "retry_at"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,6 +278,10 @@ class StorageItem:
     created_at: datetime | None = None
     enqueue_at: datetime | None = None
     source_id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.enqueue_at is not None:
+            object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
 
 
 def utc_from_timestamp_us(us: int) -> datetime:
