@@ -212,7 +212,7 @@ def measure(
 def format_table(results: Sequence[PathResult], count: int) -> str:
     header = (
         f"{'path':<14} {'payload':>7} {'batch':>5} | {'req/item':>8} {'WCU/item':>8} {'RCU/item':>8}"
-        f" | {'WCU by phase':<44} | {'once':>4}"
+        f" | {'WCU by phase':<54} | {'once':>4}"
     )
     lines = [
         f"DynamoDB cost per item that reached its end, beside the happy path (N={count} per case)",
@@ -220,10 +220,12 @@ def format_table(results: Sequence[PathResult], count: int) -> str:
         "-" * len(header),
     ]
     for r in results:
-        by_phase = " ".join(f"{p}={r.per_item('write_units', p):.2f}" for p in r.phases)
+        by_phase = " ".join(
+            f"{p}={r.per_item('write_units', p):.2f}" for p, cost in r.phases.items() if cost.requests
+        )
         lines.append(
             f"{r.path:<14} {r.payload_bytes:>7} {r.batch:>5} | {r.per_item('requests'):>8.2f}"
-            f" {r.per_item('write_units'):>8.2f} {r.per_item('read_units'):>8.2f} | {by_phase:<44} |"
+            f" {r.per_item('write_units'):>8.2f} {r.per_item('read_units'):>8.2f} | {by_phase:<54} |"
             f" {'yes' if r.exactly_once else 'NO':>4}"
         )
     return "\n".join(lines)
