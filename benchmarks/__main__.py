@@ -46,6 +46,7 @@ class Sizes:
     path_count: int
     throughput_batches: tuple[int, ...]
     throughput_count: int
+    throughput_rounds: int
     contention_count: int
     contention_partitions: tuple[int, ...]
     coldstart_repeat: int
@@ -58,7 +59,8 @@ FULL = Sizes(
     path_payloads=(100, 1024, 10240),
     path_count=30,
     throughput_batches=(1, 10),
-    throughput_count=100,
+    throughput_count=50,
+    throughput_rounds=3,
     contention_count=100,
     contention_partitions=(1, 4),
     coldstart_repeat=7,
@@ -71,6 +73,7 @@ QUICK = Sizes(
     path_count=10,
     throughput_batches=(10,),
     throughput_count=40,
+    throughput_rounds=1,
     contention_count=40,
     contention_partitions=(1,),
     coldstart_repeat=2,
@@ -123,7 +126,12 @@ def run(sizes: Sizes) -> tuple[list[str], list[capacity.Inputs], bool]:
 
     started = time.perf_counter()
     with moto_server_process() as endpoint:
-        runs = throughput.measure(endpoint, batches=sizes.throughput_batches, count=sizes.throughput_count)
+        runs = throughput.measure(
+            endpoint,
+            batches=sizes.throughput_batches,
+            count=sizes.throughput_count,
+            rounds=sizes.throughput_rounds,
+        )
     sections.append(
         section(
             "3. Throughput: the service against the raw DynamoDB requests",

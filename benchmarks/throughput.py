@@ -62,6 +62,7 @@ LEASE_TIMEOUT = timedelta(minutes=5)
 EXPIRE_TIMEOUT = timedelta(hours=1)
 BATCH_WRITE_LIMIT = 25
 MODES = ("raw", "service", "http")
+ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -274,8 +275,15 @@ class HttpWorkload(Workload):
         self._connection.close()
 
 
-def measure(endpoint: str, *, batches: tuple[int, ...] = BATCHES, count: int = COUNT) -> list[ThroughputRun]:
-    """Run the workload in every mode and batch against the moto server at ``endpoint``."""
+def measure(
+    endpoint: str, *, batches: tuple[int, ...] = BATCHES, count: int = COUNT, rounds: int = ROUNDS
+) -> list[ThroughputRun]:
+    """Run the workload in every mode and batch against the moto server at ``endpoint``.
+
+    Each mode runs ``rounds`` times, interleaved with the others (raw, service, http, raw, ...) on a
+    fresh queue each time, so load from elsewhere on the machine falls on every mode alike; the
+    figure kept per mode is the median round (by total time).
+    """
     from querator import bootstrap  # noqa: PLC0415 - configured from the environment set just below
     from querator.config import EnvVar, load_settings  # noqa: PLC0415
     from querator.localserver import LocalServer  # noqa: PLC0415
@@ -291,32 +299,37 @@ def measure(endpoint: str, *, batches: tuple[int, ...] = BATCHES, count: int = C
         service = bootstrap.get_service()
         client = bootstrap.get_client()
         table = load_settings().items_table
+        factories: dict[str, Callable[[str], Workload]] = {
+            "raw": lambda q: RawWorkload(client, table, q),
+            "service": lambda q: ServiceWorkload(service, q),
+            "http": lambda q: HttpWorkload(server.url, q),
+        }
         runs = []
         for batch in batches:
-            factories: dict[str, Callable[[str], Workload]] = {
-                "raw": lambda q: RawWorkload(client, table, q),
-                "service": lambda q: ServiceWorkload(service, q),
-                "http": lambda q: HttpWorkload(server.url, q),
-            }
-            for mode in MODES:
-                queue = f"tp-{mode}-{batch}"
-                placeholder = datetime(2000, 1, 1, tzinfo=UTC)
-                service.create_queue(
-                    QueueInfo(
-                        name=queue,
-                        lease_timeout=LEASE_TIMEOUT,
-                        expire_timeout=EXPIRE_TIMEOUT,
-                        created_at=placeholder,
-                        updated_at=placeholder,
+            samples: dict[str, list[ThroughputRun]] = {mode: [] for mode in MODES}
+            for round_ in range(rounds):
+                for mode in MODES:
+                    queue = f"tp-{mode}-{batch}-{round_}"
+                    placeholder = datetime(2000, 1, 1, tzinfo=UTC)
+                    service.create_queue(
+                        QueueInfo(
+                            name=queue,
+                            lease_timeout=LEASE_TIMEOUT,
+                            expire_timeout=EXPIRE_TIMEOUT,
+                            created_at=placeholder,
+                            updated_at=placeholder,
+                        )
                     )
-                )
-                workload = factories[mode](queue)
-                # The handlers' Powertools metrics flush to stdout when their buffer fills; that
-                # output is the Lambda's, not this report's.
-                with contextlib.redirect_stdout(io.StringIO()):
-                    runs.append(workload.run(batch=batch, count=count))
-                if isinstance(workload, HttpWorkload):
-                    workload.close()
+                    workload = factories[mode](queue)
+                    # The handlers' Powertools metrics flush to stdout when their buffer fills; that
+                    # output is the Lambda's, not this report's.
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        samples[mode].append(workload.run(batch=batch, count=count))
+                    if isinstance(workload, HttpWorkload):
+                        workload.close()
+            for mode in MODES:
+                ordered = sorted(samples[mode], key=lambda r: r.produce_seconds + r.consume_seconds)
+                runs.append(ordered[len(ordered) // 2])
         return runs
     finally:
         server.stop()
@@ -331,7 +344,8 @@ def ratios(runs: list[ThroughputRun], batch: int, mode: str) -> tuple[float, flo
 
 def format_table(runs: list[ThroughputRun], count: int) -> str:
     lines = [
-        f"Throughput, one client thread, {count} items of {PAYLOAD} B, one partition, single-threaded moto",
+        f"Throughput, one client thread, {count} items of {PAYLOAD} B per run, one partition,"
+        " single-threaded moto; the median of interleaved rounds",
         f"{'batch':>5} {'mode':<8} | {'produce items/s':>15} {'x raw':>6} |"
         f" {'lease+complete items/s':>22} {'x raw':>6}",
     ]
