@@ -160,7 +160,8 @@ def run(sizes: Sizes) -> tuple[list[str], list[capacity.Inputs], bool]:
         section(
             "4. Contention: failed conditional writes per leased item",
             f"{sizes.contention_count} items of 100 B per case, lease batch {contention.BATCH}, lease then"
-            f" complete\n{contention.format_table(cases)}",
+            f" complete; WCU and requests per item count lease + complete only (produce is the same"
+            f" for every case)\n{contention.format_table(cases)}",
             time.perf_counter() - started,
         )
     )
