@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from querator.testing import FakeClock, moto_server_process
+from querator.testing import FakeClock, moto_server_process, serve_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -40,3 +40,13 @@ def moto_server() -> Iterator[str]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     with moto_server_process() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def served_url() -> Iterator[str]:
+    """One ``querator serve`` (its own embedded store) for the session; tests isolate by queue name.
+
+    The reaper runs every 0.5 s so tests that wait for dead-lettering wait less.
+    """
+    with serve_process("--reaper-interval", "0.5") as url:
+        yield url

@@ -14,7 +14,6 @@ import pytest
 
 from querator.cli import main
 from querator.client import Client
-from querator.testing import serve_process
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -28,12 +27,6 @@ class Result:
 
     def json(self) -> Any:
         return json.loads(self.out)
-
-
-@pytest.fixture(scope="session")
-def served_url() -> Iterator[str]:
-    with serve_process() as url:
-        yield url
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from querator.client import Client
-from querator.testing import serve_process
 from tests.client.fakeserver import FakeServer
 
 if TYPE_CHECKING:
@@ -34,12 +33,6 @@ def fake_client(fake: FakeServer) -> Iterator[Client]:
     # Tiny backoff: the tests count requests, they do not measure waits.
     with Client(fake.url, backoff_base=0.001, backoff_cap=0.01, max_retries=3, timeout=5) as client:
         yield client
-
-
-@pytest.fixture(scope="session")
-def served_url() -> Iterator[str]:
-    with serve_process() as url:
-        yield url
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from querator.testing import serve_process
-
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 
 @dataclass
@@ -65,16 +63,9 @@ class Http:
         return reply.body
 
 
-@pytest.fixture(scope="session")
-def served() -> Iterator[str]:
-    """One ``querator serve`` for the session; tests isolate by queue name."""
-    with serve_process("--reaper-interval", "0.5") as url:
-        yield url
-
-
 @pytest.fixture
-def api(served: str) -> Http:
-    return Http(served)
+def api(served_url: str) -> Http:
+    return Http(served_url)
 
 
 @pytest.fixture
