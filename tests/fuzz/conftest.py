@@ -1,41 +1,20 @@
-"""The fuzz suites' server: ``querator serve`` in a child process with its own embedded store."""
+"""The fuzz suites' server: ``querator serve`` in a child process with its own embedded store.
+
+Its own, not the session's shared one: fuzzed requests create, change and delete queues with
+generated names, which must not reach another suite's queues.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
-import requests
 
 from querator.testing import serve_process
+from tests.fuzz.api import QUEUE, Api
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-#: A queue that exists for the whole session, so fuzzed writes can reach the store.
-QUEUE = "fuzz"
-
-
-class Api:
-    """A keep-alive session on the server, with the helpers the suites share."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.session = requests.Session()
-
-    def post(self, method: str, body: Any, *, content_type: str = "application/json") -> requests.Response:
-        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        return self.session.post(
-            f"{self.url}/v1/{method}", data=data, headers={"Content-Type": content_type}, timeout=60
-        )
-
-    def counts(self, queue: str = QUEUE) -> list[tuple[int, int, int]]:
-        """(total, leased, scheduled) per partition: what a rejected request must not change."""
-        reply = self.post("queue.stats", {"queue_name": queue})
-        assert reply.status_code == 200, reply.text
-        partitions = reply.json()["logicalQueues"][0]["partitions"]
-        return [(p.get("total", 0), p.get("total_leased", 0), p.get("scheduled", 0)) for p in partitions]
 
 
 @pytest.fixture(scope="session")
@@ -48,19 +27,3 @@ def api() -> Iterator[Api]:
         )
         assert created.status_code == 200, created.text
         yield client
-
-
-def assert_envelope(response: requests.Response) -> None:
-    """No server error, and every error is the contract's envelope with ``code`` = the HTTP status.
-
-    501 is the contract's answer to an unknown path ("no such method"), not a server error.
-    """
-    assert response.status_code < 500 or response.status_code == 501, (
-        f"{response.status_code}: {response.text[:300]}"
-    )
-    if response.status_code >= 400:
-        body = response.json()
-        assert set(body) == {"code", "code_text", "message"}, body
-        assert body["code"] == response.status_code
-        assert isinstance(body["message"], str)
-        assert body["message"]

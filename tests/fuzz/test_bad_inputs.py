@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fuzz.conftest import QUEUE, assert_envelope
+from tests.fuzz.api import QUEUE, assert_envelope
 
 if TYPE_CHECKING:
-    from tests.fuzz.conftest import Api
+    from tests.fuzz.api import Api
 
 pytestmark = pytest.mark.server
 

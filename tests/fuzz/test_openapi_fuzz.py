@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from schemathesis.config import SchemathesisConfig
 
 from querator.api.openapi import build_openapi
-from tests.fuzz.conftest import QUEUE, assert_envelope
+from tests.fuzz.api import QUEUE, assert_envelope
 
 if TYPE_CHECKING:
-    from tests.fuzz.conftest import Api
+    from tests.fuzz.api import Api
 
 pytestmark = pytest.mark.server
 
