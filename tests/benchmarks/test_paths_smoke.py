@@ -1,0 +1,72 @@
+"""The retry / expiry / dead-letter cost paths on a tiny workload: each ends every item once, at the
+write units the data model implies; and the cold-start parser reads CPython's -X importtime format."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from benchmarks import coldstart, paths
+
+if TYPE_CHECKING:
+    from benchmarks.paths import PathResult
+
+pytestmark = pytest.mark.server
+
+COUNT = 6
+BATCH = 3
+
+#: Write units per item under 1 KB: produce 1, lease 1, complete 1; a requeue or a dead-letter move
+#: is a two-item transaction, 2 x (delete 1 + put 1) = 4; an expired lease is leased again (1 more).
+EXPECTED_WCU = {"retry": 8.0, "expiry": 8.0, "dead (retry)": 6.0}
+
+
+@pytest.fixture(scope="module")
+def results(moto_server: str) -> dict[str, PathResult]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            patch.setenv(name, "testing")
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        measured = paths.measure(moto_server, payloads=(100,), batch=BATCH, count=COUNT)
+    return {r.path: r for r in measured}
+
+
+def test_every_path_ends_every_item_exactly_once(results: dict[str, PathResult]) -> None:
+    assert set(results) == set(paths.PATHS)
+    for result in results.values():
+        assert result.exactly_once, result.name
+        assert result.ended == COUNT
+
+
+@pytest.mark.parametrize("path", sorted(EXPECTED_WCU))
+def test_write_units_per_item_follow_from_the_data_model(results: dict[str, PathResult], path: str) -> None:
+    assert results[path].per_item("write_units") == EXPECTED_WCU[path]
+
+
+def test_the_reaper_path_costs_the_move_plus_its_bookmark(results: dict[str, PathResult]) -> None:
+    reaped = results["dead (reaper)"]
+    assert reaped.per_item("write_units", "reap") > 4.0  # 4 per item, and one bookmark write per run
+    assert reaped.per_item("write_units", "reap") < 4.0 + 1.0
+
+
+def test_importtime_parser_reads_the_cumulative_column() -> None:
+    stderr = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       120 |        120 |   _io",
+            "import time:      3056 |     144058 | boto3",
+            "import time:       200 |     450000 | functions.produce.handler",
+        ]
+    )
+    assert coldstart.parse_importtime(stderr, "boto3") == 144058
+    assert coldstart.parse_importtime(stderr, "functions.produce.handler") == 450000
+    with pytest.raises(ValueError, match="not found"):
+        coldstart.parse_importtime(stderr, "functions.lease.handler")
+
+
+def test_every_function_folder_has_a_handler_to_time() -> None:
+    modules = coldstart.handler_modules()
+    assert "functions.produce.handler" in modules
+    assert "functions.reaper.handler" in modules
+    assert all(m.startswith("functions.") and m.endswith(".handler") for m in modules)
