@@ -4,10 +4,11 @@ For each operation the test first runs it clean to learn the calls it makes, the
 position and every fault kind (``tests.reliability.faults``), runs it on fresh state with that call
 failing, and checks:
 
-1. the caller gets success or an error it can retry: a retryable domain error
-   (``RetryLaterError``, ``StoreUnavailableError``), botocore's connection / timeout error for the
-   item store's calls (both become a 500 at the HTTP edge), or the invocation dies (a Lambda
-   timeout: API Gateway answers 5xx); never a domain "you asked for something wrong" error;
+1. the caller gets success or an error it can retry, the right one for the fault: a throttle is
+   ``RetryLaterError`` (454, "try again"), a store error ``StoreUnavailableError`` (500), no reply
+   either that or botocore's connection / timeout error (from the item store's own calls, also a
+   500 at the HTTP edge), a Lambda timeout ends the invocation (API Gateway answers 5xx); never a
+   "you asked for something wrong" error;
 2. never a false success: when the call returned, its whole effect is in the store;
 3. after the caller retries the same request (faults off) the store holds every item exactly once,
    except where docs/adr/0004-idempotent-produce.md allows a duplicate: a produce *without* an
@@ -380,9 +381,18 @@ SCENARIOS = [
     Scenario("queue delete", setup_delete, op_delete, check_delete, already_done=(QueueNotFoundError,)),
 ]
 
-#: What the caller may get instead of success: errors a client retries (botocore's own errors only
-#: from the item store's boto3 calls; the HTTP edge answers 500 for them, as for StoreUnavailable).
-RETRYABLE = (RetryLaterError, StoreUnavailableError, ConnectionError, HTTPClientError)
+#: What the caller may get instead of success, by fault: a throttle is "try again" (454 at the HTTP
+#: edge), a store error or no reply "the store failed" (500). botocore's own connection / timeout
+#: errors come only from the item store's boto3 calls, which leave them untranslated (the HTTP edge
+#: answers 500 for them too; docs/adr/0040-reliability-suites.md).
+RETRYABLE: dict[Fault, tuple[type[BaseException], ...]] = {
+    Fault.THROTTLED: (RetryLaterError,),
+    Fault.THROTTLING: (RetryLaterError,),
+    Fault.INTERNAL: (StoreUnavailableError,),
+    Fault.CONNECTION: (StoreUnavailableError, ConnectionError),
+    Fault.LOST_REPLY: (StoreUnavailableError, HTTPClientError),
+    Fault.LAMBDA_TIMEOUT: (LambdaTimeout,),
+}
 
 
 def run_with_retries(scenario: Scenario, world: World) -> None:
@@ -428,11 +438,9 @@ def test_no_false_success_and_no_lost_item_under_a_fault_on_any_call(
         try:
             scenario.operation(world)
             succeeded = True
-        except LambdaTimeout:
-            assert fault is Fault.LAMBDA_TIMEOUT
-        except RETRYABLE:
+        except RETRYABLE[fault]:
             pass
-        except QueratorError as exc:
+        except (QueratorError, BotoCoreError, LambdaTimeout) as exc:
             pytest.fail(f"{scenario.name}: {fault.name} on call {position} ({call}) gave {exc!r}")
         finally:
             world.injector.disarm()
