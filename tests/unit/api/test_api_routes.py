@@ -28,6 +28,7 @@ EXPECTED = {
     ("POST", "/v1/storage/items.delete"): "admin",
     ("GET", "/health"): "meta",
     ("GET", "/openapi.json"): "meta",
+    ("GET", "/docs"): "meta",
 }
 
 
