@@ -5,9 +5,8 @@ position and every fault kind (``tests.reliability.faults``), runs it on fresh s
 failing, and checks:
 
 1. the caller gets success or an error it can retry, the right one for the fault: a throttle is
-   ``RetryLaterError`` (454, "try again"), a store error ``StoreUnavailableError`` (500), no reply
-   either that or botocore's connection / timeout error (from the item store's own calls, also a
-   500 at the HTTP edge), a Lambda timeout ends the invocation (API Gateway answers 5xx); never a
+   ``RetryLaterError`` (454, "try again"), a store error or no reply ``StoreUnavailableError``
+   (500), a Lambda timeout ends the invocation (API Gateway answers 5xx); never a
    "you asked for something wrong" error;
 2. never a false success: when the call returned, its whole effect is in the store;
 3. after the caller retries the same request (faults off) the store holds every item exactly once,
@@ -30,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from botocore.exceptions import BotoCoreError, ConnectionError, HTTPClientError
+from botocore.exceptions import BotoCoreError
 from moto import mock_aws
 
 from querator.domain.errors import (
@@ -382,15 +381,14 @@ SCENARIOS = [
 ]
 
 #: What the caller may get instead of success, by fault: a throttle is "try again" (454 at the HTTP
-#: edge), a store error or no reply "the store failed" (500). botocore's own connection / timeout
-#: errors come only from the item store's boto3 calls, which leave them untranslated (the HTTP edge
-#: answers 500 for them too; docs/adr/0040-reliability-suites.md).
+#: edge), a store error or no reply "the store failed" (500): both adapters translate botocore's
+#: connection and timeout errors, so no raw botocore error reaches the service's callers.
 RETRYABLE: dict[Fault, tuple[type[BaseException], ...]] = {
     Fault.THROTTLED: (RetryLaterError,),
     Fault.THROTTLING: (RetryLaterError,),
     Fault.INTERNAL: (StoreUnavailableError,),
-    Fault.CONNECTION: (StoreUnavailableError, ConnectionError),
-    Fault.LOST_REPLY: (StoreUnavailableError, HTTPClientError),
+    Fault.CONNECTION: (StoreUnavailableError,),
+    Fault.LOST_REPLY: (StoreUnavailableError,),
     Fault.LAMBDA_TIMEOUT: (LambdaTimeout,),
 }
 
@@ -470,7 +468,7 @@ def test_a_lost_reply_is_applied_in_the_store(world_factory: Callable[[], World]
     world = world_factory()
     world.make_queue(world.queue)
     world.injector.arm(1, Fault.LOST_REPLY)
-    with pytest.raises(BotoCoreError):
+    with pytest.raises(StoreUnavailableError):
         world.service.produce(world.queue, [NewItem(payload=b"ambiguous")])
     world.injector.disarm()
     assert world.census(world.queue) == Counter({"ambiguous": 1})

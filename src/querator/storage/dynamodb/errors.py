@@ -6,12 +6,16 @@ each store method interprets where it happens.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any, cast
+
+from botocore.exceptions import BotoCoreError
 
 from querator.domain.errors import QueratorError, StoreThrottledError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from botocore.exceptions import ClientError
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 THROTTLING_CODES = frozenset(
     {
@@ -37,3 +41,37 @@ def translate(exc: ClientError, operation: str) -> QueratorError:
     if code in UNAVAILABLE_CODES:
         return StoreUnavailableError(f"{operation} failed: {code}", store_code=code)
     return QueratorError(f"{operation} failed: {code}", store_code=code)
+
+
+class _NoReplyTranslatingClient:
+    """The boto3 client, but a call that got no answer raises ``StoreUnavailableError``.
+
+    botocore reports a timeout or a dropped connection (after its own retries) as a
+    ``BotoCoreError``, not a ``ClientError`` with a code. Whether the write happened is then
+    unknown, so it is never success: the caller gets the domain's "the store failed", which every
+    retrying caller (the client, the Spark producer) treats as retryable.
+    """
+
+    def __init__(self, client: DynamoDBClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if name == "meta" or not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attribute(*args, **kwargs)
+            except BotoCoreError as exc:
+                raise StoreUnavailableError(
+                    f"{name} got no answer from the store ({type(exc).__name__})", store_code="no_reply"
+                ) from exc
+
+        return call
+
+
+def translating_no_reply(client: DynamoDBClient) -> DynamoDBClient:
+    """Wrap ``client`` so transport failures become ``StoreUnavailableError`` (see above)."""
+    return cast("DynamoDBClient", _NoReplyTranslatingClient(client))

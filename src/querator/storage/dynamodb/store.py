@@ -23,7 +23,7 @@ from querator.domain.errors import StoreThrottledError
 from querator.domain.ids import visible_bound
 from querator.ports import Guard, IdempotencyRecord, Page
 from querator.storage.dynamodb import codec, expressions, schema
-from querator.storage.dynamodb.errors import error_code, translate
+from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +47,7 @@ class DynamoDBItemStore:
     def __init__(
         self, client: DynamoDBClient, table_name: str, *, sleep: Callable[[float], None] = time.sleep
     ) -> None:
-        self._client = client
+        self._client = translating_no_reply(client)
         self._table = table_name
         self._sleep = sleep
 
