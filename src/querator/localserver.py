@@ -198,6 +198,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             if name.lower() not in {"content-length", "connection"}:
                 self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            # Tell a keep-alive client not to reuse this connection for its next request.
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
