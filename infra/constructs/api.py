@@ -17,7 +17,7 @@ from constructs import Construct
 
 from infra.constructs.common import removal_policy, retention
 from infra.nag import acknowledge
-from querator.api.routes import ROUTES
+from querator.api.routes import ROUTES, Function
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -89,6 +89,7 @@ class QueueApi(Construct):
                 ),
                 authorization_type=apigw.AuthorizationType.IAM,
             )
+        self._answer_misses_in_the_envelope(functions)
         self.url = self.api.url
 
         if config.api_cloud_watch_role:
@@ -117,3 +118,28 @@ class QueueApi(Construct):
             "Callers are IAM principals (SigV4); a Cognito user pool authorizer would add a second "
             "identity system the contract does not have.",
         )
+
+    def _answer_misses_in_the_envelope(self, functions: Mapping[str, ServiceFunction]) -> None:
+        """Send what no route matches to the meta function, which answers as the contract says.
+
+        Without this API Gateway answers a known path asked with another method, and any unknown
+        path, with its own 403 "Missing Authentication Token"; the contract wants 400 and 501 in
+        its envelope. ``ANY`` on a route's resource catches the other methods (the route's own
+        method takes precedence), a greedy ``{proxy+}`` under every parent catches unknown paths.
+        Both stay IAM-authenticated: an unsigned caller still gets 403 before any function runs.
+        """
+        meta = apigw.LambdaIntegration(
+            functions[Function.META].target,
+            proxy=True,
+            allow_test_invoke=False,
+            # One invoke permission for every catch-all method instead of one each: the function's
+            # resource policy has a size limit.
+            scope_permission_to_method=False,
+        )
+        leaves = {route.path for route in ROUTES}
+        parents = {"/"} | {path.rsplit("/", depth)[0] or "/" for path in leaves for depth in (1, 2)}
+        for path in sorted(leaves):
+            self.api.root.resource_for_path(path).add_method("ANY", meta)
+        for path in sorted(parents - leaves):
+            # add_resource, not add_proxy: add_proxy on the root also puts a MOCK ANY on "/" itself.
+            self.api.root.resource_for_path(path).add_resource("{proxy+}").add_method("ANY", meta)

@@ -50,7 +50,22 @@ def test_every_route_exists_with_its_method_and_function_and_nothing_else(synth:
         props = method["Properties"]
         (target,) = [att for att in _getatts(props["Integration"]["Uri"]) if att[1] == "Arn"]
         deployed.add((props["HttpMethod"], paths[props["ResourceId"]["Ref"]], function_by_id[target[0]]))
-    assert deployed == {(route.method, route.path, route.function) for route in ROUTES}
+    routed = {(route.method, route.path, route.function) for route in ROUTES}
+    # What no route matches goes to the meta function, which answers 400 / 501 in the envelope.
+    other_methods = {("ANY", route.path, "meta") for route in ROUTES}
+    unknown_paths = {("ANY", f"{parent}/{{proxy+}}", "meta") for parent in ("", "/v1", "/v1/storage")}
+    assert deployed == routed | other_methods | unknown_paths
+
+
+def test_the_catch_alls_may_invoke_only_the_meta_function_with_one_permission(synth: Synth) -> None:
+    meta = synth.logical_id(synth.stack.functions["meta"].function)
+    wildcard = [
+        perm
+        for perm in synth.of_type("AWS::Lambda::Permission").values()
+        if perm["Properties"]["Principal"] == "apigateway.amazonaws.com"
+        and "/*/*" in str(perm["Properties"].get("SourceArn"))
+    ]
+    assert {perm["Properties"]["FunctionName"]["Fn::GetAtt"][0] for perm in wildcard} == {meta}
 
 
 def test_every_method_requires_iam_sigv4(synth: Synth) -> None:
