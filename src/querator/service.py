@@ -66,6 +66,8 @@ _PAGE_MAX = 1000
 #: Pages one lease reads in one partition before giving up on it: bounds the work behind a long
 #: run of leased items at the head of a partition (20,000 items at the page maximum).
 _LEASE_MAX_PAGES = 20
+#: Lost claims in a row, with nothing won, after which a lease reads its page again.
+_LOSSES_BEFORE_RESCAN = 3
 _POLL_FIRST = 0.02
 _POLL_MAX = 0.5
 _UPDATE_RETRIES = 3
@@ -378,11 +380,16 @@ class QueueService:
                 elif decision.action is not Action.KEEP:
                     self._settle(queue, partition, state, decision, now, ReapReport())
                     requeued = requeued or decision.action is Action.REQUEUE
-            claimed += self._claim(
+            won, contended = self._claim(
                 queue, partition, candidates, batch_size - len(claimed), lease_deadline, now
             )
-            if len(claimed) >= batch_size:
+            claimed += won
+            if len(claimed) >= batch_size or (contended and claimed):
                 break
+            if contended:
+                # Other consumers took this page's candidates since it was read: read it again rather
+                # than keep trying stale ids (a Query costs reads; each lost claim is a charged write).
+                continue
             if page.next_start is None:
                 if not requeued:
                     break
@@ -401,28 +408,36 @@ class QueueService:
         wanted: int,
         lease_deadline: datetime,
         now: datetime,
-    ) -> list[Item]:
+    ) -> tuple[list[Item], bool]:
         """Claim up to ``wanted`` of ``candidates`` (oldest first), one conditional write each.
 
-        Alone, a consumer claims strictly oldest first. A lost race means another consumer is
-        claiming the same run of items from its head, so following it would lose again and again
-        (each loss is a charged write): after a loss this consumer continues from a random point
-        of the remaining candidates instead. Measured in docs/adr/0001-data-model.md.
+        Returns the items won (oldest first) and whether it stopped because of contention. Alone, a
+        consumer claims strictly oldest first and never loses. A lost race means other consumers are
+        claiming from the same page, so the rest of it is going stale, and every further loss is a
+        charged write: after a loss this consumer continues from a random point of the remaining
+        candidates, stops after two losses in a row once it has won something (the contract returns
+        as soon as one item is leased), and gives the page up after ``_LOSSES_BEFORE_RESCAN`` losses
+        in a row with nothing won. Measured in docs/adr/0001-data-model.md.
         """
         pending = list(candidates)
         won: list[Item] = []
-        at = 0
+        at = losses = 0
         while pending and len(won) < wanted:
             item_id = pending.pop(at)
             got = self._store.claim(queue.name, partition, [item_id], lease_deadline=lease_deadline, now=now)
             if got:
                 won += got
-            elif pending:
-                at = self._rng.randrange(len(pending))
+                losses = 0
+            else:
+                losses += 1
+                if (won and losses > 1) or losses >= _LOSSES_BEFORE_RESCAN:
+                    return sorted(won, key=lambda item: item.id), True
+                if pending:
+                    at = self._rng.randrange(len(pending))
             if at >= len(pending):
                 at = 0
         # Claimed out of order after a lost race; the reply is oldest first all the same (contract).
-        return sorted(won, key=lambda item: item.id)
+        return sorted(won, key=lambda item: item.id), False
 
     def _settle(
         self,
