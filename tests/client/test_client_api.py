@@ -199,9 +199,11 @@ def test_clear_needs_a_scope(client: Client, queue_name: str) -> None:
 
 def test_idempotent_produce_stores_once(client: Client, queue_name: str) -> None:
     _create(client, queue_name)
-    for _ in range(3):
-        client.produce(queue_name, [b"once"], idempotency_key=f"{queue_name}-k")
+    said = [client.produce(queue_name, [b"once"], idempotency_key=f"{queue_name}-k") for _ in range(3)]
     assert [i.payload for i in client.list_items(queue_name)] == [b"once"]
+    # The server says which call stored the items; without a key it says nothing.
+    assert [p.replayed for p in said] == [False, True, True]
+    assert client.produce(queue_name, [b"other"]).replayed is None
 
 
 def test_list_import_and_delete_items(client: Client, queue_name: str) -> None:

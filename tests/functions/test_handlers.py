@@ -160,10 +160,14 @@ def test_wrong_method_is_400_and_unknown_path_is_501(api):
 
 def test_produce_with_an_idempotency_key_stores_a_retried_request_once(api):
     make_queue(api)
-    produce(api, "a", "b", **{"Idempotency-Key": "request-1"})
-    produce(api, "a", "b", **{"idempotency-key": "request-1"})
-    stats = api.ok("/v1/queue.stats", {"queue_name": "jobs"})
-    assert stats["logicalQueues"][0]["partitions"][0]["total"] == 2
+    body = {"queue_name": "jobs", "items": [{"utf8": "a"}, {"utf8": "b"}]}
+    first = api.call("/v1/queue.produce", body, headers={"Idempotency-Key": "request-1"})
+    again = api.call("/v1/queue.produce", body, headers={"idempotency-key": "request-1"})
+    assert (first.status, again.status) == (200, 200)
+    assert (first.headers["Idempotency-Replayed"], again.headers["Idempotency-Replayed"]) == ("false", "true")
+    assert total(api) == 2
+    assert "Idempotency-Replayed" not in api.call("/v1/queue.produce", body).headers  # no key: 2 more
+    assert total(api) == 4
     blank = api.call(
         "/v1/queue.produce",
         {"queue_name": "jobs", "items": [{"utf8": "c"}]},

@@ -153,9 +153,9 @@ def test_the_http_write_path_produces_through_querator_serve(spark, moto_server:
         assert produce_main(argv, spark=spark) == EXIT_OK
         second = last_json_line(capsys.readouterr().out)
 
-        # The HTTP reply does not say whether a produce was a replay: both runs count "confirmed".
-        assert (first["rows"], first["confirmed"], first["failed"]) == (300, 300, 0)
-        assert (second["confirmed"], second["written"]) == (300, 0)
+        # The produce reply's Idempotency-Replayed header tells new items from replays.
+        assert (first["rows"], first["written"], first["confirmed"], first["failed"]) == (300, 300, 0, 0)
+        assert (second["written"], second["skipped_duplicates"], second["confirmed"]) == (0, 300, 0)
         items = stored(store.service, queue)
         assert sorted(item.payload for item in items) == sorted(f"http {i}".encode() for i in range(300))
         assert sum(1 for item in items if item.enqueue_at is not None) == 100

@@ -9,7 +9,7 @@ checks that it covers the route table exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Final
@@ -36,7 +36,13 @@ class Call:
     #: function has left.
     wait_limit: timedelta
     idempotency_key: str | None = None
+    #: Headers the endpoint adds to a successful reply.
+    reply_headers: dict[str, str] = field(default_factory=dict)
 
+
+#: On a produce with an ``Idempotency-Key``: ``true`` when an earlier request with that key stored the
+#: items and this one stored nothing (bulk producers count those as duplicates), else ``false``.
+REPLAYED_HEADER: Final = "Idempotency-Replayed"
 
 Endpoint = Callable[[QueueService, Any, Call], schemas.WireResponse]
 
@@ -92,6 +98,8 @@ def delete_queue(
 def produce(service: QueueService, request: schemas.ProduceRequest, call: Call) -> schemas.WireResponse:
     receipt = service.produce(request.queue_name, request.to_domain(), idempotency_key=call.idempotency_key)
     count(Metric.ITEMS_PRODUCED, 0 if receipt.replayed else len(receipt.ids))
+    if call.idempotency_key is not None:
+        call.reply_headers[REPLAYED_HEADER] = "true" if receipt.replayed else "false"
     return OK
 
 

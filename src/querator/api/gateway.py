@@ -103,7 +103,7 @@ def _bind(
             idempotency_key=idempotency_key(event.headers) if route is routes.PRODUCE else None,
         )
         reply = endpoint(service(), request, call)
-        return _json(200, reply.to_wire())
+        return _json(200, reply.to_wire(), call.reply_headers)
 
     return serve
 
@@ -124,8 +124,13 @@ def _wait_limit(settings: Settings, context: Any) -> timedelta:
     return cap
 
 
-def _json(status: int, body: dict[str, Any]) -> Response[str]:
-    return Response(status_code=status, content_type=_JSON, body=json.dumps(body, separators=(",", ":")))
+def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[str]:
+    return Response(
+        status_code=status,
+        content_type=_JSON,
+        body=json.dumps(body, separators=(",", ":")),
+        headers=headers or None,
+    )
 
 
 def _loggable(error: QueratorError) -> dict[str, str]:

@@ -105,6 +105,14 @@ _IDEMPOTENCY_KEY: Final = {
     "schema": {"type": "string", "maxLength": 256},
 }
 
+_REPLAYED_HEADER: Final = {
+    "description": (
+        "Sent when the request had an Idempotency-Key: 'true' when an earlier request with the key "
+        "stored the items and this one stored nothing, else 'false'."
+    ),
+    "schema": {"type": "string", "enum": ["true", "false"]},
+}
+
 
 def _schemas(
     models: Collection[type[BaseModel]], mode: JsonSchemaMode, *, by_alias: bool
@@ -176,6 +184,8 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
         media = "text/html" if route is routes.DOCS else _JSON
         operation["responses"] = {"200": {"description": "OK", "content": {media: {"schema": ok_schema}}}}
         statuses = (*_POST_ERRORS, INTERNAL_ERROR) if route.method == "POST" else (INTERNAL_ERROR,)
+        if route is routes.PRODUCE:
+            operation["responses"]["200"]["headers"] = {"Idempotency-Replayed": _REPLAYED_HEADER}
         for status in statuses:
             operation["responses"][str(status)] = {"$ref": f"#/components/responses/Error{status}"}
         method: Literal["get", "post"] = "post" if route.method == "POST" else "get"

@@ -35,6 +35,7 @@ from querator.client.models import (
     Lease,
     LeasedItem,
     NewItem,
+    Produced,
     QueueInfo,
     QueueStats,
     Renewal,
@@ -191,8 +192,12 @@ class Client:
         read_timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
         done_if_retry_fails_with: type[ApiError] | None = None,
+        reply_headers: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
-        """Send one call, retrying as ``safety`` allows; the decoded reply, or ``None`` for a lease 454."""
+        """Send one call, retrying as ``safety`` allows; the decoded reply, or ``None`` for a lease 454.
+
+        ``reply_headers``, when given, receives the headers of the successful reply (lower-case names).
+        """
         path = PATHS[name]
         method = "GET" if body is None else "POST"
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
@@ -209,6 +214,8 @@ class Client:
                 raise
             decoded = _decode(reply.body)
             if 200 <= reply.status < 300:
+                if reply_headers is not None:
+                    reply_headers.update(reply.headers)
                 return decoded if isinstance(decoded, dict) else {}
             error = error_for(
                 reply.status,
@@ -322,11 +329,12 @@ class Client:
         *,
         idempotency_key: str | None = None,
         request_timeout: Duration | None = None,
-    ) -> None:
+    ) -> Produced:
         """``queue.produce``: 1-1000 items, stored together; returns once all are durably stored.
 
         With an ``idempotency_key`` the call is retried like an idempotent one (the server replays
-        its first reply); without one only when the server certainly stored nothing.
+        its first reply, and ``Produced.replayed`` says whether this call stored nothing because an
+        earlier one with the key had); without one only when the server certainly stored nothing.
         """
         body: dict[str, Any] = {
             "queue_name": queue_name,
@@ -334,13 +342,17 @@ class Client:
         }
         if request_timeout is not None:
             body["request_timeout"] = duration_to_wire(request_timeout)
+        reply_headers: dict[str, str] = {}
         self._call(
             "queue.produce",
             body,
             safety=Safety.IDEMPOTENT if idempotency_key else Safety.UNSAFE,
             read_timeout=self._read_timeout(request_timeout),
             headers={"Idempotency-Key": idempotency_key} if idempotency_key else None,
+            reply_headers=reply_headers,
         )
+        said = reply_headers.get("idempotency-replayed")
+        return Produced(replayed=None if said is None else said == "true")
 
     def lease(
         self,

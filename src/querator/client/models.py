@@ -170,6 +170,16 @@ def as_new_item(value: NewItem | bytes | str) -> NewItem:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Produced:
+    """What ``queue.produce`` said beyond success."""
+
+    #: With an idempotency key: ``True`` when an earlier request with the key stored the items and
+    #: this one stored nothing, ``False`` when this one stored them; ``None`` without a key (or from
+    #: a server that does not say).
+    replayed: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeasedItem:
     """One leased item. ``id`` is valid for this lease only; ``attempts`` counts this lease too."""
 

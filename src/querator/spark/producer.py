@@ -193,8 +193,9 @@ def _http_client(target: HttpTarget) -> Client:
 class HttpProducer:
     """``Producer`` over ``querator.client.Client``; the client's errors become the domain's.
 
-    The contract's produce reply does not say whether an idempotent call was a replay, so receipts
-    here have ``replayed=None`` and the job counts those items as confirmed, not as written.
+    The server's ``Idempotency-Replayed`` reply header says whether an idempotent call was a replay;
+    a server that does not send it gives ``replayed=None``, and the job counts those items as
+    confirmed, not as written.
     """
 
     def __init__(self, client: Client) -> None:
@@ -212,10 +213,11 @@ class HttpProducer:
             for item in items
         ]
         try:
-            self._client.produce(queue, wire_items, idempotency_key=idempotency_key)
+            produced = self._client.produce(queue, wire_items, idempotency_key=idempotency_key)
         except QueratorClientError as exc:
             raise domain_error(exc) from exc
-        return ChunkReceipt(items=len(items), replayed=None)
+        # The server says (Idempotency-Replayed) whether an earlier attempt stored this chunk.
+        return ChunkReceipt(items=len(items), replayed=produced.replayed)
 
     def check_queue(self, queue: str) -> int:
         try:
