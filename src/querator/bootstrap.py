@@ -50,6 +50,7 @@ def get_service() -> QueueService:
         ),
         store=DynamoDBItemStore(client, settings.items_table),
         clock=SystemClock(),
+        queue_cache_ttl=settings.queue_cache,
     )
 
 

@@ -32,6 +32,8 @@ class EnvVar:
     LEASE_WAIT_CAP: Final = "QUERATOR_LEASE_WAIT_CAP_SECONDS"
     #: Time the reaper leaves unused of its Lambda's remaining time, in seconds, to save its bookmark.
     REAPER_MARGIN: Final = "QUERATOR_REAPER_MARGIN_SECONDS"
+    #: How long a process trusts a queue's catalog record on the hot path, in seconds (0: never).
+    QUEUE_CACHE: Final = "QUERATOR_QUEUE_CACHE_SECONDS"
     #: The region, which Lambda sets; the local server sets it too.
     REGION: Final = "AWS_REGION"
     # Powertools reads its own variables; named here so the CDK app sets them from one place.
@@ -75,6 +77,7 @@ class Metric:
 
 DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
 DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
+DEFAULT_QUEUE_CACHE: Final = timedelta(seconds=1)
 
 
 class ConfigurationError(RuntimeError):
@@ -91,6 +94,7 @@ class Settings(BaseModel):
     region: str | None = None
     lease_wait_cap: timedelta = Field(default=DEFAULT_LEASE_WAIT_CAP, gt=timedelta(0))
     reaper_margin: timedelta = Field(default=DEFAULT_REAPER_MARGIN, ge=timedelta(0))
+    queue_cache: timedelta = Field(default=DEFAULT_QUEUE_CACHE, ge=timedelta(0), le=timedelta(minutes=1))
 
 
 def settings_from(environ: Mapping[str, str]) -> Settings:
@@ -109,7 +113,12 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         "catalog_table": environ[EnvVar.CATALOG_TABLE],
         "region": environ.get(EnvVar.REGION) or None,
     }
-    for field, name in (("lease_wait_cap", EnvVar.LEASE_WAIT_CAP), ("reaper_margin", EnvVar.REAPER_MARGIN)):
+    seconds = (
+        ("lease_wait_cap", EnvVar.LEASE_WAIT_CAP),
+        ("reaper_margin", EnvVar.REAPER_MARGIN),
+        ("queue_cache", EnvVar.QUEUE_CACHE),
+    )
+    for field, name in seconds:
         if raw := environ.get(name):
             try:
                 values[field] = timedelta(seconds=float(raw))

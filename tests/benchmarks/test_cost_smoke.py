@@ -36,8 +36,9 @@ def test_every_phase_makes_requests(report: CostReport) -> None:
     case = report.case(PAYLOAD, BATCH)
     for phase in PHASES:
         assert case.phases[phase].requests > 0, phase
-        # Every service call reads its queue from the catalog, which the meter must see too.
-        assert case.phases[phase].catalog_requests > 0, phase
+    # The first call reads its queue from the catalog (later ones may use the process's copy,
+    # docs/adr/0008-queue-cache.md): the meter must see the catalog's client too.
+    assert case.phases["produce"].catalog_requests > 0
     assert case.phases["produce"].requests_by_operation.get("BatchWriteItem", 0) >= COUNT // BATCH
 
 

@@ -22,8 +22,15 @@ def test_tunables_have_defaults_and_parse_seconds():
     settings = settings_from(TABLES)
     assert (settings.items_table, settings.catalog_table) == ("items-prod", "queues-prod")
     assert settings.lease_wait_cap == DEFAULT_LEASE_WAIT_CAP
-    tuned = settings_from({**TABLES, EnvVar.LEASE_WAIT_CAP: "2.5", EnvVar.REAPER_MARGIN: "0"})
-    assert (tuned.lease_wait_cap, tuned.reaper_margin) == (timedelta(seconds=2.5), timedelta(0))
+    tuned = settings_from(
+        {**TABLES, EnvVar.LEASE_WAIT_CAP: "2.5", EnvVar.REAPER_MARGIN: "0", EnvVar.QUEUE_CACHE: "0"}
+    )
+    assert (tuned.lease_wait_cap, tuned.reaper_margin, tuned.queue_cache) == (
+        timedelta(seconds=2.5),
+        timedelta(0),
+        timedelta(0),
+    )
+    assert settings.queue_cache == timedelta(seconds=1)
 
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-1"])
