@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from benchmarks.cost import MeteredService
+    from querator.service import QueueService
 
 PAYLOAD = 100
 BATCHES = (10, 100)
@@ -537,6 +538,25 @@ def _in_threads(threads: int, work: Callable[[int], list[str]]) -> Counter[str]:
     return Counter(itertools.chain.from_iterable(results))
 
 
+def drain_in_threads(service: QueueService, queue: str, *, consumers: int, batch: int) -> Counter[str]:
+    """``consumers`` threads lease ``batch`` items at a time and complete each lease at once until
+    ``queue`` is empty; the ids they delivered, counted."""
+
+    def work(i: int) -> list[str]:
+        done: list[str] = []
+        while True:
+            try:
+                lease = service.lease(queue, batch_size=batch, client_id=f"consumer-{i}")
+            except NothingToLeaseError:
+                return done
+            ids = [item.id for item in lease.items]
+            if service.complete(queue, lease.partition, ids).failed:
+                raise RuntimeError("complete failed on a freshly leased item")
+            done += ids
+
+    return _in_threads(consumers, work)
+
+
 def contend_raw(
     kind: type[RawModel], endpoint: str, *, threads: int, batch: int, count: int
 ) -> ContentionRun:
@@ -578,19 +598,7 @@ def contend_product(metered: MeteredService, *, threads: int, batch: int, count:
     metered.meter.reset()
     metered.catalog_meter.reset()
 
-    def work(i: int) -> list[str]:
-        done: list[str] = []
-        while True:
-            try:
-                lease = service.lease(name, batch_size=batch, client_id=f"worker-{i}")
-            except NothingToLeaseError:
-                return done
-            ids = [item.id for item in lease.items]
-            if service.complete(name, lease.partition, ids).failed:
-                raise RuntimeError("model B: complete failed")
-            done += ids
-
-    delivered = _in_threads(threads, work)
+    delivered = drain_in_threads(service, name, consumers=threads, batch=batch)
     return _contention_run(
         "B",
         threads=threads,

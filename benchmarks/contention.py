@@ -17,9 +17,8 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from benchmarks.candidates import _in_threads
+from benchmarks.candidates import drain_in_threads
 from benchmarks.cost import metered_service, payload_of, use_fake_credentials
-from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo
 from querator.testing import moto_server_process
 
@@ -72,19 +71,7 @@ def run(endpoint: str, *, consumers: int, partitions: int, batch: int, count: in
     metered.meter.reset()
     metered.catalog_meter.reset()
 
-    def work(i: int) -> list[str]:
-        done: list[str] = []
-        while True:
-            try:
-                lease = service.lease(name, batch_size=batch, client_id=f"consumer-{i}")
-            except NothingToLeaseError:
-                return done
-            ids = [item.id for item in lease.items]
-            if service.complete(name, lease.partition, ids).failed:
-                raise RuntimeError("complete failed on a freshly leased item")
-            done += ids
-
-    delivered = _in_threads(consumers, work)
+    delivered = drain_in_threads(service, name, consumers=consumers, batch=batch)
     snap = metered.meter.snapshot()
     catalog = metered.catalog_meter.snapshot()
     return ContentionCase(
