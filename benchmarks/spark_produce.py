@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -34,7 +33,13 @@ from querator.spark.job import produce_dataframe
 from querator.spark.mapping import ColumnMap
 from querator.spark.producer import DirectTarget
 from querator.storage.dynamodb import schema
-from querator.testing import build_service, dynamodb_client, moto_server_process
+from querator.testing import (
+    FAKE_AWS_ENV,
+    build_service,
+    dynamodb_client,
+    local_spark_session,
+    moto_server_process,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -45,12 +50,6 @@ if TYPE_CHECKING:
 ROWS = 10_000
 PAYLOAD_BYTES = 100
 BATCH_WRITE_LIMIT = 25
-_FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 def make_rows(count: int) -> list[tuple[int, str]]:
@@ -110,26 +109,6 @@ def service_rows_per_second(endpoint: str, rows: list[tuple[int, str]]) -> float
     return len(rows) / (time.perf_counter() - started)
 
 
-def spark_session() -> SparkSession:
-    for name, value in _FAKE_AWS.items():
-        os.environ.setdefault(name, value)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - the JVM starts only when asked
-
-    builder = (
-        SparkSession.builder.master("local[1]")
-        .appName("querator-spark-benchmark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-    )
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
 def job_rows_per_second(
     spark: SparkSession, endpoint: str, rows: list[tuple[int, str]], *, partitions: int
 ) -> tuple[float, float]:
@@ -158,11 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=ROWS)
     parser.add_argument("--partitions", type=int, default=1, help="Spark partitions of the job")
     args = parser.parse_args(argv)
-    for name, value in _FAKE_AWS.items():
+    for name, value in FAKE_AWS_ENV.items():
         os.environ.setdefault(name, value)
     rows = make_rows(args.rows)
     with moto_server_process() as endpoint:
-        spark = spark_session()
+        spark = local_spark_session(master="local[1]", app="querator-spark-benchmark")
         try:
             loop = loop_rows_per_second(dynamodb_client(endpoint), rows)
             job, rerun = job_rows_per_second(spark, endpoint, rows, partitions=args.partitions)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from mypy_boto3_dynamodb import DynamoDBClient
+    from pyspark.sql import SparkSession
 
     from querator.domain.ids import IdFactory
 
@@ -38,9 +39,18 @@ __all__ = [
     "SystemClock",
     "build_service",
     "dynamodb_client",
+    "local_spark_session",
     "moto_server_process",
     "serve_process",
 ]
+
+#: moto's fake credentials, never real ones.
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 class FakeClock:
@@ -147,3 +157,33 @@ def serve_process(*args: str, env: dict[str, str] | None = None) -> Iterator[str
                 child.wait()
             if child.stdout is not None:
                 child.stdout.close()
+
+
+def local_spark_session(*, master: str, app: str, config: dict[str, str] | None = None) -> SparkSession:
+    """A Spark session on this machine only, for the Spark tests and benchmark (needs the ``spark`` extra).
+
+    The executors' Python workers inherit the JVM's environment, which is this process's when the JVM
+    starts: fake credentials and loopback-only networking are put in place before that.
+    """
+    for name, value in FAKE_AWS_ENV.items():
+        os.environ.setdefault(name, value)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - the JVM starts only when asked
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+    )
+    for key, value in {
+        **{f"spark.executorEnv.{k}": v for k, v in FAKE_AWS_ENV.items()},
+        **(config or {}),
+    }.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

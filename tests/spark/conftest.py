@@ -7,12 +7,11 @@ the others never fail a task.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
+from querator.testing import local_spark_session
 from tests.spark.helpers import Store, fresh_store
 
 if TYPE_CHECKING:
@@ -21,38 +20,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-_FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    # The executors' Python workers inherit the JVM's environment, which is this process's when the
-    # JVM starts: fake credentials and loopback-only networking must be in place before that.
-    for name, value in _FAKE_AWS.items():
-        os.environ.setdefault(name, value)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - only the Spark suite needs the JVM
-
-    builder = (
-        SparkSession.builder.master("local[1,2]")
-        .appName("querator-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
+    session = local_spark_session(
+        master="local[1,2]",
+        app="querator-spark-tests",
+        config={"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
     )
-    for name, value in _FAKE_AWS.items():
-        builder = builder.config(f"spark.executorEnv.{name}", value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
