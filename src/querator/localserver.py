@@ -26,12 +26,12 @@ from querator import bootstrap
 from querator.api import routes
 from querator.api.errors import body_too_large, error_response, unknown_path
 from querator.config import EnvVar, load_settings
+from querator.localstore import LOOPBACK
 from querator.storage.dynamodb import schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 2319
 #: What a request may send before the server stops reading: the largest body limit of any route.
 #: API Gateway refuses larger bodies itself; here the local server does, with the contract's 413.
