@@ -8,7 +8,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from querator.localserver import DEFAULT_PORT, LOOPBACK, LocalServer
+from querator.localserver import DEFAULT_PORT, LocalServer
+from querator.localstore import LOOPBACK
 
 if TYPE_CHECKING:
     import argparse
