@@ -44,10 +44,55 @@ class Guard(enum.Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Page:
-    """One page of a partition scan, oldest first; ``next_start`` continues after it."""
+    """One page of a key-range read, oldest first.
+
+    ``read_to`` is where the read stopped: every item id below it (and at or above the read's start)
+    was evaluated, whether the filter returned it or not. ``done`` is True when the range ended.
+    """
 
     items: list[ItemState] = field(default_factory=list)
-    next_start: str | None = None
+    read_to: str = ""
+    done: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionHead:
+    """What a partition's head row holds (docs/adr/0050-engine-v2.md); zeros for a new partition.
+
+    ``cursor``: every item id below it is leased, being settled, or gone, so a lease reads from it.
+    ``sweep``: the straggler sweep has read every id below it. ``schedule_mark``: scheduled items
+    with ids below it are no longer counted as scheduled. Counters are kept by the store in the same
+    calls that write items; sums are of ``created_at`` in whole seconds since the epoch.
+    """
+
+    cursor: str = ""
+    sweep: str = ""
+    schedule_mark: str = ""
+    items: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    created_sum: int = 0
+    leased_created_sum: int = 0
+    scheduled_created_sum: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRecord:
+    """The ids one lease call may have claimed, filed under their lease deadline."""
+
+    key: str
+    deadline: datetime
+    ids: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """Replace ``item`` (as read by the caller) with ``replacement`` in the target partition."""
+
+    item: Item
+    target_queue: str
+    target_partition: int
+    replacement: Item
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,14 +111,29 @@ class IdempotencyRecord:
 
 
 class ItemStore(Protocol):
-    """Items of every queue, by (queue name, partition). Every method raises on store failure."""
+    """Items of every queue, by (queue name, partition). Every method raises on store failure.
 
-    def put_new(self, queue: str, partition: int, items: Sequence[Item]) -> None:
+    Every method that adds, leases, settles or removes items also keeps the partition's counters
+    (``PartitionHead``); a counter write that fails after the items' write is logged, not raised
+    (the items' write is what the caller asked for), and the drift it leaves is documented.
+    """
+
+    def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
         """Durably write items under ids nobody else holds (fresh ids). All or raise."""
         ...
 
-    def put_absent(self, queue: str, partition: int, items: Sequence[Item]) -> list[str]:
+    def put_absent(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> list[str]:
         """Write each item unless its id exists; return the ids written."""
+        ...
+
+    def head(
+        self, queue: str, partition: int, *, now: datetime, records: int = 0
+    ) -> tuple[PartitionHead, list[LeaseRecord]]:
+        """The partition's head row and up to ``records`` lease records due at ``now`` (one read)."""
+        ...
+
+    def heads(self, queue: str, partitions: Sequence[int]) -> list[PartitionHead]:
+        """The head rows of many partitions, in the order asked."""
         ...
 
     def scan(
@@ -81,24 +141,52 @@ class ItemStore(Protocol):
         queue: str,
         partition: int,
         *,
+        start: str,
+        end: str,
         limit: int,
-        start_after: str | None = None,
-        due_at: datetime | None = None,
-        available_only: bool = False,
+        available_at: datetime | None = None,
+        never_leased: bool = False,
+        scheduled_only: bool = False,
     ) -> Page:
-        """Item states in id (FIFO) order; with ``due_at`` only those visible then, and with
-        ``available_only`` only those not held by a valid lease at ``due_at``."""
+        """Item states with ids in ``[start, end)`` in id (FIFO) order, evaluating at most ``limit``.
+
+        ``available_at``: only items not validly leased then; ``never_leased``: only items never
+        leased; ``scheduled_only``: only items produced or retried for a later time.
+        """
+        ...
+
+    def states(self, queue: str, partition: int, ids: Sequence[str]) -> list[ItemState]:
+        """The states of the items that still exist among ``ids`` (any order)."""
         ...
 
     def list_items(
-        self, queue: str, partition: int, *, limit: int, pivot: str = "", lower: str = "", upper: str = ""
+        self,
+        queue: str,
+        partition: int,
+        *,
+        limit: int,
+        pivot: str = "",
+        lower: str = "",
+        upper: str = "",
+        max_bytes: int | None = None,
     ) -> list[Item]:
-        """Whole items in id order from ``max(pivot, lower)`` (inclusive) to ``upper`` (exclusive)."""
+        """Whole items in id order from ``max(pivot, lower)`` (inclusive) to ``upper`` (exclusive),
+        stopping before the payloads returned would pass ``max_bytes`` (at least one item)."""
         ...
 
     def iter_items(self, queue: str, partition: int) -> Iterator[Item]: ...
 
     def get(self, queue: str, partition: int, item_id: str) -> Item | None: ...
+
+    def get_many(self, queue: str, partition: int, ids: Sequence[str]) -> dict[str, Item]:
+        """The items that exist among ``ids``, by id (strongly consistent)."""
+        ...
+
+    def record_lease(self, queue: str, partition: int, ids: Sequence[str], *, deadline: datetime) -> str:
+        """File a lease record for ``ids`` under ``deadline`` before claiming them; returns its key."""
+        ...
+
+    def drop_lease_record(self, queue: str, partition: int, key: str) -> None: ...
 
     def claim(
         self,
@@ -109,7 +197,15 @@ class ItemStore(Protocol):
         lease_deadline: datetime,
         now: datetime,
     ) -> list[Item]:
-        """Lease each item that was never leased and has not expired; return those won, in order."""
+        """Lease each item that was never leased and has not expired; return those won, in order.
+
+        Claims run concurrently (bounded); counters are not touched: ``note_leased`` does that once
+        per lease call.
+        """
+        ...
+
+    def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
+        """Count ``items`` as leased and, when given, move the lease cursor to ``cursor``."""
         ...
 
     def renew(
@@ -131,23 +227,23 @@ class ItemStore(Protocol):
         ...
 
     def move(
-        self,
-        queue: str,
-        partition: int,
-        item_id: str,
-        *,
-        guard: Guard,
-        now: datetime,
-        target_queue: str,
-        target_partition: int,
-        replacement: Item,
-    ) -> bool:
-        """Atomically delete an item in the guarded state and write ``replacement`` in its place."""
+        self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
+    ) -> list[bool]:
+        """Atomically delete each item in the guarded state and write its replacement; per move,
+        whether it happened."""
         ...
 
-    def purge(self, queue: str, partition: int) -> int:
-        """Delete every item of a partition (queue delete); return how many."""
+    def purge_page(self, queue: str, partition: int, *, limit: int) -> int:
+        """Delete up to ``limit`` rows of a partition (items and the rest); return how many (0: empty)."""
         ...
+
+    def pass_schedule(
+        self, queue: str, partition: int, *, old_mark: str, new_mark: str, now: datetime
+    ) -> int:
+        """Stop counting as scheduled the items between the marks; return how many came due."""
+        ...
+
+    def set_sweep(self, queue: str, partition: int, mark: str) -> None: ...
 
     def source_ids(self, queue: str, partition: int) -> set[str]: ...
 

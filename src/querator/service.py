@@ -26,11 +26,13 @@ from querator.domain.errors import (
     QueueDeletingError,
     QueueNotFoundError,
     RequestInProgressError,
+    RetryLaterError,
 )
-from querator.domain.ids import IdFactory, parse_item_id, visible_at_of, visible_bound
+from querator.domain.ids import ITEMS_END, IdFactory, parse_item_id, visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import (
     MAX_BATCH,
+    REPLY_SIZE_THRESHOLD,
     BatchOutcome,
     ClearScope,
     IdFailure,
@@ -43,16 +45,17 @@ from querator.domain.model import (
     Renewal,
     RenewOutcome,
     check_aware,
+    timestamp_us,
     validate_queue_name,
 )
-from querator.ports import Guard, IdempotencyRecord
+from querator.ports import Guard, IdempotencyRecord, Move
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
     from querator.domain.model import ItemState, NewItem, RetryRequest, StorageItem
-    from querator.ports import Clock, ItemStore, QueueCatalog
+    from querator.ports import Clock, ItemStore, LeaseRecord, PartitionHead, QueueCatalog
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +66,29 @@ IDEMPOTENCY_STALE_AFTER = timedelta(minutes=15)
 IDEMPOTENCY_TTL = timedelta(hours=24)
 _FIRST_PAGE_MIN = 50
 _PAGE_MAX = 1000
-#: Pages one lease reads in one partition before giving up on it: bounds the work behind a long
-#: run of leased items at the head of a partition (20,000 items at the page maximum).
-_LEASE_MAX_PAGES = 20
 #: Lost claims in a row, with nothing won, after which a lease reads its page again.
 _LOSSES_BEFORE_RESCAN = 3
+#: Re-reads of a page lost to other consumers before a lease moves on to the next partition.
+_MAX_RESCANS = 3
+#: Claims of one lease in flight at once, reached by doubling from one while nothing is lost.
+_WAVE_MAX = 16
+#: Lease records a lease call (or the reaper, per read) puts back at most.
+_RECORDS_PER_CALL = 25
+#: The cursor never passes ids younger than this: a write minted that recently may still be on its
+#: way (write latency, retries, clock skew between processes); docs/adr/0050-engine-v2.md.
+CURSOR_LAG = timedelta(seconds=1)
+#: The sweep reads ids this long after they became visible: longer than any write may take to land
+#: (function timeouts are 30 s at most), so a straggler it misses cannot exist.
+SWEEP_DELAY = timedelta(minutes=2)
+#: A lease or listing reply stays under this: Lambda answers at most 6 MB (6,291,456 bytes).
+MAX_REPLY_BYTES = 5_000_000
+#: What an item's fixed fields (id, deadlines, attempts, keys, JSON punctuation) add to a reply.
+_REPLY_ITEM_OVERHEAD = 400
+#: Defaults for how long one call may keep writing: a lease claiming after its wait, a clear, the
+#: purge inside ``queues.delete`` (the reaper finishes a delete that needs longer).
+DEFAULT_CLAIM_BUDGET = timedelta(seconds=5)
+DEFAULT_CLEAR_BUDGET = timedelta(seconds=20)
+DEFAULT_PURGE_BUDGET = timedelta(seconds=10)
 _POLL_FIRST = 0.02
 _POLL_MAX = 0.5
 _UPDATE_RETRIES = 3
@@ -93,8 +114,16 @@ class ReapReport:
     counts_by_reason: dict[str, int] = field(default_factory=dict)
     #: Age of the oldest due, un-leased item this run read (how far behind consumers are).
     oldest_item_age: timedelta = timedelta(0)
-    #: Items read in queues that serve as another queue's dead-letter queue.
+    #: Items stored in queues that serve as another queue's dead-letter queue (from their counters).
     dead_letter_depth: int = 0
+    #: Expired leases found through their lease records.
+    recovered: int = 0
+    #: Items put back at the tail after their lease ran out.
+    requeued: int = 0
+    #: Never-leased items the sweep found behind a cursor (and requeued or dead-lettered).
+    stragglers: int = 0
+    #: Scheduled items that came due since the last pass.
+    came_due: int = 0
 
 
 class QueueService:
@@ -111,6 +140,9 @@ class QueueService:
     queue_cache_ttl
         How long produce, lease, complete, retry and renew trust a queue's catalog record before
         reading it again (docs/adr/0008-queue-cache.md); ``timedelta(0)`` reads it on every call.
+    claim_budget, clear_budget, purge_budget
+        How long a lease may keep claiming once it found items, a clear may keep deleting, and a
+        queue delete may purge before leaving the rest to the reaper (on the service's clock).
     """
 
     def __init__(
@@ -122,6 +154,9 @@ class QueueService:
         ids: IdFactory | None = None,
         rng: random.Random | None = None,
         queue_cache_ttl: timedelta = DEFAULT_QUEUE_CACHE_TTL,
+        claim_budget: timedelta = DEFAULT_CLAIM_BUDGET,
+        clear_budget: timedelta = DEFAULT_CLEAR_BUDGET,
+        purge_budget: timedelta = DEFAULT_PURGE_BUDGET,
     ) -> None:
         self._catalog = catalog
         self._store = store
@@ -133,6 +168,9 @@ class QueueService:
         self._lease_turn: dict[str, int] = {}
         self._waiting: set[tuple[str, str]] = set()
         self._queue_ttl = queue_cache_ttl
+        self._claim_budget = claim_budget
+        self._clear_budget = clear_budget
+        self._purge_budget = purge_budget
         #: Queue name -> (trusted until, catalog record): the hot path's copy of the catalog.
         self._queues: dict[str, tuple[datetime, QueueInfo]] = {}
 
@@ -203,12 +241,20 @@ class QueueService:
             # Other processes may still trust their copy of the queue for up to the cache TTL and
             # produce into it; purge only once every copy has expired, so nothing lands after.
             self._clock.sleep(self._queue_ttl.total_seconds())
-        self._purge(info)
+        # A big queue takes longer than a request may run: the reaper finishes what is left.
+        self._purge(info, stop_at=self._clock.now() + self._purge_budget)
 
-    def _purge(self, info: QueueInfo) -> int:
-        removed = sum(self._store.purge(info.name, p) for p in range(info.partitions))
+    def _purge(self, info: QueueInfo, *, stop_at: datetime) -> bool:
+        """Delete a deleting queue's rows page by page, in bounded memory; True once it is gone.
+
+        Deleted rows are gone from the next read, so the partitions themselves are the bookmark.
+        """
+        for partition in range(info.partitions):
+            while self._store.purge_page(info.name, partition, limit=_PAGE_MAX):
+                if self._clock.now() >= stop_at:
+                    return False
         self._catalog.remove(info.name)
-        return removed
+        return True
 
     def _check_dead_queue(self, info: QueueInfo) -> None:
         if not info.dead_queue:
@@ -281,7 +327,7 @@ class QueueService:
         partition = self._choose_partition(queue, len(items))
         stored = [self._new_item(queue, item, now) for item in items]
         if idempotency_key is None:
-            self._store.put_new(queue.name, partition, stored)
+            self._store.put_new(queue.name, partition, stored, now=now)
             return ProduceReceipt(queue_name=queue.name, partition=partition, ids=[i.id for i in stored])
         return self._produce_once(queue, partition, stored, idempotency_key, now)
 
@@ -317,9 +363,9 @@ class QueueService:
             # The first writer died mid-way: write its ids where missing, so nothing lands twice.
             stored = [replace(item, id=old) for item, old in zip(stored, previous.ids, strict=True)]
             partition = previous.partition
-            self._store.put_absent(queue.name, partition, stored)
+            self._store.put_absent(queue.name, partition, stored, now=now)
         else:
-            self._store.put_new(queue.name, partition, stored)
+            self._store.put_new(queue.name, partition, stored, now=now)
         ids = [item.id for item in stored]
         self._store.finish_idempotent(queue.name, digest, partition=partition, ids=ids)
         return ProduceReceipt(queue_name=queue.name, partition=partition, ids=ids)
@@ -360,7 +406,9 @@ class QueueService:
         """Lease up to ``batch_size`` items of one partition, oldest first.
 
         Returns as soon as at least one item is leased; with nothing to lease it polls the store
-        until ``timeout`` and then raises ``NothingToLeaseError``.
+        until ``timeout`` and then raises ``NothingToLeaseError``. Claiming stops once the call has
+        spent ``claim_budget`` past the attempt that found items, so a lease of 1,000 answers within
+        the platform's deadline with what it has claimed; the rest stays unclaimed.
         """
         if not 1 <= batch_size <= MAX_BATCH:
             raise InvalidRequestError(f"batch_size must be between 1 and {MAX_BATCH}", field="batch_size")
@@ -408,161 +456,258 @@ class QueueService:
     def _lease_partition(
         self, queue: QueueInfo, partition: int, batch_size: int, now: datetime
     ) -> list[Item]:
+        """Claim up to ``batch_size`` items of one partition, reading from its lease cursor.
+
+        Reads O(batch): expired leases come from the lease records already due (one key range), and
+        the candidates from the cursor on, past which no valid lease sits except the few claimed
+        since the cursor last moved (docs/adr/0050-engine-v2.md).
+        """
+        head, due = self._store.head(queue.name, partition, now=now, records=_RECORDS_PER_CALL)
+        if due:
+            # Expired leases go back to the tail (new ids above the cursor) before this lease reads.
+            self._recover(queue, partition, due, now, ReapReport())
+        stop_at = now + self._claim_budget
         lease_deadline = now + queue.lease_timeout
+        end = visible_bound(now)
+        # The cursor never passes ids younger than CURSOR_LAG: a write minted a moment ago may still
+        # be on its way to the store, and the cursor must not jump over it (docs/adr/0050).
+        cursor_cap = visible_bound(now - CURSOR_LAG)
+        start = head.cursor
+        first_open: str | None = None  # the oldest item this call saw available and left unclaimed
         claimed: list[Item] = []
-        start_after: str | None = None
+        reply_bytes = 0
         limit = min(_PAGE_MAX, max(_FIRST_PAGE_MIN, 2 * batch_size))
-        for _ in range(_LEASE_MAX_PAGES):
+        read_to = start
+        rescans = 0
+        while len(claimed) < batch_size and self._clock.now() < stop_at:
             page = self._store.scan(
-                queue.name, partition, limit=limit, start_after=start_after, due_at=now, available_only=True
+                queue.name, partition, start=start, end=end, limit=limit, available_at=now
             )
-            candidates = []
-            requeued = False
+            candidates: list[ItemState] = []
+            settle: list[tuple[ItemState, lifecycle.Decision]] = []
             for state in page.items:
                 decision = lifecycle.decide_for_lease(state, queue, now)
                 if decision.action is Action.LEASE:
-                    candidates.append(state.id)
+                    candidates.append(state)
                 elif decision.action is not Action.KEEP:
-                    self._settle(queue, partition, state, decision, now, ReapReport())
-                    requeued = requeued or decision.action is Action.REQUEUE
-            won, contended = self._claim(
-                queue, partition, candidates, batch_size - len(claimed), lease_deadline, now
-            )
+                    settle.append((state, decision))
+            if settle:
+                report = ReapReport()
+                self._settle_states(queue, partition, settle, now, report)
+                if report.skipped:
+                    first_open = _min_id(first_open, settle[0][0].id)
+            chosen: list[ItemState] = []
+            for state in candidates:
+                size = _reply_bytes(state)
+                if len(claimed) + len(chosen) >= batch_size or (
+                    (claimed or chosen) and reply_bytes + size > MAX_REPLY_BYTES
+                ):
+                    break
+                chosen.append(state)
+                reply_bytes += size
+            won, untried, contended = self._claim(queue, partition, chosen, lease_deadline, now, stop_at)
             claimed += won
-            if len(claimed) >= batch_size or (contended and claimed):
-                break
-            if contended:
+            reply_bytes -= sum(_reply_bytes(s) for s in chosen if s.id in untried)
+            leftover = [s.id for s in candidates if s.id in untried or s not in chosen]
+            if leftover:
+                first_open = _min_id(first_open, min(leftover))
+            if contended and not claimed and rescans < _MAX_RESCANS:
                 # Other consumers took this page's candidates since it was read: read it again rather
                 # than keep trying stale ids (a Query costs reads; each lost claim is a charged write).
+                rescans += 1
                 continue
-            if page.next_start is None:
-                if not requeued:
-                    break
-                # Requeued items now sit at the tail, after everything this scan has read.
-                start_after = page.items[-1].id
-            else:
-                start_after = page.next_start
+            read_to = page.read_to
+            if contended or page.done or first_open is not None:
+                break
+            start = page.read_to
             limit = _PAGE_MAX
-        return claimed
+        cursor = min(read_to, cursor_cap) if first_open is None else min(first_open, read_to, cursor_cap)
+        if claimed or cursor > head.cursor:
+            self._store.note_leased(
+                queue.name, partition, claimed, cursor=cursor if cursor > head.cursor else None
+            )
+        # Claimed out of order after a lost race; the reply is oldest first all the same (contract).
+        return sorted(claimed, key=lambda item: item.id)
 
     def _claim(
         self,
         queue: QueueInfo,
         partition: int,
-        candidates: list[str],
-        wanted: int,
+        candidates: list[ItemState],
         lease_deadline: datetime,
         now: datetime,
-    ) -> tuple[list[Item], bool]:
-        """Claim up to ``wanted`` of ``candidates`` (oldest first), one conditional write each.
+        stop_at: datetime,
+    ) -> tuple[list[Item], set[str], bool]:
+        """Claim ``candidates`` (oldest first) in waves of concurrent conditional writes.
 
-        Returns the items won (oldest first) and whether it stopped because of contention. Alone, a
-        consumer claims strictly oldest first and never loses. A lost race means other consumers are
-        claiming from the same page, so the rest of it is going stale, and every further loss is a
-        charged write: after a loss this consumer continues from a random point of the remaining
-        candidates, stops after two losses in a row once it has won something (the contract returns
-        as soon as one item is leased), and gives the page up after ``_LOSSES_BEFORE_RESCAN`` losses
-        in a row with nothing won. Measured in docs/adr/0001-data-model.md.
+        Files one lease record for the candidates first, so a claim is never without a record that
+        brings it back when its lease runs out, even if this process dies right after the claim.
+
+        Returns the items won, the ids not tried, and whether it stopped because of contention.
+        Alone, a consumer claims strictly oldest first and never loses; its waves double from 1 to
+        ``_WAVE_MAX`` claims in flight. A lost race means other consumers are claiming from the same
+        page, so the rest of it is going stale, and every further loss is a charged write: after a
+        loss the wave drops back to one claim taken from a random point of the remaining candidates;
+        the call stops after two losses in a row once it has won something (the contract returns as
+        soon as one item is leased) and gives the page up after ``_LOSSES_BEFORE_RESCAN`` losses in
+        a row with nothing won. Measured in docs/adr/0050-engine-v2.md.
         """
-        pending = list(candidates)
+        pending = [s.id for s in candidates]
+        if not pending:
+            return [], set(), False
+        self._store.record_lease(queue.name, partition, pending, deadline=lease_deadline)
         won: list[Item] = []
-        at = losses = 0
-        while pending and len(won) < wanted:
-            item_id = pending.pop(at)
-            got = self._store.claim(queue.name, partition, [item_id], lease_deadline=lease_deadline, now=now)
-            if got:
-                won += got
-                losses = 0
-            else:
-                losses += 1
-                if (won and losses > 1) or losses >= _LOSSES_BEFORE_RESCAN:
-                    return sorted(won, key=lambda item: item.id), True
-                if pending:
-                    at = self._rng.randrange(len(pending))
-            if at >= len(pending):
+        wave = 1
+        losses = 0
+        at = 0
+        while pending and self._clock.now() < stop_at:
+            size = min(wave, len(pending))
+            if at + size > len(pending):
                 at = 0
-        # Claimed out of order after a lost race; the reply is oldest first all the same (contract).
-        return sorted(won, key=lambda item: item.id), False
+            batch = pending[at : at + size]
+            del pending[at : at + size]
+            got = self._store.claim(queue.name, partition, batch, lease_deadline=lease_deadline, now=now)
+            won += got
+            if len(got) == len(batch):
+                losses = 0
+                wave = min(wave * 2, _WAVE_MAX)
+                continue
+            losses += len(batch) - len(got)
+            if (won and losses > 1) or losses >= _LOSSES_BEFORE_RESCAN:
+                return won, set(pending), True
+            wave = 1
+            at = self._rng.randrange(len(pending)) if pending else 0
+        return won, set(pending), False
 
-    def _settle(
+    def _recover(
         self,
         queue: QueueInfo,
         partition: int,
-        state: ItemState,
-        decision: lifecycle.Decision,
+        records: Sequence[LeaseRecord],
         now: datetime,
         report: ReapReport,
     ) -> None:
-        """Requeue or dead-letter an item found in a scan, counting what happened in ``report``."""
-        item = self._store.get(queue.name, partition, state.id)
-        if item is None:
-            return  # someone else got there first
-        guard = Guard.LEASE_EXPIRED if item.lease_deadline is not None else Guard.NOT_VALIDLY_LEASED
-        if decision.action is Action.REQUEUE:
-            self._store.move(
-                queue.name,
-                partition,
-                item.id,
-                guard=Guard.LEASE_EXPIRED,
-                now=now,
-                target_queue=queue.name,
-                target_partition=partition,
-                replacement=self._requeued(item, now),
-            )
+        """Put back the expired leases of lease records that are due, then drop the records.
+
+        Reads only the records' items: O(expired), however many valid leases the partition holds.
+        An item whose lease was renewed is covered by the record its renewal filed; a record whose
+        item could not be settled (dead-letter queue missing) is kept for the next try.
+        """
+        for record in records:
+            states = self._store.states(queue.name, partition, record.ids)
+            expired = [
+                (state, lifecycle.decide_for_lease(state, queue, now))
+                for state in states
+                if state.lease_deadline is not None and state.lease_deadline <= now
+            ]
+            skipped = report.skipped
+            self._settle_states(queue, partition, expired, now, report)
+            report.recovered += len(expired)
+            if report.skipped == skipped:
+                self._store.drop_lease_record(queue.name, partition, record.key)
+
+    def _settle_states(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        found: Sequence[tuple[ItemState, lifecycle.Decision]],
+        now: datetime,
+        report: ReapReport,
+        *,
+        requeue_guard: Guard = Guard.LEASE_EXPIRED,
+    ) -> None:
+        """Requeue or dead-letter items found by a read, counting what happened in ``report``.
+
+        ``requeue_guard``: the state a requeued item must still be in (an expired lease, or never
+        leased for the sweep's stragglers); a competitor that acted first makes the move a no-op.
+        """
+        if not found:
             return
-        try:
-            done = self._dead_letter(queue, partition, item, guard, now, report)
-        except DeadLetterQueueMissingError:
-            log.warning("dead_queue of %s is missing; item %s stays", queue.name, item.id)
-            report.skipped += 1
-            return
-        if done:
-            report.counts_by_reason[decision.reason] = report.counts_by_reason.get(decision.reason, 0) + 1
+        items = self._store.get_many(queue.name, partition, [state.id for state, _ in found])
+        requeue: list[Move] = []
+        dead: list[tuple[Item, Guard, str]] = []
+        for state, decision in found:
+            item = items.get(state.id)
+            if item is None:
+                continue  # someone else got there first
+            if decision.action is Action.REQUEUE:
+                requeue.append(self._requeue_move(queue, partition, item, now))
+            elif decision.action is Action.DEAD_LETTER:
+                guard = Guard.LEASE_EXPIRED if item.lease_deadline is not None else Guard.NOT_VALIDLY_LEASED
+                dead.append((item, guard, decision.reason))
+        if requeue:
+            moved = self._store.move(queue.name, partition, requeue, guard=requeue_guard, now=now)
+            report.requeued += sum(moved)
+        for guard in (Guard.LEASE_EXPIRED, Guard.NOT_VALIDLY_LEASED):
+            batch = [(item, reason) for item, g, reason in dead if g is guard]
+            if not batch:
+                continue
+            try:
+                done = self._dead_letter(queue, partition, [item for item, _ in batch], guard, now, report)
+            except DeadLetterQueueMissingError:
+                log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(batch))
+                report.skipped += len(batch)
+                continue
+            for (_, reason), ok in zip(batch, done, strict=True):
+                if ok:
+                    report.counts_by_reason[reason] = report.counts_by_reason.get(reason, 0) + 1
+
+    def _requeue_move(self, queue: QueueInfo, partition: int, item: Item, visible_at: datetime) -> Move:
+        return Move(
+            item=item,
+            target_queue=queue.name,
+            target_partition=partition,
+            replacement=self._requeued(item, visible_at),
+        )
 
     def _requeued(self, item: Item, visible_at: datetime) -> Item:
         """The item back in the queue: a new id at ``visible_at`` (the tail, or a scheduled time)."""
         return replace(item, id=self._ids.new_id(visible_at), lease_deadline=None, enqueue_at=None)
 
     def _dead_letter(
-        self, queue: QueueInfo, partition: int, item: Item, guard: Guard, now: datetime, report: ReapReport
-    ) -> bool:
+        self,
+        queue: QueueInfo,
+        partition: int,
+        items: Sequence[Item],
+        guard: Guard,
+        now: datetime,
+        report: ReapReport,
+    ) -> list[bool]:
+        """Move ``items`` to the queue's dead-letter queue (delete them when it has none)."""
         if not queue.dead_queue:
-            if self._store.delete(queue.name, partition, [item.id], guard=guard, now=now):
-                return False
-            report.deleted += 1
-            return True
+            failed = set(
+                self._store.delete(queue.name, partition, [i.id for i in items], guard=guard, now=now)
+            )
+            done = [i.id not in failed for i in items]
+            report.deleted += sum(done)
+            return done
         try:
             target = self._cached_record(queue.dead_queue)
         except QueueNotFoundError as exc:
             raise DeadLetterQueueMissingError(
                 f"dead_queue '{queue.dead_queue}' of '{queue.name}' does not exist"
             ) from exc
-        dead = Item(
-            id=self._ids.new_id(now),
-            payload=item.payload,
-            reference=item.reference,
-            encoding=item.encoding,
-            kind=item.kind,
-            attempts=item.attempts,
-            created_at=item.created_at,
-            expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
-            source_id=item.id,
-        )
-        # The same item always lands in the same partition of the dead-letter queue.
-        target_partition = zlib.crc32(item.id.encode()) % target.partitions
-        moved = self._store.move(
-            queue.name,
-            partition,
-            item.id,
-            guard=guard,
-            now=now,
-            target_queue=target.name,
-            target_partition=target_partition,
-            replacement=dead,
-        )
-        if moved:
-            report.dead_lettered += 1
-        return moved
+        moves = []
+        for item in items:
+            dead = Item(
+                id=self._ids.new_id(now),
+                payload=item.payload,
+                reference=item.reference,
+                encoding=item.encoding,
+                kind=item.kind,
+                attempts=item.attempts,
+                created_at=item.created_at,
+                expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+                source_id=item.id,
+            )
+            # The same item always lands in the same partition of the dead-letter queue.
+            target_partition = zlib.crc32(item.id.encode()) % target.partitions
+            moves.append(
+                Move(item=item, target_queue=target.name, target_partition=target_partition, replacement=dead)
+            )
+        done = self._store.move(queue.name, partition, moves, guard=guard, now=now)
+        report.dead_lettered += sum(done)
+        return done
 
     # -- complete, retry, renew -------------------------------------------------------------------
 
@@ -577,54 +722,63 @@ class QueueService:
         )
 
     def retry(self, queue_name: str, partition: int, requests: Sequence[RetryRequest]) -> BatchOutcome:
-        """Put leased items back: at the tail, at ``retry_at``, or into the dead-letter queue."""
+        """Put leased items back: at the tail, at ``retry_at``, or into the dead-letter queue.
+
+        One batched read of the items and one concurrent round of moves, so 1,000 ids cost about
+        70 round trips instead of 2,000 in a row.
+        """
         queue, valid, failed = self._leased_ids(queue_name, partition, [r.id for r in requests])
         now = self._clock.now()
-        applied = []
-        report = ReapReport()
-        for request in requests:
-            if request.id not in valid:
-                continue
+        wanted = {r.id: r for r in requests if r.id in valid}
+        for request in wanted.values():
             if request.retry_at is not None:
                 check_aware(request.retry_at, "retry_at")
-            item = self._store.get(queue.name, partition, request.id)
+        items = self._store.get_many(queue.name, partition, list(wanted))
+        requeue: list[Move] = []
+        dead: list[Item] = []
+        for item_id, request in wanted.items():
+            item = items.get(item_id)
             if item is None or not item.is_leased(now):
-                failed.append(IdFailure(id=request.id, reason=NOT_LEASED))
+                failed.append(IdFailure(id=item_id, reason=NOT_LEASED))
                 continue
             plan = lifecycle.plan_retry(request, item.attempts, queue, now)
             if plan.action is Action.DEAD_LETTER:
-                done = self._dead_letter(queue, partition, item, Guard.LEASE_VALID, now, report)
-            else:
-                assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
-                replacement = self._requeued(item, plan.visible_at)
-                if plan.visible_at > now:
-                    replacement = replace(replacement, enqueue_at=plan.visible_at)
-                done = self._store.move(
-                    queue.name,
-                    partition,
-                    item.id,
-                    guard=Guard.LEASE_VALID,
-                    now=now,
-                    target_queue=queue.name,
-                    target_partition=partition,
-                    replacement=replacement,
-                )
-            if done:
-                applied.append(request.id)
-            else:
-                failed.append(IdFailure(id=request.id, reason=NOT_LEASED))
+                dead.append(item)
+                continue
+            assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
+            replacement = self._requeued(item, plan.visible_at)
+            if plan.visible_at > now:
+                replacement = replace(replacement, enqueue_at=plan.visible_at)
+            requeue.append(
+                Move(item=item, target_queue=queue.name, target_partition=partition, replacement=replacement)
+            )
+        outcomes: dict[str, bool] = {}
+        if requeue:
+            done = self._store.move(queue.name, partition, requeue, guard=Guard.LEASE_VALID, now=now)
+            outcomes.update((m.item.id, ok) for m, ok in zip(requeue, done, strict=True))
+        if dead:
+            done = self._dead_letter(queue, partition, dead, Guard.LEASE_VALID, now, ReapReport())
+            outcomes.update((item.id, ok) for item, ok in zip(dead, done, strict=True))
+        applied = [i for i in wanted if outcomes.get(i)]
+        failed += [IdFailure(id=i, reason=NOT_LEASED) for i, ok in outcomes.items() if not ok]
         return BatchOutcome(applied=applied, failed=failed)
 
     def renew(
         self, queue_name: str, partition: int, ids: Sequence[str], *, lease_timeout: timedelta | None = None
     ) -> RenewOutcome:
-        """Extend valid leases to now + ``lease_timeout`` (default: the queue's)."""
+        """Set valid leases to now + ``lease_timeout`` (default: the queue's).
+
+        A lease record is filed under the new deadline first, so a renewed lease that later runs
+        out is found like any other.
+        """
         queue, valid, failed = self._leased_ids(queue_name, partition, ids)
         timeout = queue.lease_timeout if lease_timeout is None else lease_timeout
         if timeout <= timedelta(0):
             raise InvalidRequestError("lease_timeout must be greater than zero", field="lease_timeout")
         now = self._clock.now()
         deadline = now + timeout
+        if valid:
+            self._store.record_lease(queue.name, partition, valid, deadline=deadline)
         rejected = set(self._store.renew(queue.name, partition, valid, lease_deadline=deadline, now=now))
         return RenewOutcome(
             queue_name=queue.name,
@@ -656,59 +810,84 @@ class QueueService:
         self._catalog.list(pivot="", limit=1)
 
     def stats(self, queue_name: str) -> list[PartitionStats]:
-        """Counts and ages per partition, read from storage."""
+        """Counts and ages per partition from the partitions' counters: one read per 100 partitions.
+
+        Counts are exact while no write of the queue failed between its items and its counters;
+        ``scheduled`` counts items whose time had not come at the reaper's last pass (so an item
+        that came due since then counts as scheduled until the next pass), ages are to the second.
+        """
         queue = self._live_queue(queue_name)
         now = self._clock.now()
-        return [self._partition_stats(queue, p, now) for p in range(queue.partitions)]
-
-    def _partition_stats(self, queue: QueueInfo, partition: int, now: datetime) -> PartitionStats:
-        total = leased = scheduled = 0
-        age = leased_age = timedelta(0)
-        for item in self._store.iter_items(queue.name, partition):
-            if item.is_leased(now):
-                leased += 1
-                leased_age += now - item.created_at
-            if visible_at_of(item.id) > now:
-                scheduled += 1
-                continue
-            total += 1
-            age += now - item.created_at
-        return PartitionStats(
-            partition=partition,
-            total=total,
-            total_leased=leased,
-            scheduled=scheduled,
-            average_age=age / total if total else timedelta(0),
-            average_leased_age=leased_age / leased if leased else timedelta(0),
-        )
+        heads = self._store.heads(queue.name, list(range(queue.partitions)))
+        return [_partition_stats(partition, head, now) for partition, head in enumerate(heads)]
 
     def clear(self, queue_name: str, scope: ClearScope) -> int:
         """Remove un-leased items (``QUEUE``), scheduled ones (``SCHEDULED``), leased ones too
-        (``DESTRUCTIVE``). Returns how many were removed."""
+        (``DESTRUCTIVE``). Returns how many were removed.
+
+        Works page by page in bounded memory; when ``clear_budget`` runs out first it raises
+        ``RetryLaterError`` saying how many it removed: calling again continues (removed items are
+        gone, so the partition itself is the bookmark).
+        """
         if not scope & (ClearScope.QUEUE | ClearScope.SCHEDULED):
             raise InvalidRequestError("clear needs 'queue' or 'scheduled'")
         queue = self._live_queue(queue_name)
         now = self._clock.now()
+        stop_at = self._clock.now() + self._clear_budget
         bound = visible_bound(now)
-        guard = Guard.ANY if scope & ClearScope.DESTRUCTIVE else Guard.NOT_VALIDLY_LEASED
+        destructive = ClearScope.DESTRUCTIVE in scope
+        guard = Guard.ANY if destructive else Guard.NOT_VALIDLY_LEASED
         removed = 0
         for partition in range(queue.partitions):
-            ids = [
-                item.id
-                for item in self._store.iter_items(queue.name, partition)
-                if (ClearScope.SCHEDULED in scope and item.id >= bound)
-                or (ClearScope.QUEUE in scope and item.id < bound)
-            ]
-            removed += len(ids) - len(self._store.delete(queue.name, partition, ids, guard=guard, now=now))
+            head, due = self._store.head(queue.name, partition, now=now, records=_RECORDS_PER_CALL)
+            ranges: list[tuple[str, str]] = []
+            if ClearScope.QUEUE in scope:
+                if due and not destructive:
+                    # Expired leases are waiting items too: back to the queue, then cleared with it.
+                    self._recover(queue, partition, due, now, ReapReport())
+                # Below the cursor every item is leased or gone: a non-destructive clear starts there.
+                ranges.append(("" if destructive else head.cursor, bound))
+            if ClearScope.SCHEDULED in scope:
+                ranges.append((bound, ITEMS_END))
+            for first, end in ranges:
+                start = first
+                while True:
+                    page = self._store.scan(
+                        queue.name,
+                        partition,
+                        start=start,
+                        end=end,
+                        limit=_PAGE_MAX,
+                        available_at=None if destructive else now,
+                    )
+                    ids = [state.id for state in page.items]
+                    failed = self._store.delete(queue.name, partition, ids, guard=guard, now=now)
+                    removed += len(ids) - len(failed)
+                    if page.done:
+                        break
+                    start = page.read_to
+                    if self._clock.now() >= stop_at:
+                        raise RetryLaterError(
+                            f"clear removed {removed} item(s) of '{queue.name}' and has more to remove;"
+                            " call it again to continue"
+                        )
         return removed
 
     def list_items(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
     ) -> list[Item]:
-        """Items of one partition that are not scheduled, in FIFO order from ``pivot`` (inclusive)."""
+        """Items of one partition that are not scheduled, in FIFO order from ``pivot`` (inclusive).
+
+        A page stops early rather than pass ``MAX_REPLY_BYTES`` of payload; ``pivot`` continues it.
+        """
         queue = self._listable(queue_name, partition, limit)
         return self._store.list_items(
-            queue.name, partition, limit=limit, pivot=pivot, upper=visible_bound(self._clock.now())
+            queue.name,
+            partition,
+            limit=limit,
+            pivot=pivot,
+            upper=visible_bound(self._clock.now()),
+            max_bytes=MAX_REPLY_BYTES,
         )
 
     def list_scheduled(
@@ -717,7 +896,12 @@ class QueueService:
         """Scheduled items of one partition, in the order they become visible."""
         queue = self._listable(queue_name, partition, limit)
         return self._store.list_items(
-            queue.name, partition, limit=limit, pivot=pivot, lower=visible_bound(self._clock.now())
+            queue.name,
+            partition,
+            limit=limit,
+            pivot=pivot,
+            lower=visible_bound(self._clock.now()),
+            max_bytes=MAX_REPLY_BYTES,
         )
 
     def _listable(self, queue_name: str, partition: int, limit: int) -> QueueInfo:
@@ -758,7 +942,12 @@ class QueueService:
                     source_id=item.source_id,
                 )
             )
-        self._store.put_new(queue.name, partition, fresh)
+        leased = [i for i in fresh if i.lease_deadline is not None and i.lease_deadline > now]
+        for deadline in sorted({i.lease_deadline for i in leased if i.lease_deadline is not None}):
+            # An imported lease is found by its record when it runs out, like any other.
+            ids = [i.id for i in leased if i.lease_deadline == deadline]
+            self._store.record_lease(queue.name, partition, ids, deadline=deadline)
+        self._store.put_new(queue.name, partition, fresh, now=now)
         return [i.id for i in fresh]
 
     def delete_items(self, queue_name: str, partition: int, ids: Sequence[str]) -> None:
@@ -771,64 +960,181 @@ class QueueService:
     # -- reaper -----------------------------------------------------------------------------------
 
     def reap(self, now: datetime, time_budget: timedelta) -> ReapReport:
-        """Dead-letter what ran out of attempts or expired while nobody leased, in every queue.
+        """Do what nobody else does, in every queue: O(partitions + due items) a run.
 
-        Stops when ``time_budget`` (measured on the service's clock) is spent, saving a bookmark the
-        next run resumes from, and finishes deleting queues whose delete was interrupted.
+        Per partition: put back expired leases whose records are due (consumers do it too, but an
+        idle queue has none), dead-letter items that outlived ``expire_timeout`` (the head of the
+        cursor's range), requeue stragglers behind the cursor (the sweep), and count scheduled items
+        that came due. Queue deletes run first with at most half the budget, page by page, so a huge
+        delete never starves the rest. Stops when ``time_budget`` (on the service's clock) is spent,
+        saving a bookmark the next run resumes from.
         """
         started = self._clock.now()
+        stop_at = started + time_budget
         report = ReapReport()
-        queue_from, partition_from, item_from = _parse_bookmark(self._catalog.load_bookmark())
         every_queue = list(self._catalog.iterate())
+        for queue in (q for q in every_queue if q.deleting):
+            if not self._purge(queue, stop_at=started + time_budget / 2):
+                report.finished = False
+                break
+            report.queues_deleted += 1
+        queue_from, partition_from = _parse_bookmark(self._catalog.load_bookmark())
         dead_queues = {q.dead_queue for q in every_queue if q.dead_queue}
-        queues = [q for q in every_queue if q.name >= queue_from]
-        for queue in queues:
-            report.queues += 1
-            if queue.deleting:
-                self._purge(queue)
-                report.queues_deleted += 1
+        for queue in every_queue:
+            if queue.deleting or queue.name < queue_from:
                 continue
+            report.queues += 1
             first = partition_from if queue.name == queue_from else 0
             for partition in range(first, queue.partitions):
+                # Every run reaps at least one partition, so runs make progress whatever the budget.
+                if report.partitions and self._clock.now() >= stop_at:
+                    self._catalog.save_bookmark(_bookmark(queue.name, partition))
+                    report.finished = False
+                    return report
                 report.partitions += 1
-                start_after = item_from if (queue.name, partition) == (queue_from, partition_from) else None
-                while True:
-                    page = self._store.scan(queue.name, partition, limit=_PAGE_MAX, start_after=start_after)
-                    for state in page.items:
-                        report.scanned += 1
-                        report.dead_letter_depth += queue.name in dead_queues
-                        waiting = visible_at_of(state.id) <= now and not _validly_leased(state, now)
-                        if waiting and now - state.created_at > report.oldest_item_age:
-                            report.oldest_item_age = now - state.created_at
-                        decision = lifecycle.decide_for_reaper(state, queue, now)
-                        if decision.action is Action.DEAD_LETTER:
-                            self._settle(queue, partition, state, decision, now, report)
-                    start_after = page.next_start
-                    if self._clock.now() - started >= time_budget:
-                        # Resume after this page, or with the next partition when this one is done.
-                        mark = (partition, start_after) if start_after is not None else (partition + 1, None)
-                        self._catalog.save_bookmark(_bookmark(queue.name, *mark))
-                        report.finished = False
-                        return report
-                    if start_after is None:
-                        break
+                self._reap_partition(queue, partition, now, report, queue.name in dead_queues, stop_at)
         self._catalog.save_bookmark(None)
         return report
 
+    def _reap_partition(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        now: datetime,
+        report: ReapReport,
+        is_dead_queue: bool,
+        stop_at: datetime,
+    ) -> None:
+        head, due = self._store.head(queue.name, partition, now=now, records=_RECORDS_PER_CALL)
+        while due:
+            self._recover(queue, partition, due, now, report)
+            if len(due) < _RECORDS_PER_CALL or self._clock.now() >= stop_at:
+                break
+            head, due = self._store.head(queue.name, partition, now=now, records=_RECORDS_PER_CALL)
+        if is_dead_queue:
+            report.dead_letter_depth += max(head.items, 0)
+        self._reap_head(queue, partition, head, now, report, stop_at)
+        self._sweep(queue, partition, head, now, report, stop_at)
+        if head.scheduled > 0 and head.schedule_mark:
+            report.came_due += self._store.pass_schedule(
+                queue.name, partition, old_mark=head.schedule_mark, new_mark=visible_bound(now), now=now
+            )
 
-def _validly_leased(state: ItemState, now: datetime) -> bool:
-    return state.lease_deadline is not None and state.lease_deadline > now
+    def _reap_head(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        now: datetime,
+        report: ReapReport,
+        stop_at: datetime,
+    ) -> None:
+        """Dead-letter the waiting items that outlived ``expire_timeout``; note the oldest one's age.
+
+        An item expires ``expire_timeout`` after it became visible, which is what its id sorts by,
+        so everything expired is at the head of the range from the cursor: reading stops at the
+        first id younger than that, and one short read suffices when nothing is due.
+        """
+        expired_below = visible_bound(now - queue.expire_timeout)
+        start = head.cursor
+        limit = _FIRST_PAGE_MIN
+        first = True
+        while True:
+            page = self._store.scan(
+                queue.name, partition, start=start, end=visible_bound(now), limit=limit, available_at=now
+            )
+            report.scanned += len(page.items)
+            if first and page.items:
+                report.oldest_item_age = max(report.oldest_item_age, now - page.items[0].created_at)
+            first = False
+            found = []
+            for state in page.items:
+                if state.id >= expired_below:
+                    break
+                decision = lifecycle.decide_for_reaper(state, queue, now)
+                if decision.action is Action.DEAD_LETTER:
+                    found.append((state, decision))
+            self._settle_states(queue, partition, found, now, report)
+            if page.done or page.read_to >= expired_below or self._clock.now() >= stop_at:
+                return
+            start = page.read_to
+            limit = _PAGE_MAX
+
+    def _sweep(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        now: datetime,
+        report: ReapReport,
+        stop_at: datetime,
+    ) -> None:
+        """Requeue items that were never leased but sit below the cursor: writes that landed after a
+        lease read past their place. Each id is read once, ``SWEEP_DELAY`` after it became visible,
+        when every write minted with it has landed or failed."""
+        end = min(head.cursor, visible_bound(now - SWEEP_DELAY))
+        start = head.sweep
+        if start >= end:
+            return
+        while True:
+            page = self._store.scan(
+                queue.name, partition, start=start, end=end, limit=_PAGE_MAX, never_leased=True
+            )
+            found = []
+            for state in page.items:
+                decision = lifecycle.decide_for_lease(state, queue, now)
+                # A straggler still to lease goes to the tail; one already expired is dead-lettered.
+                found.append((state, decision if decision.action is Action.DEAD_LETTER else _STRAGGLER))
+            report.stragglers += len(found)
+            self._settle_states(queue, partition, found, now, report, requeue_guard=Guard.NEVER_LEASED)
+            if page.done:
+                self._store.set_sweep(queue.name, partition, end)
+                return
+            start = page.read_to
+            if self._clock.now() >= stop_at:
+                self._store.set_sweep(queue.name, partition, start)
+                return
 
 
-def _bookmark(queue: str, partition: int, item_id: str | None) -> str:
-    return f"{queue}~{partition}~{item_id or ''}"
+def _partition_stats(partition: int, head: PartitionHead, now: datetime) -> PartitionStats:
+    now_s = timestamp_us(now) // 1_000_000
+    total = max(head.items - head.scheduled, 0)
+    leased = max(head.leased, 0)
+    age = now_s * total - (head.created_sum - head.scheduled_created_sum)
+    leased_age = now_s * leased - head.leased_created_sum
+    return PartitionStats(
+        partition=partition,
+        total=total,
+        total_leased=leased,
+        scheduled=max(head.scheduled, 0),
+        average_age=timedelta(seconds=max(age, 0) / total) if total else timedelta(0),
+        average_leased_age=timedelta(seconds=max(leased_age, 0) / leased) if leased else timedelta(0),
+    )
 
 
-def _parse_bookmark(bookmark: str | None) -> tuple[str, int, str | None]:
+def _reply_bytes(state: ItemState) -> int:
+    """What an item adds to a lease reply at most: base64 payload and strings, plus its fixed part."""
+    variable = max(state.payload_size, REPLY_SIZE_THRESHOLD)
+    return 4 * -(-variable // 3) + _REPLY_ITEM_OVERHEAD
+
+
+def _min_id(current: str | None, candidate: str) -> str:
+    return candidate if current is None else min(current, candidate)
+
+
+#: A straggler found by the sweep goes back to the tail like an expired lease.
+_STRAGGLER = lifecycle.Decision(Action.REQUEUE, "straggler")
+
+
+def _bookmark(queue: str, partition: int) -> str:
+    return f"{queue}~{partition}"
+
+
+def _parse_bookmark(bookmark: str | None) -> tuple[str, int]:
     if not bookmark:
-        return "", 0, None
-    queue, partition, item_id = bookmark.split("~")
-    return queue, int(partition), item_id or None
+        return "", 0
+    queue, partition, *_ = bookmark.split("~")
+    return queue, int(partition)
 
 
 __all__ = ["QueueService", "ReapReport"]

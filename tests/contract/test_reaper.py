@@ -39,7 +39,7 @@ def test_reaper_dead_letters_expired_and_exhausted_items_and_keeps_valid_leases(
     assert [i.id for i in service.list_items("jobs", 0)] == [held.id]  # a valid lease is never taken
 
 
-def test_reaper_leaves_expired_leases_with_attempts_left_to_the_next_lease(service, clock):
+def test_reaper_puts_expired_leases_with_attempts_left_back_at_the_tail(service, clock):
     make_queue(service, max_attempts=5)
     service.produce("jobs", items("a"))
     held = service.lease("jobs", batch_size=1, client_id="c").items[0]
@@ -48,7 +48,10 @@ def test_reaper_leaves_expired_leases_with_attempts_left_to_the_next_lease(servi
     report = service.reap(clock.now(), timedelta(seconds=30))
 
     assert report.dead_lettered == report.deleted == 0
-    assert [i.id for i in service.list_items("jobs", 0)] == [held.id]
+    assert (report.recovered, report.requeued) == (1, 1)
+    (back,) = service.list_items("jobs", 0)
+    assert back.id != held.id and back.payload == b"a" and back.attempts == 1
+    assert back.lease_deadline is None
 
 
 class TickingClock(FakeClock):

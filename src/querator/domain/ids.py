@@ -35,6 +35,8 @@ _NODE_DIGITS = 6
 ID_LENGTH = _TIME_DIGITS + _SEQ_DIGITS + _NODE_DIGITS
 _ID_PATTERN = re.compile(rf"[0-9a-f]{{{ID_LENGTH}}}")
 _SEQ_MODULUS = 16**_SEQ_DIGITS
+#: A key that sorts after every item id (ids are lowercase hex): the end of "all items" ranges.
+ITEMS_END = "g"
 
 
 def visible_at_of(item_id: str) -> datetime:

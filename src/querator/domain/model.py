@@ -20,6 +20,9 @@ MAX_BATCH = 1000
 MAX_PARTITIONS = 256
 #: DynamoDB stores at most 400 KB per item; keys and attributes need some of it.
 MAX_PAYLOAD_BYTES = 380_000
+#: Items whose ``reply_size`` is under this count as this much when a lease sizes its reply, so the
+#: store need only record the size of larger ones.
+REPLY_SIZE_THRESHOLD = 1024
 
 
 #: The latest time a client may schedule an item for. An item id holds its visible-at time in 14 hex
@@ -167,6 +170,12 @@ class Item:
     def is_leased(self, now: datetime) -> bool:
         return self.lease_deadline is not None and self.lease_deadline > now
 
+    def reply_size(self) -> int:
+        """Bytes the item's variable fields may add to a reply: the payload, and its strings twice
+        (JSON escapes can double them). Leases keep their replies under the cap with it."""
+        strings = len(self.reference.encode()) + len(self.encoding.encode()) + len(self.kind.encode())
+        return len(self.payload) + 2 * strings
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ItemState:
@@ -177,6 +186,13 @@ class ItemState:
     lease_deadline: datetime | None = None
     expire_deadline: datetime
     created_at: datetime
+    #: Set when the item was produced or retried for a later time (it counts as scheduled until due).
+    enqueue_at: datetime | None = None
+    #: ``Item.reply_size`` when it is ``REPLY_SIZE_THRESHOLD`` or more; 0 means "less than that".
+    payload_size: int = 0
+
+    def is_leased(self, now: datetime) -> bool:
+        return self.lease_deadline is not None and self.lease_deadline > now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

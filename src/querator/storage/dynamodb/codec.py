@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from querator.domain.model import Item, ItemState, timestamp_us, utc_from_timestamp_us
-from querator.ports import IdempotencyRecord
+from querator.domain.model import REPLY_SIZE_THRESHOLD, Item, ItemState, timestamp_us, utc_from_timestamp_us
+from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead
 from querator.storage.dynamodb import schema
 
 if TYPE_CHECKING:
@@ -50,6 +50,10 @@ def encode_item(queue: str, partition: int, item: Item) -> AttributeMap:
     attrs[schema.CREATED_AT] = num(item.created_at)
     if item.payload:
         attrs[schema.PAYLOAD] = {"B": item.payload}
+    size = item.reply_size()
+    # Only larger items carry their size: the 100-byte items of most queues store nothing extra.
+    if size >= REPLY_SIZE_THRESHOLD:
+        attrs[schema.PAYLOAD_SIZE] = {"N": str(size)}
     for name, value in (
         (schema.REFERENCE, item.reference),
         (schema.ENCODING, item.encoding),
@@ -89,6 +93,61 @@ def decode_state(attrs: AttributeMap) -> ItemState:
         lease_deadline=_time(attrs, schema.LEASE_DEADLINE),
         expire_deadline=_required_time(attrs, schema.EXPIRE_DEADLINE),
         created_at=_required_time(attrs, schema.CREATED_AT),
+        enqueue_at=_time(attrs, schema.ENQUEUE_AT),
+        payload_size=int(attrs.get(schema.PAYLOAD_SIZE, {"N": "0"})["N"]),
+    )
+
+
+def _int(attrs: AttributeMap, name: str) -> int:
+    value = attrs.get(name)
+    return 0 if value is None else int(value["N"])
+
+
+def decode_head(attrs: AttributeMap | None) -> PartitionHead:
+    if attrs is None:
+        return PartitionHead()
+    return PartitionHead(
+        cursor=_str(attrs, schema.HEAD_CURSOR),
+        sweep=_str(attrs, schema.HEAD_SWEEP),
+        schedule_mark=_str(attrs, schema.HEAD_SCHEDULE_MARK),
+        items=_int(attrs, schema.HEAD_ITEMS),
+        leased=_int(attrs, schema.HEAD_LEASED),
+        scheduled=_int(attrs, schema.HEAD_SCHEDULED),
+        created_sum=_int(attrs, schema.HEAD_CREATED_SUM),
+        leased_created_sum=_int(attrs, schema.HEAD_LEASED_CREATED_SUM),
+        scheduled_created_sum=_int(attrs, schema.HEAD_SCHEDULED_CREATED_SUM),
+    )
+
+
+def lease_record_key(deadline: datetime, unique: str) -> str:
+    """``~L`` + the deadline in 14 hex digits of microseconds (like an id's time) + a unique suffix."""
+    return f"{schema.LEASE_RECORD_PREFIX}{timestamp_us(deadline):014x}{unique}"
+
+
+def lease_records_due(now: datetime) -> str:
+    """The first lease record key whose deadline is after ``now``."""
+    return f"{schema.LEASE_RECORD_PREFIX}{timestamp_us(now) + 1:014x}"
+
+
+def encode_lease_record(
+    queue: str, partition: int, key: str, ids: list[str], deadline: datetime
+) -> AttributeMap:
+    return {
+        schema.PK: {"S": schema.partition_key(queue, partition)},
+        schema.SK: {"S": key},
+        schema.LEASE_RECORD_DEADLINE: num(deadline),
+        # Ids are fixed-length, so one string holds them all at one byte a character (a list would
+        # add bytes per element, and the record's size is what its write costs).
+        schema.LEASE_RECORD_IDS: {"S": "".join(ids)},
+    }
+
+
+def decode_lease_record(attrs: AttributeMap, id_length: int) -> LeaseRecord:
+    joined = _str(attrs, schema.LEASE_RECORD_IDS)
+    return LeaseRecord(
+        key=attrs[schema.SK]["S"],
+        deadline=_required_time(attrs, schema.LEASE_RECORD_DEADLINE),
+        ids=[joined[i : i + id_length] for i in range(0, len(joined), id_length)],
     )
 
 
@@ -116,3 +175,7 @@ def decode_idempotency(key: str, attrs: AttributeMap) -> IdempotencyRecord:
         started_at=_required_time(attrs, schema.IDEM_STARTED),
         queue_created_at=_required_time(attrs, schema.IDEM_QUEUE_CREATED),
     )
+
+
+def head_key(queue: str, partition: int) -> AttributeMap:
+    return {schema.PK: {"S": schema.partition_key(queue, partition)}, schema.SK: {"S": schema.HEAD_SK}}

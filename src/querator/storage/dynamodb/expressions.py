@@ -54,19 +54,49 @@ GUARD_CONDITIONS: dict[Guard, tuple[str, dict[str, str]]] = {
 PUT_ABSENT_CONDITION = "attribute_not_exists(#sk)"
 PUT_ABSENT_NAMES = {"#sk": schema.SK}
 
-# The lease scan reads every item of the visible range but only returns those a consumer may act on:
-# never leased, or leased with a deadline in the past (requeue or dead-letter).
+# A range read returns only the items a consumer may act on: never leased, or leased with a deadline
+# in the past (requeue or dead-letter). The lease cursor keeps valid leases out of the range it
+# reads, so the filter drops only the few claimed since the cursor last moved.
 AVAILABLE_FILTER = "attribute_not_exists(#lease) OR #lease <= :now"
 AVAILABLE_FILTER_NAMES = {"#lease": schema.LEASE_DEADLINE}
+# The sweep behind the cursor looks for items nobody ever leased: a write that landed below the
+# cursor after a lease read past its place (a straggler).
+NEVER_LEASED_FILTER = "attribute_not_exists(#lease)"
+NEVER_LEASED_FILTER_NAMES = {"#lease": schema.LEASE_DEADLINE}
+# The schedule pass counts the scheduled items that came due since the last pass.
+SCHEDULED_FILTER = "attribute_exists(#enqueue)"
+SCHEDULED_FILTER_NAMES = {"#enqueue": schema.ENQUEUE_AT}
 
-STATE_PROJECTION = "#sk, #lease, #expire, #attempts, #created"
+STATE_PROJECTION = "#sk, #lease, #expire, #attempts, #created, #enqueue, #size"
 STATE_PROJECTION_NAMES = {
     "#sk": schema.SK,
     "#lease": schema.LEASE_DEADLINE,
     "#expire": schema.EXPIRE_DEADLINE,
     "#attempts": schema.ATTEMPTS,
     "#created": schema.CREATED_AT,
+    "#enqueue": schema.ENQUEUE_AT,
+    "#size": schema.PAYLOAD_SIZE,
 }
+
+# Counters of the head row: every write that adds, leases, settles or removes items adds its deltas
+# in one UpdateItem after the items' write (ADD creates the row and the attributes on first use).
+# Nothing conditions it: two writers' deltas add up in any order.
+HEAD_COUNT_UPDATE_NAMES = {
+    "#n": schema.HEAD_ITEMS,
+    "#nl": schema.HEAD_LEASED,
+    "#ns": schema.HEAD_SCHEDULED,
+    "#ca": schema.HEAD_CREATED_SUM,
+    "#cl": schema.HEAD_LEASED_CREATED_SUM,
+    "#cs": schema.HEAD_SCHEDULED_CREATED_SUM,
+}
+# A new partition's sweep and schedule marks start at its first write, so neither pass ever reads
+# from the beginning of time.
+HEAD_MARKS_INIT = "#swp = if_not_exists(#swp, :mark), #sm = if_not_exists(#sm, :mark)"
+HEAD_MARKS_NAMES = {"#swp": schema.HEAD_SWEEP, "#sm": schema.HEAD_SCHEDULE_MARK}
+
+# The schedule pass moves the mark and takes what came due off the scheduled count once: of two
+# reapers that counted the same range, the second finds the mark moved and changes nothing.
+SCHEDULE_PASS_CONDITION = "#sm = :old"  # noqa: S105 - an expression, not a secret
 
 # Start an idempotent produce: the first request with a key writes the record. A retry finds it,
 # unless the record belongs to an earlier queue of the same name, or its writer died ("pending" for

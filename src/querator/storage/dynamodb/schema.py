@@ -3,11 +3,20 @@
 The CDK app, the test fixtures and the embedded local store all build their tables from this module,
 so key names cannot drift. See docs/adr/0001-data-model.md for why the keys look like this.
 
-Items table
+Items table (docs/adr/0050-engine-v2.md)
     ``pk`` (S, hash)  ``<queue>~<partition>``: one queue partition is one DynamoDB partition key.
-    ``sk`` (S, range) the item id, which sorts in visible-at (FIFO) order (``querator.domain.ids``).
-    Idempotency records of produce live under ``<queue>~idem~<key digest>`` with ``sk`` = ``~``
-    and expire through TTL on ``ttl``.
+    ``sk`` (S, range) under one ``pk``, three kinds of rows, told apart by their first character:
+
+    - ``0``-``f``: items; ``sk`` is the item id, which sorts in visible-at (FIFO) order
+      (``querator.domain.ids``).
+    - ``~A``: the partition's head row: the lease cursor (every item below it is leased or gone),
+      the sweep and schedule marks, and the counters ``queue.stats`` reads.
+    - ``~L<deadline><unique>``: a lease record, written by each lease call before it claims: the
+      ids it may lease, sorted by lease deadline, so expired leases are one key range away.
+
+    Because ``~`` sorts after every hex digit, item ranges never touch the other rows. Idempotency
+    records of produce live under ``<queue>~idem~<key digest>`` with ``sk`` = ``~`` and expire
+    through TTL on ``ttl``.
 
 Catalog table
     ``kind`` (S, hash) ``queue`` for queues (so ``queues.list`` is one ordered Query),
@@ -33,7 +42,26 @@ EXPIRE_DEADLINE = "expire"
 CREATED_AT = "created"
 ENQUEUE_AT = "enqueue"
 SOURCE_ID = "src"
+#: What the item may add to a lease reply (``codec.reply_size``), stored only from 1 KB on, so a lease
+#: keeps its reply under the Lambda response limit from the scan alone (smaller items count as 1 KB).
+PAYLOAD_SIZE = "sz"
 TTL = "ttl"
+
+# The rows that are not items, and what each holds.
+HEAD_SK = f"{SEPARATOR}A"
+LEASE_RECORD_PREFIX = f"{SEPARATOR}L"
+LEASE_RECORD_IDS = "ids"
+LEASE_RECORD_DEADLINE = "dl"
+# Head row attributes.
+HEAD_CURSOR = "cur"
+HEAD_SWEEP = "swp"
+HEAD_SCHEDULE_MARK = "sm"
+HEAD_ITEMS = "n"
+HEAD_LEASED = "nl"
+HEAD_SCHEDULED = "ns"
+HEAD_CREATED_SUM = "ca"
+HEAD_LEASED_CREATED_SUM = "cl"
+HEAD_SCHEDULED_CREATED_SUM = "cs"
 
 # Idempotency record attributes (same table).
 IDEM_SK = SEPARATOR

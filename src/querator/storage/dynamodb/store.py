@@ -1,12 +1,21 @@
-"""Storage layer: the item store on one DynamoDB table (see docs/adr/0001-data-model.md).
+"""Storage layer: the item store on one DynamoDB table (docs/adr/0050-engine-v2.md).
 
 Adapter notes, where it deviates from or adds to the ``ItemStore`` port:
 
+- Under one partition key live the items (ids sort in FIFO order), the partition's head row (lease
+  cursor, marks, counters) and lease records keyed by deadline (``schema``). Every read is a key
+  range of what the caller needs; nothing reads a partition whole except ``iter_items`` (tests,
+  exports) and ``source_ids`` (import).
 - Writes of fresh ids go out as ``BatchWriteItem`` (25 a request); unprocessed items are retried with
   backoff and, when retries run out, the call raises ``StoreThrottledError``: it never reports a
   write that did not happen.
 - Every write that must not race is a single conditional request (``expressions``); a move between
-  two keys is a two-item transaction, so an item is never lost or doubled between them.
+  two keys is a two-item transaction, so an item is never lost or doubled between them. Batches of
+  such writes (claims, completes, moves) run on a small thread pool, so a 1,000-item call costs
+  tens of round trips, not a thousand.
+- Counters are added in one ``UpdateItem`` per call and partition after the items' write. If that
+  write fails the items' write still stands and the error is logged: a counter may drift, an item
+  is never lost or reported wrongly.
 - The boto3 client is injected; botocore's own retries (standard mode) sit below this code.
 """
 
@@ -14,55 +23,268 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from querator.domain.errors import StoreThrottledError
-from querator.domain.ids import visible_bound
-from querator.ports import Guard, IdempotencyRecord, Page
+from querator.domain.errors import QueratorError, StoreThrottledError
+from querator.domain.ids import ID_LENGTH, ITEMS_END, visible_bound
+from querator.domain.model import timestamp_us
+from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead
 from querator.storage.dynamodb import codec, expressions, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from datetime import datetime
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from querator.domain.model import Item
+    from querator.domain.model import Item, ItemState
+    from querator.ports import Move
 
 log = logging.getLogger(__name__)
 
 BATCH_WRITE_LIMIT = 25
+BATCH_GET_LIMIT = 100
 CONDITION_FAILED = "ConditionalCheckFailedException"
+#: Conditional writes of one call in flight at once: enough to turn 1,000 claims into ~60 round
+#: trips, few enough that one call does not hog a partition's 1,000 writes a second.
+WRITE_CONCURRENCY = 16
 _UNPROCESSED_RETRIES = 8
 _TRANSACTION_RETRIES = 3
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def after(key: str) -> str:
+    """The smallest key that sorts after ``key`` among fixed-length keys: the next range start."""
+    return f"{key}0"
+
+
+def _last_below(end: str) -> str:
+    """A key just below ``end`` that no item id lies between: ``BETWEEN`` is inclusive at both ends.
+
+    Item ids are lowercase hex; ``~`` sorts after every hex digit, so ``<end minus one step>~`` sorts
+    after every id below ``end`` and before ``end``.
+    """
+    return f"{end[:-1]}{chr(ord(end[-1]) - 1)}~"
+
+
+@dataclass(slots=True)
+class _Counts:
+    """Deltas for one partition's head row."""
+
+    items: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    created: int = 0
+    leased_created: int = 0
+    scheduled_created: int = 0
+
+    def add(self, item_created: datetime, *, sign: int, leased: bool, scheduled: bool) -> None:
+        seconds = timestamp_us(item_created) // 1_000_000
+        self.items += sign
+        self.created += sign * seconds
+        if leased:
+            self.leased += sign
+            self.leased_created += sign * seconds
+        if scheduled:
+            self.scheduled += sign
+            self.scheduled_created += sign * seconds
+
+    def expression(self) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+        """The ``ADD`` clauses, names and values of the non-zero deltas."""
+        pairs = [
+            ("#n", self.items),
+            ("#nl", self.leased),
+            ("#ns", self.scheduled),
+            ("#ca", self.created),
+            ("#cl", self.leased_created),
+            ("#cs", self.scheduled_created),
+        ]
+        used = [(name, value) for name, value in pairs if value]
+        parts = [f"{name} :{name[1:]}" for name, _ in used]
+        names = {name: expressions.HEAD_COUNT_UPDATE_NAMES[name] for name, _ in used}
+        values = {f":{name[1:]}": {"N": str(value)} for name, value in used}
+        return parts, names, values
 
 
 class DynamoDBItemStore:
     """Items of every queue in one table, a queue partition per partition key."""
 
     def __init__(
-        self, client: DynamoDBClient, table_name: str, *, sleep: Callable[[float], None] = time.sleep
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        concurrency: int = WRITE_CONCURRENCY,
     ) -> None:
         self._client = translating_no_reply(client)
         self._table = table_name
         self._sleep = sleep
+        self._concurrency = concurrency
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _each(self, function: Callable[[T], R], values: Sequence[T]) -> list[R]:
+        """``function`` over ``values`` with up to ``concurrency`` in flight; results in order.
+
+        The first error is raised after every call has finished, so no write is left in flight.
+        """
+        if len(values) <= 1 or self._concurrency <= 1:
+            return [function(v) for v in values]
+        with self._pool_lock:
+            if self._pool is None:
+                # Lazily, and once per store: a warm Lambda reuses its threads across invocations.
+                self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="querator-store")
+            pool = self._pool
+        futures = [pool.submit(function, v) for v in values]
+        results: list[R] = []
+        error: BaseException | None = None
+        for future in futures:
+            try:
+                results.append(future.result())
+            except BaseException as exc:  # re-raised below, once every call has ended
+                error = error or exc
+        if error is not None:
+            raise error
+        return results
+
+    # -- the head row ------------------------------------------------------------------------------
+
+    def _update_head(
+        self,
+        queue: str,
+        partition: int,
+        counts: _Counts | None,
+        *,
+        cursor: str | None = None,
+        init_marks: str | None = None,
+        operation: str,
+    ) -> None:
+        """Add ``counts`` (and set the cursor / initial marks) in one write; log, never raise."""
+        adds, names, values = counts.expression() if counts is not None else ([], {}, {})
+        sets: list[str] = []
+        if cursor is not None:
+            sets.append("#cur = :cur")
+            names["#cur"] = schema.HEAD_CURSOR
+            values[":cur"] = {"S": cursor}
+        if init_marks is not None:
+            sets.append(expressions.HEAD_MARKS_INIT)
+            names.update(expressions.HEAD_MARKS_NAMES)
+            values[":mark"] = {"S": init_marks}
+        if not adds and not sets:
+            return
+        clauses = [f"SET {', '.join(sets)}"] if sets else []
+        clauses += [f"ADD {', '.join(adds)}"] if adds else []
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=codec.head_key(queue, partition),
+                UpdateExpression=" ".join(clauses),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except (ClientError, QueratorError) as exc:
+            # The items' write stands; a lost counter update is drift in queue.stats, not data loss.
+            log.warning("head row of %s~%d not updated after %s: %s", queue, partition, operation, exc)
+
+    def head(
+        self, queue: str, partition: int, *, now: datetime, records: int = 0
+    ) -> tuple[PartitionHead, list[LeaseRecord]]:
+        # The head row sorts just before the lease records, so one Query reads it and the records
+        # already due: a lease learns where to start and what to put back in one request.
+        try:
+            reply = self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="pk = :pk AND sk BETWEEN :head AND :due",
+                ExpressionAttributeValues={
+                    ":pk": {"S": schema.partition_key(queue, partition)},
+                    ":head": {"S": schema.HEAD_SK},
+                    ":due": {"S": codec.lease_records_due(now)},
+                },
+                Limit=records + 1,
+                ConsistentRead=True,
+            )
+        except ClientError as exc:
+            raise translate(exc, "lease") from exc
+        head_attrs = None
+        found: list[LeaseRecord] = []
+        for attrs in reply.get("Items", []):
+            if attrs[schema.SK]["S"] == schema.HEAD_SK:
+                head_attrs = attrs
+            elif len(found) < records:
+                found.append(codec.decode_lease_record(attrs, ID_LENGTH))
+        return codec.decode_head(head_attrs), found
+
+    def heads(self, queue: str, partitions: Sequence[int]) -> list[PartitionHead]:
+        keys = [codec.head_key(queue, p) for p in partitions]
+        found = {
+            attrs[schema.PK]["S"]: attrs
+            for attrs in self._batch_get(keys, projection=None, operation="stats")
+        }
+        return [codec.decode_head(found.get(schema.partition_key(queue, p))) for p in partitions]
+
+    def _batch_get(
+        self, keys: list[codec.AttributeMap], *, projection: tuple[str, dict[str, str]] | None, operation: str
+    ) -> list[codec.AttributeMap]:
+        found: list[codec.AttributeMap] = []
+        for start in range(0, len(keys), BATCH_GET_LIMIT):
+            pending: list[Any] = keys[start : start + BATCH_GET_LIMIT]
+            for attempt in range(_UNPROCESSED_RETRIES + 1):
+                request: dict[str, Any] = {"Keys": pending, "ConsistentRead": True}
+                if projection is not None:
+                    request["ProjectionExpression"], request["ExpressionAttributeNames"] = projection
+                try:
+                    # The stubs' TypedDicts want literal keys; the request is built incrementally.
+                    reply: Any = self._client.batch_get_item(RequestItems={self._table: request})  # type: ignore[dict-item]
+                except ClientError as exc:
+                    raise translate(exc, operation) from exc
+                found.extend(reply.get("Responses", {}).get(self._table, []))
+                pending = list(reply.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", []))
+                if not pending:
+                    break
+                if attempt == _UNPROCESSED_RETRIES:
+                    raise StoreThrottledError(
+                        f"the store left {len(pending)} reads of {operation} unprocessed"
+                    )
+                self._sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))  # noqa: S311
+        return found
 
     # -- writes of new items ---------------------------------------------------------------------
 
-    def put_new(self, queue: str, partition: int, items: Sequence[Item]) -> None:
+    def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
         requests = [{"PutRequest": {"Item": codec.encode_item(queue, partition, item)}} for item in items]
         self._batch_write(requests, "produce")
+        self._count_added(queue, partition, items, now)
 
-    def put_absent(self, queue: str, partition: int, items: Sequence[Item]) -> list[str]:
-        written = []
+    def put_absent(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> list[str]:
+        written = [item for item in items if self._put_if_absent(codec.encode_item(queue, partition, item))]
+        self._count_added(queue, partition, written, now)
+        return [item.id for item in written]
+
+    def _count_added(self, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
+        counts = _Counts()
         for item in items:
-            if self._put_if_absent(codec.encode_item(queue, partition, item)):
-                written.append(item.id)
-        return written
+            counts.add(
+                item.created_at,
+                sign=1,
+                leased=item.lease_deadline is not None,
+                scheduled=_scheduled(item, now),
+            )
+        if counts.items:
+            # The schedule mark starts at the partition's first write: the first schedule pass then
+            # reads only what was written since, never the partition from its beginning.
+            self._update_head(queue, partition, counts, init_marks=visible_bound(now), operation="produce")
 
     def _put_if_absent(self, attrs: codec.AttributeMap) -> bool:
         try:
@@ -103,32 +325,46 @@ class DynamoDBItemStore:
         queue: str,
         partition: int,
         *,
+        start: str,
+        end: str,
         limit: int,
-        start_after: str | None = None,
-        due_at: datetime | None = None,
-        available_only: bool = False,
+        available_at: datetime | None = None,
+        never_leased: bool = False,
+        scheduled_only: bool = False,
     ) -> Page:
+        if start >= end:
+            return Page(read_to=end)
         names = dict(expressions.STATE_PROJECTION_NAMES)
-        values: dict[str, Any] = {":pk": {"S": schema.partition_key(queue, partition)}}
-        condition = "pk = :pk"
-        if due_at is not None:
-            # Ids sort by visible-at time: everything due is the key range below the bound.
-            condition = "pk = :pk AND sk < :bound"
-            values[":bound"] = {"S": visible_bound(due_at)}
+        values: dict[str, Any] = {
+            ":pk": {"S": schema.partition_key(queue, partition)},
+            ":last": {"S": _last_below(end)},
+        }
+        if start:
+            condition = "pk = :pk AND sk BETWEEN :start AND :last"
+            values[":start"] = {"S": start}
+        else:
+            condition = "pk = :pk AND sk <= :last"
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": condition,
             "ProjectionExpression": expressions.STATE_PROJECTION,
             "Limit": limit,
+            # Candidates for conditional writes: a stale read would only spend writes on lost claims.
+            "ConsistentRead": True,
         }
-        if available_only:
-            if due_at is None:
-                raise ValueError("available_only needs due_at")
-            kwargs["FilterExpression"] = expressions.AVAILABLE_FILTER
+        filters: list[str] = []
+        if available_at is not None:
+            filters.append(f"({expressions.AVAILABLE_FILTER})")
             names.update(expressions.AVAILABLE_FILTER_NAMES)
-            values[":now"] = codec.num(due_at)
-        if start_after is not None:
-            kwargs["ExclusiveStartKey"] = codec.item_key(queue, partition, start_after)
+            values[":now"] = codec.num(available_at)
+        if never_leased:
+            filters.append(f"({expressions.NEVER_LEASED_FILTER})")
+            names.update(expressions.NEVER_LEASED_FILTER_NAMES)
+        if scheduled_only:
+            filters.append(f"({expressions.SCHEDULED_FILTER})")
+            names.update(expressions.SCHEDULED_FILTER_NAMES)
+        if filters:
+            kwargs["FilterExpression"] = " AND ".join(filters)
         kwargs["ExpressionAttributeNames"] = names
         kwargs["ExpressionAttributeValues"] = values
         try:
@@ -138,32 +374,46 @@ class DynamoDBItemStore:
         last = reply.get("LastEvaluatedKey")
         return Page(
             items=[codec.decode_state(attrs) for attrs in reply.get("Items", [])],
-            next_start=None if last is None else str(last[schema.SK]["S"]),
+            read_to=end if last is None else after(str(last[schema.SK]["S"])),
+            done=last is None,
         )
 
+    def states(self, queue: str, partition: int, ids: Sequence[str]) -> list[ItemState]:
+        keys = [codec.item_key(queue, partition, i) for i in dict.fromkeys(ids)]
+        projection = (expressions.STATE_PROJECTION, expressions.STATE_PROJECTION_NAMES)
+        return [
+            codec.decode_state(a) for a in self._batch_get(keys, projection=projection, operation="lease")
+        ]
+
+    def get_many(self, queue: str, partition: int, ids: Sequence[str]) -> dict[str, Item]:
+        keys = [codec.item_key(queue, partition, i) for i in dict.fromkeys(ids)]
+        items = (codec.decode_item(a) for a in self._batch_get(keys, projection=None, operation="get"))
+        return {item.id: item for item in items}
+
     def list_items(
-        self, queue: str, partition: int, *, limit: int, pivot: str = "", lower: str = "", upper: str = ""
+        self,
+        queue: str,
+        partition: int,
+        *,
+        limit: int,
+        pivot: str = "",
+        lower: str = "",
+        upper: str = "",
+        max_bytes: int | None = None,
     ) -> list[Item]:
         """Whole items in id order, from ``max(pivot, lower)`` inclusive to ``upper`` exclusive."""
         start = max(pivot, lower)
-        values: dict[str, Any] = {":pk": {"S": schema.partition_key(queue, partition)}}
-        if start and upper:
-            # BETWEEN is inclusive at both ends; the upper bound is exclusive, so step just below it.
-            last = _just_below(upper)
-            if start > last:
-                return []
+        last = _last_below(upper or ITEMS_END)
+        if start > last:
+            return []
+        values: dict[str, Any] = {":pk": {"S": schema.partition_key(queue, partition)}, ":last": {"S": last}}
+        if start:
             condition = "pk = :pk AND sk BETWEEN :start AND :last"
             values[":start"] = {"S": start}
-            values[":last"] = {"S": last}
-        elif start:
-            condition = "pk = :pk AND sk >= :start"
-            values[":start"] = {"S": start}
-        elif upper:
-            condition = "pk = :pk AND sk < :upper"
-            values[":upper"] = {"S": upper}
         else:
-            condition = "pk = :pk"
+            condition = "pk = :pk AND sk <= :last"
         items: list[Item] = []
+        size = 0
         start_key: dict[str, Any] | None = None
         while len(items) < limit:
             kwargs: dict[str, Any] = {
@@ -178,7 +428,12 @@ class DynamoDBItemStore:
                 reply = self._client.query(**kwargs)
             except ClientError as exc:
                 raise translate(exc, "list") from exc
-            items.extend(codec.decode_item(attrs) for attrs in reply.get("Items", []))
+            for attrs in reply.get("Items", []):
+                item = codec.decode_item(attrs)
+                size += len(item.payload)
+                if max_bytes is not None and items and size > max_bytes:
+                    return items
+                items.append(item)
             start_key = reply.get("LastEvaluatedKey")
             if start_key is None:
                 break
@@ -207,10 +462,13 @@ class DynamoDBItemStore:
         found: set[str] = set()
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk",
+            "KeyConditionExpression": "pk = :pk AND sk < :end",
             "ProjectionExpression": "#src",
             "ExpressionAttributeNames": {"#src": schema.SOURCE_ID},
-            "ExpressionAttributeValues": {":pk": {"S": schema.partition_key(queue, partition)}},
+            "ExpressionAttributeValues": {
+                ":pk": {"S": schema.partition_key(queue, partition)},
+                ":end": {"S": ITEMS_END},
+            },
         }
         for attrs in self._query_all(kwargs, "import"):
             if schema.SOURCE_ID in attrs:
@@ -229,14 +487,34 @@ class DynamoDBItemStore:
                 return
             kwargs = {**kwargs, "ExclusiveStartKey": last}
 
-    # -- conditional writes on leased items --------------------------------------------------------
+    # -- leases ----------------------------------------------------------------------------------
+
+    def record_lease(self, queue: str, partition: int, ids: Sequence[str], *, deadline: datetime) -> str:
+        key = codec.lease_record_key(deadline, secrets.token_hex(8))
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=codec.encode_lease_record(queue, partition, key, list(ids), deadline),
+            )
+        except ClientError as exc:
+            raise translate(exc, "lease") from exc
+        return key
+
+    def drop_lease_record(self, queue: str, partition: int, key: str) -> None:
+        try:
+            self._client.delete_item(
+                TableName=self._table,
+                Key={schema.PK: {"S": schema.partition_key(queue, partition)}, schema.SK: {"S": key}},
+            )
+        except ClientError as exc:
+            raise translate(exc, "lease") from exc
 
     def claim(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
     ) -> list[Item]:
-        won: list[Item] = []
         values = {":deadline": codec.num(lease_deadline), ":now": codec.num(now), ":one": {"N": "1"}}
-        for item_id in ids:
+
+        def claim_one(item_id: str) -> Item | None:
             try:
                 reply = self._client.update_item(
                     TableName=self._table,
@@ -250,17 +528,27 @@ class DynamoDBItemStore:
                 )
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
-                    continue  # another consumer won this one
+                    return None  # another consumer won this one
                 raise translate(exc, "lease") from exc
-            won.append(codec.decode_item(reply["Attributes"]))
-        return won
+            return codec.decode_item(reply["Attributes"])
+
+        return [item for item in self._each(claim_one, list(ids)) if item is not None]
+
+    def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
+        counts = _Counts()
+        for item in items:
+            counts.add(item.created_at, sign=1, leased=True, scheduled=False)
+        # Only the leased counters: the items were already counted when they were written.
+        counts.items = counts.created = 0
+        self._update_head(queue, partition, counts, cursor=cursor, operation="lease")
 
     def renew(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
     ) -> list[str]:
         condition, names = expressions.GUARD_CONDITIONS[Guard.LEASE_VALID]
-        failed = []
-        for item_id in ids:
+        values = {":deadline": codec.num(lease_deadline), ":now": codec.num(now)}
+
+        def renew_one(item_id: str) -> str | None:
             try:
                 self._client.update_item(
                     TableName=self._table,
@@ -268,100 +556,198 @@ class DynamoDBItemStore:
                     UpdateExpression=expressions.RENEW_UPDATE,
                     ConditionExpression=condition,
                     ExpressionAttributeNames=names,
-                    ExpressionAttributeValues={
-                        ":deadline": codec.num(lease_deadline),
-                        ":now": codec.num(now),
-                    },
+                    ExpressionAttributeValues=values,
                 )
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
-                    failed.append(item_id)
-                    continue
+                    return item_id
                 raise translate(exc, "renew") from exc
-        return failed
+            return None
+
+        return [i for i in self._each(renew_one, list(ids)) if i is not None]
+
+    # -- removals and moves ----------------------------------------------------------------------
 
     def delete(
         self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
     ) -> list[str]:
-        if guard is Guard.ANY:
-            # Unconditional deletes batch 25 to a request, and deleting a missing item succeeds.
-            requests = [{"DeleteRequest": {"Key": codec.item_key(queue, partition, i)}} for i in ids]
-            self._batch_write(requests, "delete")
-            return []
-        condition, names = expressions.GUARD_CONDITIONS[guard]
-        failed = []
-        for item_id in ids:
+        condition, names = ("", {}) if guard is Guard.ANY else expressions.GUARD_CONDITIONS[guard]
+
+        def delete_one(item_id: str) -> tuple[str, codec.AttributeMap | None, bool]:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "Key": codec.item_key(queue, partition, item_id),
+                # Free with the write: what was deleted, so the counters lose exactly that.
+                "ReturnValues": "ALL_OLD",
+            }
+            if condition:
+                kwargs["ConditionExpression"] = condition
+                kwargs["ExpressionAttributeNames"] = names
+                if ":now" in condition:
+                    kwargs["ExpressionAttributeValues"] = {":now": codec.num(now)}
             try:
-                self._client.delete_item(
-                    TableName=self._table,
-                    Key=codec.item_key(queue, partition, item_id),
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues={":now": codec.num(now)} if ":now" in condition else {},
-                )
+                reply = self._client.delete_item(**kwargs)
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
-                    failed.append(item_id)
-                    continue
+                    return item_id, None, False
                 raise translate(exc, "delete") from exc
-        return failed
+            return item_id, reply.get("Attributes"), True
+
+        results = self._each(delete_one, list(dict.fromkeys(ids)))
+        removed = [codec.decode_state(attrs) for _, attrs, ok in results if ok and attrs]
+        if removed:
+            counts = _Counts()
+            mark = self._schedule_mark_if_needed(queue, partition, removed, now)
+            for state in removed:
+                counts.add(
+                    state.created_at,
+                    sign=-1,
+                    leased=state.lease_deadline is not None,
+                    scheduled=_counted_scheduled(state, mark, now),
+                )
+            self._update_head(queue, partition, counts, operation="delete")
+        return [item_id for item_id, _, ok in results if not ok]
+
+    def _schedule_mark_if_needed(
+        self, queue: str, partition: int, states: Iterable[ItemState], now: datetime
+    ) -> str:
+        """The schedule mark, read only when an item that was scheduled is already due."""
+        bound = visible_bound(now)
+        if any(s.enqueue_at is not None and s.id < bound for s in states):
+            return self.head(queue, partition, now=now)[0].schedule_mark
+        return bound
 
     def move(
-        self,
-        queue: str,
-        partition: int,
-        item_id: str,
-        *,
-        guard: Guard,
-        now: datetime,
-        target_queue: str,
-        target_partition: int,
-        replacement: Item,
-    ) -> bool:
+        self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
+    ) -> list[bool]:
         condition, names = expressions.GUARD_CONDITIONS[guard]
-        delete: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": codec.item_key(queue, partition, item_id),
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-        }
-        if ":now" in condition:
-            delete["ExpressionAttributeValues"] = {":now": codec.num(now)}
-        put: dict[str, Any] = {
-            "TableName": self._table,
-            "Item": codec.encode_item(target_queue, target_partition, replacement),
-            "ConditionExpression": expressions.PUT_ABSENT_CONDITION,
-            "ExpressionAttributeNames": expressions.PUT_ABSENT_NAMES,
-        }
-        for attempt in range(_TRANSACTION_RETRIES + 1):
-            try:
-                # The stubs' TypedDicts want literal keys; the dicts above are built incrementally.
-                transaction: Any = [{"Delete": delete}, {"Put": put}]
-                self._client.transact_write_items(TransactItems=transaction)
-            except ClientError as exc:
-                reasons = [r.get("Code", "") for r in exc.response.get("CancellationReasons", [])]
-                if error_code(exc) == "TransactionCanceledException" and "ConditionalCheckFailed" in reasons:
-                    return False  # the item is no longer in the guarded state: someone else acted
-                retryable = (
-                    error_code(exc) == "TransactionCanceledException" and "TransactionConflict" in reasons
-                )
-                if retryable and attempt < _TRANSACTION_RETRIES:
-                    self._sleep(random.uniform(0, 0.01 * 2**attempt))  # noqa: S311
-                    continue
-                raise translate(exc, "move") from exc
-            return True
-        return False  # pragma: no cover - the loop returns or raises
 
-    def purge(self, queue: str, partition: int) -> int:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk",
-            "ProjectionExpression": "pk, sk",
-            "ExpressionAttributeValues": {":pk": {"S": schema.partition_key(queue, partition)}},
-        }
-        keys = [{"DeleteRequest": {"Key": attrs}} for attrs in self._query_all(kwargs, "purge")]
+        def move_one(move: Move) -> bool:
+            delete: dict[str, Any] = {
+                "TableName": self._table,
+                "Key": codec.item_key(queue, partition, move.item.id),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+            }
+            if ":now" in condition:
+                delete["ExpressionAttributeValues"] = {":now": codec.num(now)}
+            put: dict[str, Any] = {
+                "TableName": self._table,
+                "Item": codec.encode_item(move.target_queue, move.target_partition, move.replacement),
+                "ConditionExpression": expressions.PUT_ABSENT_CONDITION,
+                "ExpressionAttributeNames": expressions.PUT_ABSENT_NAMES,
+            }
+            for attempt in range(_TRANSACTION_RETRIES + 1):
+                try:
+                    # The stubs' TypedDicts want literal keys; the dicts above are built incrementally.
+                    transaction: Any = [{"Delete": delete}, {"Put": put}]
+                    self._client.transact_write_items(TransactItems=transaction)
+                except ClientError as exc:
+                    reasons = [r.get("Code", "") for r in exc.response.get("CancellationReasons", [])]
+                    cancelled = error_code(exc) == "TransactionCanceledException"
+                    if cancelled and "ConditionalCheckFailed" in reasons:
+                        return False  # the item is no longer in the guarded state: someone else acted
+                    if cancelled and "TransactionConflict" in reasons and attempt < _TRANSACTION_RETRIES:
+                        self._sleep(random.uniform(0, 0.01 * 2**attempt))  # noqa: S311
+                        continue
+                    raise translate(exc, "move") from exc
+                return True
+            return False  # pragma: no cover - the loop returns or raises
+
+        done = self._each(move_one, list(moves))
+        moved = [m for m, ok in zip(moves, done, strict=True) if ok]
+        if moved:
+            self._count_moves(queue, partition, moved, now)
+        return done
+
+    def _count_moves(self, queue: str, partition: int, moved: Sequence[Move], now: datetime) -> None:
+        deltas: dict[tuple[str, int], _Counts] = defaultdict(_Counts)
+        mark = self._schedule_mark_if_needed(queue, partition, (_state_of(m.item) for m in moved), now)
+        for m in moved:
+            source = m.item
+            deltas[queue, partition].add(
+                source.created_at,
+                sign=-1,
+                leased=source.lease_deadline is not None,
+                scheduled=_counted_scheduled(_state_of(source), mark, now),
+            )
+            target = m.replacement
+            deltas[m.target_queue, m.target_partition].add(
+                target.created_at,
+                sign=1,
+                leased=target.lease_deadline is not None,
+                scheduled=_scheduled(target, now),
+            )
+        for (target_queue, target_partition), counts in deltas.items():
+            marks = visible_bound(now) if (target_queue, target_partition) != (queue, partition) else None
+            self._update_head(target_queue, target_partition, counts, init_marks=marks, operation="move")
+
+    def purge_page(self, queue: str, partition: int, *, limit: int) -> int:
+        try:
+            reply = self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="pk = :pk",
+                ProjectionExpression="pk, sk",
+                ExpressionAttributeValues={":pk": {"S": schema.partition_key(queue, partition)}},
+                Limit=limit,
+            )
+        except ClientError as exc:
+            raise translate(exc, "purge") from exc
+        keys = [{"DeleteRequest": {"Key": attrs}} for attrs in reply.get("Items", [])]
+        # Deleted rows are gone from the next Query: the partition itself is the bookmark.
         self._batch_write(keys, "purge")
         return len(keys)
+
+    # -- the reaper's marks ----------------------------------------------------------------------
+
+    def pass_schedule(
+        self, queue: str, partition: int, *, old_mark: str, new_mark: str, now: datetime
+    ) -> int:
+        counts = _Counts()
+        start = old_mark
+        while True:
+            page = self.scan(queue, partition, start=start, end=new_mark, limit=1000, scheduled_only=True)
+            for state in page.items:
+                counts.add(state.created_at, sign=-1, leased=False, scheduled=True)
+            if page.done:
+                break
+            start = page.read_to
+        counts.items = counts.created = 0
+        adds, names, values = counts.expression()
+        names.update({"#sm": schema.HEAD_SCHEDULE_MARK})
+        values[":new"] = {"S": new_mark}
+        update = "SET #sm = :new" + (f" ADD {', '.join(adds)}" if adds else "")
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": codec.head_key(queue, partition),
+            "UpdateExpression": update,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if old_mark:
+            kwargs["ConditionExpression"] = expressions.SCHEDULE_PASS_CONDITION
+            values[":old"] = {"S": old_mark}
+        else:
+            kwargs["ConditionExpression"] = "attribute_not_exists(#sm)"
+        try:
+            self._client.update_item(**kwargs)
+        except ClientError as exc:
+            if error_code(exc) == CONDITION_FAILED:
+                return 0  # another pass counted this range first
+            raise translate(exc, "reaper") from exc
+        return -counts.scheduled
+
+    def set_sweep(self, queue: str, partition: int, mark: str) -> None:
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=codec.head_key(queue, partition),
+                UpdateExpression="SET #swp = :mark",
+                ExpressionAttributeNames={"#swp": schema.HEAD_SWEEP},
+                ExpressionAttributeValues={":mark": {"S": mark}},
+            )
+        except ClientError as exc:
+            raise translate(exc, "reaper") from exc
 
     # -- idempotent produce ----------------------------------------------------------------------
 
@@ -425,6 +811,15 @@ class DynamoDBItemStore:
             raise translate(exc, "produce") from exc
 
 
-def _just_below(bound: str) -> str:
-    """The largest key below a visible-at bound: ids are hex, and 'g' sorts after every hex digit."""
-    return f"{int(bound, 16) - 1:0{len(bound)}x}g"
+def _scheduled(item: Item, now: datetime) -> bool:
+    """Counted as scheduled when written: produced or retried for a time still ahead."""
+    return item.enqueue_at is not None and item.enqueue_at > now
+
+
+def _counted_scheduled(state: ItemState, schedule_mark: str, now: datetime) -> bool:
+    """Still counted as scheduled: the schedule pass has not reached its id yet."""
+    return state.enqueue_at is not None and (state.id >= visible_bound(now) or state.id >= schedule_mark)
+
+
+def _state_of(item: Item) -> ItemState:
+    return codec.decode_state(codec.encode_item("-", 0, item))
