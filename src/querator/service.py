@@ -66,6 +66,8 @@ IDEMPOTENCY_STALE_AFTER = timedelta(minutes=15)
 IDEMPOTENCY_TTL = timedelta(hours=24)
 _FIRST_PAGE_MIN = 50
 _PAGE_MAX = 1000
+#: The reaper's first read of a partition's waiting items: the oldest one's age, and whether any expired.
+_REAPER_FIRST_PAGE = 10
 #: Lost claims in a row, with nothing won, after which a lease reads its page again.
 _LOSSES_BEFORE_RESCAN = 3
 #: Re-reads of a page lost to other consumers before a lease moves on to the next partition.
@@ -623,6 +625,14 @@ class QueueService:
         """
         if not found:
             return
+        if not queue.dead_queue:
+            # Dead-lettering without a dead-letter queue deletes: the ids suffice, no item is read.
+            self._delete_dead(
+                queue, partition, [(s, d) for s, d in found if d.action is Action.DEAD_LETTER], now, report
+            )
+            found = [(s, d) for s, d in found if d.action is not Action.DEAD_LETTER]
+            if not found:
+                return
         items = self._store.get_many(queue.name, partition, [state.id for state, _ in found])
         requeue: list[Move] = []
         dead: list[tuple[Item, Guard, str]] = []
@@ -651,6 +661,30 @@ class QueueService:
             for (_, reason), ok in zip(batch, done, strict=True):
                 if ok:
                     report.counts_by_reason[reason] = report.counts_by_reason.get(reason, 0) + 1
+
+    def _delete_dead(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        found: Sequence[tuple[ItemState, lifecycle.Decision]],
+        now: datetime,
+        report: ReapReport,
+    ) -> None:
+        for guard in (Guard.LEASE_EXPIRED, Guard.NOT_VALIDLY_LEASED):
+            batch = [
+                (s, d) for s, d in found if (s.lease_deadline is not None) == (guard is Guard.LEASE_EXPIRED)
+            ]
+            if not batch:
+                continue
+            failed = set(
+                self._store.delete(queue.name, partition, [s.id for s, _ in batch], guard=guard, now=now)
+            )
+            for state, decision in batch:
+                if state.id not in failed:
+                    report.deleted += 1
+                    report.counts_by_reason[decision.reason] = (
+                        report.counts_by_reason.get(decision.reason, 0) + 1
+                    )
 
     def _requeue_move(self, queue: QueueInfo, partition: int, item: Item, visible_at: datetime) -> Move:
         return Move(
@@ -1037,7 +1071,7 @@ class QueueService:
         """
         expired_below = visible_bound(now - queue.expire_timeout)
         start = head.cursor
-        limit = _FIRST_PAGE_MIN
+        limit = _REAPER_FIRST_PAGE
         first = True
         while True:
             page = self._store.scan(

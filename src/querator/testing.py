@@ -21,7 +21,7 @@ from querator.clock import SystemClock
 from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
-from querator.storage.dynamodb.store import DynamoDBItemStore
+from querator.storage.dynamodb.store import WRITE_CONCURRENCY, DynamoDBItemStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -86,18 +86,35 @@ def dynamodb_client(endpoint_url: str | None = None, *, max_pool: int = 10) -> D
 
 
 def build_service(
-    client: DynamoDBClient, *, clock: Any, prefix: str | None = None, ids: IdFactory | None = None
+    client: DynamoDBClient,
+    *,
+    clock: Any,
+    prefix: str | None = None,
+    ids: IdFactory | None = None,
+    concurrency: int | None = None,
 ) -> QueueService:
-    """Create fresh tables (named with ``prefix``) and a service over them."""
+    """Create fresh tables (named with ``prefix``) and a service over them.
+
+    ``concurrency``: the store's writes in flight at once. By default 1 for moto in-process, whose
+    backend is not safe for concurrent requests (docs/adr/0050-engine-v2.md), and the product's
+    default against a server (a single-threaded moto server takes one request at a time).
+    """
+    if concurrency is None:
+        concurrency = WRITE_CONCURRENCY if _is_server(client) else 1
     prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
     items_table, catalog_table = f"{prefix}-items", f"{prefix}-queues"
     schema.create_tables(client, items_table=items_table, catalog_table=catalog_table)
     return QueueService(
         catalog=DynamoDBQueueCatalog(catalog_table, host=client.meta.endpoint_url, region="us-east-1"),
-        store=DynamoDBItemStore(client, items_table),
+        store=DynamoDBItemStore(client, items_table, concurrency=concurrency),
         clock=clock,
         ids=ids,
     )
+
+
+def _is_server(client: DynamoDBClient) -> bool:
+    """True when ``client`` talks to a server on this machine, not to moto's in-process mock."""
+    return str(client.meta.endpoint_url).startswith("http://127.0.0.1")
 
 
 @contextmanager

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 from moto import mock_aws
 
+from benchmarks.meter import CostMeter
 from querator.testing import build_service, dynamodb_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from mypy_boto3_dynamodb import DynamoDBClient
 
     from querator.service import QueueService
     from querator.testing import FakeClock
@@ -24,3 +28,29 @@ def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueS
     else:
         endpoint = request.getfixturevalue("moto_server")
         yield build_service(dynamodb_client(endpoint), clock=clock)
+
+
+@dataclass
+class Metered:
+    """A service whose DynamoDB calls a ``CostMeter`` counts, and the client under it."""
+
+    service: QueueService
+    meter: CostMeter
+    client: DynamoDBClient
+
+
+@pytest.fixture(params=["moto", "moto_server"])
+def metered(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Metered]:
+    """Like ``service``, with every store request metered (requests and DynamoDB's units)."""
+    if request.param == "moto":
+        with mock_aws():
+            client, raw = dynamodb_client(), dynamodb_client()
+            meter = CostMeter(raw)
+            meter.attach(client)
+            yield Metered(build_service(client, clock=clock), meter, client)
+    else:
+        endpoint = request.getfixturevalue("moto_server")
+        client, raw = dynamodb_client(endpoint, max_pool=32), dynamodb_client(endpoint)
+        meter = CostMeter(raw)
+        meter.attach(client)
+        yield Metered(build_service(client, clock=clock), meter, client)

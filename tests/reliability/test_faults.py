@@ -123,7 +123,9 @@ def world_factory() -> Iterator[Callable[[], World]]:
             tables[0] = f"faults-items-{n}"
             client.create_table(**schema.items_table_definition(tables[0]))
             clock = FakeClock()
-            service = QueueService(catalog=catalog, store=DynamoDBItemStore(client, tables[0]), clock=clock)
+            # One write at a time: moto in-process is not safe for concurrent requests.
+            store = DynamoDBItemStore(client, tables[0], concurrency=1)
+            service = QueueService(catalog=catalog, store=store, clock=clock)
             return World(service, clock, injector, client, tables[0], queue=f"q{n:05d}", dead=f"dlq{n:05d}")
 
         yield make

@@ -89,10 +89,11 @@ HEAD_COUNT_UPDATE_NAMES = {
     "#cl": schema.HEAD_LEASED_CREATED_SUM,
     "#cs": schema.HEAD_SCHEDULED_CREATED_SUM,
 }
-# A new partition's sweep and schedule marks start at its first write, so neither pass ever reads
-# from the beginning of time.
-HEAD_MARKS_INIT = "#swp = if_not_exists(#swp, :mark), #sm = if_not_exists(#sm, :mark)"
-HEAD_MARKS_NAMES = {"#swp": schema.HEAD_SWEEP, "#sm": schema.HEAD_SCHEDULE_MARK}
+# A new partition's schedule mark starts at its first write, so the schedule pass never reads from
+# the beginning of time. (The sweep mark starts empty: its first pass reads what is below the cursor
+# once, including a straggler of the very first write.)
+HEAD_MARKS_INIT = "#sm = if_not_exists(#sm, :mark)"
+HEAD_MARKS_NAMES = {"#sm": schema.HEAD_SCHEDULE_MARK}
 
 # The schedule pass moves the mark and takes what came due off the scheduled count once: of two
 # reapers that counted the same range, the second finds the mark moved and changes nothing.
