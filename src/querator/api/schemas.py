@@ -1,4 +1,4 @@
-"""HTTP wire layer: request and response models of every endpoint in ``contract/API.md``.
+"""HTTP wire layer: request and response models of every endpoint (docs/api.md).
 
 Requests accept snake_case keys and their camelCase spellings and refuse any other key; durations are
 Go strings and timestamps RFC 3339. Each request turns itself into domain values (``to_domain``) and
@@ -284,7 +284,7 @@ class ListQueuesResponse(WireResponse):
 
 
 class ProduceItem(WireRequest):
-    """One item of ``queue.produce``: the payload is ``bytes`` (base64) or ``utf8``, not both."""
+    """One item of ``queue.produce``: the payload is ``bytes`` (base64) or ``utf8``, exactly one."""
 
     reference: str = ""
     encoding: str = ""
@@ -307,20 +307,20 @@ class ProduceItem(WireRequest):
 
     @model_validator(mode="after")
     def _one_payload(self) -> Self:
-        # Querator lets bytes win silently; the contract says "bytes or utf8", so a body with both is a
-        # client bug worth reporting.
+        # Querator lets bytes win silently and stores an item with neither as an empty payload; the
+        # contract says "bytes | utf8", so both, or neither (a misspelt key is a 455 already), is a
+        # client bug worth reporting. An empty payload is still one key away: {"utf8": ""}.
         if self.bytes is not None and self.utf8 is not None:
             raise _custom_error("payload_ambiguous", "give either 'bytes' or 'utf8', not both")
+        if self.bytes is None and self.utf8 is None:
+            raise _custom_error(
+                "payload_missing", "no payload: give 'bytes' (base64) or 'utf8' (an empty one is \"\")"
+            )
         return self
 
     def to_domain(self) -> domain.NewItem:
         """Raises ``InvalidRequestError`` when the payload or a text field is over its limit."""
-        if self.bytes is not None:
-            payload = self.bytes
-        elif self.utf8 is not None:
-            payload = self.utf8.encode("utf-8")
-        else:
-            payload = b""
+        payload = self.bytes if self.bytes is not None else (self.utf8 or "").encode("utf-8")
         return domain.NewItem(
             payload=payload,
             reference=self.reference,

@@ -160,6 +160,14 @@ def test_bad_queue_name_is_400() -> None:
 # -- produce ----------------------------------------------------------------------------------------
 
 
+def test_produce_refuses_an_item_without_a_payload_naming_it() -> None:
+    # An empty payload is {"utf8": ""}; an item with neither key is a client bug (a misspelt key is
+    # 455, so this is a body whose only keys are reference, kind, ...).
+    with pytest.raises(InvalidRequestError) as raised:
+        parse(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "a"}, {"reference": "r"}]})
+    assert str(raised.value).startswith("items[1]: no payload: give 'bytes' (base64) or 'utf8'")
+
+
 def test_produce_decodes_bytes_and_encodes_utf8() -> None:
     request = parse(
         schemas.ProduceRequest,
@@ -175,12 +183,13 @@ def test_produce_decodes_bytes_and_encodes_utf8() -> None:
                 },
                 {"utf8": "héllo"},
                 {"bytes": "aGk"},  # protojson accepts unpadded base64
-                {},
+                {"utf8": ""},
+                {"bytes": ""},
             ],
         },
     )
     items = request.to_domain()
-    assert [i.payload for i in items] == [b"\x00\xff", "héllo".encode(), b"hi", b""]
+    assert [i.payload for i in items] == [b"\x00\xff", "héllo".encode(), b"hi", b"", b""]
     assert (items[0].reference, items[0].encoding, items[0].kind) == ("r", "e", "k")
     assert request.request_timeout == timedelta(minutes=1)
 
