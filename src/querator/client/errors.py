@@ -37,11 +37,14 @@ class ConnectionFailedError(QueratorClientError):
 
     ``sent`` is False only when the request certainly never reached the server (the connection
     could not be opened), which is what makes a retry safe for calls that are not idempotent.
+    ``timed_out`` is True when the server kept the connection but did not answer within the read
+    timeout: a slow call (stats or delete of a large queue), for which a longer timeout is the fix.
     """
 
-    def __init__(self, message: str, *, sent: bool) -> None:
+    def __init__(self, message: str, *, sent: bool, timed_out: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
+        self.timed_out = timed_out
 
 
 class ApiError(QueratorClientError):
