@@ -43,6 +43,7 @@ COMMANDS = [
     ["stats"],
     ["watch"],
     ["dead-letters"],
+    ["consume"],
     ["peek"],
     ["clear"],
 ]

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from querator.cli import commands as client_commands
-from querator.cli import serve
+from querator.cli import consume, serve
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -19,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(commands)
-    client_commands.register(commands)
+    common = client_commands.register(commands)
+    consume.register(commands, common)
     return parser
 
 
