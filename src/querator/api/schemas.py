@@ -32,7 +32,7 @@ from querator.api.durations import format_duration, format_timestamp, parse_dura
 from querator.api.errors import body_too_large, unsupported_content
 from querator.domain import model as domain
 from querator.domain.errors import InvalidRequestError
-from querator.domain.model import MAX_BATCH
+from querator.domain.model import MAX_BATCH, MAX_PAYLOAD_BYTES
 
 #: Default page size of the storage listings (contract: ``limit`` default 1000).
 DEFAULT_LIST_LIMIT: Final = 1000
@@ -289,8 +289,12 @@ class ProduceItem(WireRequest):
     reference: str = ""
     encoding: str = ""
     kind: str = ""
-    bytes: Payload | None = None
-    utf8: str | None = None
+    bytes: Payload | None = Field(
+        default=None, description=f"The payload, standard base64; at most {MAX_PAYLOAD_BYTES:,} bytes decoded"
+    )
+    utf8: str | None = Field(
+        default=None, description=f"The payload as text; at most {MAX_PAYLOAD_BYTES:,} bytes of UTF-8."
+    )
     #: In the future: the item is scheduled until then.
     enqueue_at: Timestamp | None = None
 
@@ -428,7 +432,8 @@ class RetryRequest(WireRequest):
 
 
 class RenewRequest(WireRequest):
-    """``queue.renew``: extend leases to now + ``lease_timeout`` (``None``: the queue's)."""
+    """``queue.renew``: set leases to end at now + ``lease_timeout`` (``None``: the queue's); counted
+    from now, not from the old deadline, so a short ``lease_timeout`` shortens a lease."""
 
     queue_name: QueueName
     partition: Partition = 0

@@ -449,7 +449,8 @@ class Client:
         partition: int | None = None,
         lease_timeout: Duration | None = None,
     ) -> Renewal:
-        """``queue.renew``: extend leases to now + ``lease_timeout`` (default: the queue's).
+        """``queue.renew``: set leases to end at now + ``lease_timeout`` (default: the queue's); counted
+        from now, so a short ``lease_timeout`` shortens a lease.
 
         Safe to repeat, so retried like a read. Raises ``ItemNotLeasedError`` naming the ids whose
         lease is lost; the others were renewed.
