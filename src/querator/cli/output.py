@@ -176,7 +176,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def key_values(pairs: Sequence[tuple[str, Any]]) -> str:
     width = max(len(key) for key, _ in pairs)
-    return "\n".join(f"{key.ljust(width)}  {cell(value)}" for key, value in pairs)
+    return "\n".join(f"{key.ljust(width)}  {cell(value)}".rstrip() for key, value in pairs)
 
 
 def preview(payload: bytes, limit: int = 60) -> str:

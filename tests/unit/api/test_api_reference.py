@@ -184,6 +184,13 @@ def test_every_stable_class_is_documented_with_its_status() -> None:
     assert documented == expected
 
 
+def test_the_readme_and_the_other_docs_link_to_it() -> None:
+    root = REFERENCE.parents[1]
+    assert "(docs/api.md)" in (root / "README.md").read_text(encoding="utf-8")
+    for name in ("cli.md", "client.md"):
+        assert "(api.md)" in (root / "docs" / name).read_text(encoding="utf-8"), name
+
+
 def test_the_openapi_document_states_the_payload_limit() -> None:
     item = DOCUMENT["components"]["schemas"]["ProduceItem"]["properties"]
     for key in ("bytes", "utf8"):
