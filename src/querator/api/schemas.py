@@ -702,16 +702,6 @@ def _is_unsupported(detail: ErrorDetails) -> bool:
     )
 
 
-def describe_validation_error(error: ValidationError) -> str:
-    """One readable line naming each failing field: ``"items[3].bytes: invalid standard base64 …"``."""
-    return _describe(error.errors(include_url=False))
-
-
-def is_unsupported_content(error: ValidationError) -> bool:
-    """Whether the contract answers 455 (body not understood) rather than 400 (a value is wrong)."""
-    return any(_is_unsupported(detail) for detail in error.errors(include_url=False))
-
-
 def is_json_content_type(content_type: str | None) -> bool:
     """``application/json`` (any parameters) or a ``+json`` type; a missing header is let through.
 
