@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from querator.cli import main
 from querator.cli.output import ExitCode
 
 if TYPE_CHECKING:
@@ -174,3 +175,12 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_command_option_without_the_double_dash_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["consume", "q", "sh", "-c", "cat"])
+    err = capsys.readouterr().err
+    assert exited.value.code == ExitCode.USAGE
+    assert err.startswith("usage: querator consume ")
+    assert "put COMMAND after '--': querator consume QUEUE [options] -- COMMAND [ARG...]" in err

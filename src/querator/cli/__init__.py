@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The error comes from the command's own parser, so its usage line is the one shown.
         command: argparse.ArgumentParser = args.command_parser
         if not getattr(args, "intermixed", False):
-            command.error(f"unrecognized arguments: {' '.join(extras)}")
+            command.error(f"unrecognized arguments: {' '.join(extras)}{getattr(args, 'usage_hint', '')}")
         # argparse takes a list positional (PAYLOAD..., ID...) only before the first option;
         # intermixed parsing takes it wherever it is, and still refuses an unknown option.
         args = command.parse_intermixed_args(argv[len(args.command_path.split()) :])

@@ -67,6 +67,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
             "A summary goes to stderr (-o json: to stdout, after the commands' own output)."
         ),
     )
+    # Without "--", an option of COMMAND ("sh -c ...") would be read as one of consume's.
+    parser.set_defaults(
+        usage_hint="; put COMMAND after '--': querator consume QUEUE [options] -- COMMAND [ARG...]"
+    )
     parser.add_argument("queue_name", metavar="QUEUE")
     parser.add_argument(
         "command", nargs="+", metavar="COMMAND", help="the command and its arguments, after --"
