@@ -390,6 +390,7 @@ def test_retry_later_dead_and_renew(run: Run, client: Client, queue_name: str) -
     assert run("retry", queue_name, later["id"], "--in", "1h").code == 0
     result = run("retry", queue_name, dead["id"], "--dead", "-o", "json")
     assert result.json()["dead-lettered"] == [dead["id"]]
+    assert result.json()["dead_queue"] == dead_queue
     renewal = run("renew", queue_name, renewed["id"], "--lease-timeout", "10m", "-o", "json")
     assert renewal.code == 0
     assert renewal.json()["items"][0]["lease_deadline"] > renewed["lease_deadline"]

@@ -655,10 +655,12 @@ def _partition(args: argparse.Namespace) -> int:
     return 0 if args.partition is None else int(args.partition)
 
 
-def _partition_hint(args: argparse.Namespace, client: Client, error: ItemNotLeasedError) -> None:
+def _partition_hint(
+    args: argparse.Namespace, client: Client, error: ItemNotLeasedError, ids: list[str]
+) -> None:
     """Add a hint to a stale-id error when the likely cause is a missing ``-p``: every id failed, and
     they may be of a lease of another partition of a queue that has several."""
-    if args.partition is not None or len(error.failed_ids) != len(getattr(args, "ids_sent", ())):
+    if args.partition is not None or set(error.failed_ids) != set(ids):
         return
     try:
         partitions = client.queue_info(args.queue_name).requested_partitions
@@ -677,15 +679,16 @@ def _ids(args: argparse.Namespace) -> list[str]:
         ids += [line.strip() for line in sys.stdin if line.strip()]
     if not ids:
         raise CliError("no item ids given", ExitCode.USAGE)
-    args.ids_sent = ids
     return ids
 
 
-def _done(args: argparse.Namespace, verb: str, ids: list[str], extra: dict[str, Any] | None = None) -> int:
+def _done(args: argparse.Namespace, verb: str, ids: list[str], *, dead_queue: str = "") -> int:
     if args.output == "json":
-        print_json({"queue_name": args.queue_name, "partition": _partition(args), verb: ids, **(extra or {})})
+        body = {"queue_name": args.queue_name, "partition": _partition(args), verb: ids}
+        print_json({**body, "dead_queue": dead_queue} if dead_queue else body)
     else:
-        print(f"{verb} {len(ids)} item(s) of {args.queue_name}{(extra or {}).get('to', '')}")  # noqa: T201
+        to = f" to {dead_queue}" if dead_queue else ""
+        print(f"{verb} {len(ids)} item(s) of {args.queue_name}{to}")  # noqa: T201
     return ExitCode.OK
 
 
@@ -695,7 +698,7 @@ def _complete(args: argparse.Namespace) -> int:
         try:
             client.complete(args.queue_name, ids, partition=_partition(args))
         except ItemNotLeasedError as exc:
-            _partition_hint(args, client, exc)
+            _partition_hint(args, client, exc, ids)
             raise
     return _done(args, "completed", ids)
 
@@ -725,10 +728,10 @@ def _retry(args: argparse.Namespace) -> int:
                 partition=_partition(args),
             )
         except ItemNotLeasedError as exc:
-            _partition_hint(args, client, exc)
+            _partition_hint(args, client, exc, ids)
             raise
     if args.dead:
-        return _done(args, "dead-lettered", ids, {"to": f" to {dead_queue}"})
+        return _done(args, "dead-lettered", ids, dead_queue=dead_queue)
     return _done(args, "retried", ids)
 
 
@@ -740,7 +743,7 @@ def _renew(args: argparse.Namespace) -> int:
                 args.queue_name, ids, partition=_partition(args), lease_timeout=args.lease_timeout
             )
         except ItemNotLeasedError as exc:
-            _partition_hint(args, client, exc)
+            _partition_hint(args, client, exc, ids)
             raise
     rows = [[r.id, r.lease_deadline] for r in renewal.items]
     if args.output == "json":
