@@ -61,12 +61,13 @@ def _normal(lines: list[str]) -> list[list[str]]:
 def test_the_quick_start_prints_what_the_readme_shows() -> None:
     with serve_process() as url:
         env = {**os.environ, "QUERATOR_URL": url, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-        for command, shown in _session():
-            # `uv run querator` in a clone; the environment the tests run in is the same one.
-            assert command.startswith("uv run querator "), command
-            script = command.replace("uv run querator ", "querator ")
+        (activate, nothing), *steps = _session()
+        # The environment `./run serve` installed; here, the one the tests run in (BIN on PATH).
+        assert (activate, nothing) == (". .venv/bin/activate", [])
+        for command, shown in steps:
+            assert command.startswith("querator "), command
             printed = subprocess.run(  # noqa: S603 - the README's own lines, run by bash
-                ["bash", "-c", script],  # noqa: S607 - bash from PATH, as a reader runs it
+                ["bash", "-c", command],  # noqa: S607 - bash from PATH, as a reader runs it
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
