@@ -54,6 +54,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         common,
         _consume,
         help="run a command for each item (payload on stdin) until stopped",
+        usage="querator consume [options] QUEUE -- COMMAND [ARG ...]",
         description=(
             "Lease items of QUEUE and run COMMAND once per item, the payload on its stdin and the\n"
             f"item in ${ENV_QUEUE}, ${ENV_ID}, ${ENV_PARTITION}, ${ENV_ATTEMPTS},\n"
@@ -75,12 +76,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "command", nargs="+", metavar="COMMAND", help="the command and its arguments, after --"
     )
-    parser.add_argument("--concurrency", type=int, default=1, help="commands running at once (default 1)")
+    parser.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="commands running at once (default 1)"
+    )
     parser.add_argument(
         "--batch-size",
         "-n",
         type=int,
         default=None,
+        metavar="N",
         help="most items per lease call (default: --concurrency)",
     )
     parser.add_argument(
@@ -105,7 +109,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="how long a stop lets running commands finish (default 10s)",
     )
-    parser.add_argument("--max-items", type=int, default=None, help="stop after this many items")
+    parser.add_argument("--max-items", type=int, default=None, metavar="N", help="stop after this many items")
     parser.add_argument(
         "--idle", default=None, metavar="DURATION", help="stop once nothing was leasable for this long"
     )
