@@ -48,7 +48,7 @@ class QueueApi(Construct):
             self,
             "Api",
             rest_api_name=f"querator-{config.stage}",
-            description="Querator lease queue (contract/API.md)",
+            description="Querator lease queue (docs/api.md)",
             endpoint_types=[apigw.EndpointType.REGIONAL],
             cloud_watch_role=config.api_cloud_watch_role,
             # Region-wide (AWS::ApiGateway::Account): other stacks' APIs may log through it too.

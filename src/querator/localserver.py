@@ -14,13 +14,15 @@ import importlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+from urllib.parse import parse_qsl
 
 from querator import bootstrap
 from querator.api import routes
@@ -43,6 +45,10 @@ _INVOCATION_SECONDS = 29.0
 _REAPER_SECONDS = 60.0
 
 log = logging.getLogger(__name__)
+#: One short line per request (``querator serve`` gives it a plain format and ``--quiet`` silences it).
+#: Not the Powertools logger: its lines carry the Lambda context of whichever request set it last.
+REQUEST_LOGGER: Final = "querator.localserver.requests"
+request_log = logging.getLogger(REQUEST_LOGGER)
 
 
 @dataclass
@@ -74,9 +80,15 @@ def load_handler(function: str) -> Callable[[dict[str, Any], Any], dict[str, Any
 
 
 def proxy_event(
-    method: str, path: str, headers: dict[str, str], body: bytes, source_ip: str
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    source_ip: str,
+    query: str = "",
 ) -> dict[str, Any]:
     """An API Gateway REST proxy event, as API Gateway builds it for a Lambda proxy integration."""
+    pairs = parse_qsl(query, keep_blank_values=True)
     try:
         text, encoded = body.decode("utf-8"), False
     except UnicodeDecodeError:
@@ -89,8 +101,9 @@ def proxy_event(
         "httpMethod": method,
         "headers": headers,
         "multiValueHeaders": {name: [value] for name, value in headers.items()},
-        "queryStringParameters": None,
-        "multiValueQueryStringParameters": None,
+        # API Gateway sends null, not {}, when there is no query string.
+        "queryStringParameters": dict(pairs) or None,
+        "multiValueQueryStringParameters": _multi(pairs) or None,
         "pathParameters": None,
         "stageVariables": None,
         "body": text if body else None,
@@ -109,6 +122,13 @@ def proxy_event(
             "protocol": "HTTP/1.1",
         },
     }
+
+
+def _multi(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    for name, value in pairs:
+        values.setdefault(name, []).append(value)
+    return values
 
 
 def scheduled_event() -> dict[str, Any]:
@@ -130,29 +150,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
     """Turns one HTTP request into a handler invocation and writes its proxy response back."""
 
     protocol_version = "HTTP/1.1"
-    # Without this, a keep-alive client waits for delayed ACKs: ~40 ms per request (DESIGN.md traps).
+    # Without this, a keep-alive client waits for delayed ACKs: ~40 ms per request (measured).
     disable_nagle_algorithm = True
     server_version = "querator-local"
     handlers: ClassVar[dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]]] = {}
 
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def do_PATCH(self) -> None:
-        self._serve()
-
     def __getattr__(self, name: str) -> Any:
-        # http.server answers a method it has no do_<METHOD> for with its own 501 HTML page; route
-        # every method instead, so another method on an API path gets the contract's 400 envelope.
+        # http.server looks up do_<METHOD> and answers a missing one with its own 501 HTML page; route
+        # every method (GET and POST included) here instead, so another method on an API path gets the
+        # contract's 400 envelope.
         # HEAD stays with http.server: its reply must not carry a body.
         if name.startswith("do_") and name != "do_HEAD":
             return self._serve
@@ -160,7 +166,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         started = time.perf_counter()
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         length = int(self.headers.get("Content-Length") or 0)
         if length > _READ_LIMIT:
             # Read and discard a moderately oversized body so the client sees the 413 rather than a
@@ -176,13 +182,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._reply(*_envelope(unknown_path(self.command, path)))
         else:
             headers = dict(self.headers.items())
-            event = proxy_event(self.command, path, headers, body, self.client_address[0])
+            event = proxy_event(self.command, path, headers, body, self.client_address[0], query)
             context = LocalContext(function_name=route.function, timeout_seconds=_INVOCATION_SECONDS)
             result = self.handlers[route.function](event, context)
             payload = result.get("body") or ""
             raw = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
             self._reply(int(result["statusCode"]), response_headers(result), raw)
-        log.info("%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000)
+        request_log.info(
+            "%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000
+        )
 
     def _drain(self, length: int) -> None:
         while length > 0:
@@ -201,11 +209,28 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if self.close_connection:
             # Tell a keep-alive client not to reuse this connection for its next request.
             self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (its read timeout) before the reply: one line, not a traceback.
+            self.close_connection = True
+            request_log.warning(
+                "%s %s %s: the client closed the connection before the reply", self.command, self.path, status
+            )
 
     def log_message(self, format: str, *args: Any) -> None:
         """Requests are logged once, with their timing, by ``_serve``."""
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops a keep-alive connection (or gives up waiting) is normal: no traceback.
+        if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
+            return
+        super().handle_error(request, client_address)
 
 
 def response_headers(result: dict[str, Any]) -> dict[str, str]:
@@ -240,14 +265,27 @@ class LocalServer:
         return f"http://{host!s}:{port}"
 
     def start(self) -> LocalServer:
-        self._configure_store()
-        bootstrap.reset()
-        _RequestHandler.handlers = {
-            function: load_handler(function) for function in {route.function for route in routes.ROUTES}
-        }
-        reaper = load_handler("reaper")
-        self._httpd = ThreadingHTTPServer((self._host, self._port), _RequestHandler)
-        self._httpd.daemon_threads = True
+        """Bind the port, then start the store, the handlers and the reaper.
+
+        Raises
+        ------
+        OSError
+            The port cannot be bound (``errno.EADDRINUSE``: another server has it); nothing was
+            started.
+        """
+        # Bound first: a busy port fails before the embedded store starts.
+        self._httpd = _HTTPServer((self._host, self._port), _RequestHandler)
+        try:
+            self._configure_store()
+            bootstrap.reset()
+            _RequestHandler.handlers = {
+                function: load_handler(function) for function in {route.function for route in routes.ROUTES}
+            }
+            reaper = load_handler("reaper")
+        except BaseException:
+            self._httpd.server_close()
+            self._httpd = None
+            raise
         self._threads = [
             threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True),
             threading.Thread(target=self._reap_forever, args=(reaper,), name="reaper", daemon=True),
@@ -262,6 +300,10 @@ class LocalServer:
         os.environ.setdefault(EnvVar.CATALOG_TABLE, "querator-local-queues")
         # EMF metrics would go to stdout on every request; the local server has no CloudWatch.
         os.environ.setdefault(EnvVar.POWERTOOLS_METRICS_DISABLED, "true")
+        # The handlers' JSON log lines carry a Lambda context that, with many requests in flight in one
+        # process, may be another request's; locally the request line says what happened, so only
+        # warnings and errors come through unless POWERTOOLS_LOG_LEVEL says otherwise.
+        os.environ.setdefault(EnvVar.POWERTOOLS_LOG_LEVEL, "WARNING")
         if not os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"):
             from querator.localstore import EmbeddedDynamoDB  # noqa: PLC0415 - needs the "local" extra
 

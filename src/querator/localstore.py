@@ -1,7 +1,7 @@
 """Local development: an embedded DynamoDB-compatible store (moto), served single-threaded.
 
 moto in-process and its stock threaded server do not make conditional writes atomic under
-concurrent requests (measured: two winners for one item; DESIGN.md "Known traps"). Serving the moto
+concurrent requests (measured: two winners for one item). Serving the moto
 WSGI app from one thread makes every request, and so every conditional write, atomic. Needs the
 ``local`` extra (moto[server]); never part of the Lambda layer.
 """

@@ -9,13 +9,16 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from querator.cli import main
-from querator.cli.output import ExitCode, Progress, table
+from querator.cli.commands import _stored_items
+from querator.cli.output import ExitCode, Progress, Waiting, table
+from querator.client import QueueInfo
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,6 +43,9 @@ COMMANDS = [
     ["stats"],
     ["watch"],
     ["dead-letters"],
+    ["consume"],
+    ["peek"],
+    ["clear"],
 ]
 
 
@@ -130,13 +136,34 @@ def test_update_without_changes_is_a_usage_error(run: Run, queue_name: str) -> N
     assert "nothing to change" in result.err
 
 
-def test_cannot_connect_exits_7(run: Run) -> None:
+def test_cannot_connect_exits_7_and_says_to_start_a_server(run: Run) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     result = run("stats", "q", "--url", f"http://127.0.0.1:{port}")
     assert result.code == ExitCode.CANNOT_CONNECT
-    assert "cannot connect" in result.err
+    assert result.err.strip() == (
+        f"querator stats: cannot connect to http://127.0.0.1:{port}: [Errno 111] Connection refused; is "
+        "the server running? Start it with `querator serve` (`./run serve` in a clone of the "
+        "repository), or point --url / $QUERATOR_URL at another one"
+    )
+
+
+def test_no_reply_within_the_timeout_says_how_to_wait_longer(run: Run) -> None:
+    # GIVEN a server that accepts connections and never answers (a slow stats of a large queue)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        # WHEN a stats gives up after --timeout
+        result = run("stats", "q", "--url", url, "--timeout", "0.3")
+    # THEN it says so once (no silent resends) and how to wait longer
+    assert result.code == ExitCode.CANNOT_CONNECT
+    assert result.err.strip() == (
+        f"querator stats: no reply from {url} within 0.3 s; the server may still be working on it "
+        "(stats, clear and delete read the whole queue): wait longer with --timeout SECONDS, e.g. "
+        "--timeout 300"
+    )
 
 
 # -- produce ------------------------------------------------------------------------------------------
@@ -160,7 +187,53 @@ def test_produce_from_stdin_lines_in_batches(run: Run, client: Client, queue_nam
     result = run("produce", queue_name, "--batch-size", "2", stdin="a\nb\nc\n\nd\n")
     assert result.code == 0
     assert result.out.strip() == f"produced 5 item(s) to {queue_name} in 3 request(s)"
+    # stderr is a pipe here: no progress.
+    assert result.err == ""
     assert _payloads(client, queue_name) == [b"a", b"b", b"c", b"", b"d"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_produce_from_stdin_counts_on_a_terminal(
+    served_url: str, queue_name: str, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.create_queue(queue_name, lease_timeout="1m", expire_timeout="1h")
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{n}\n" for n in range(30))))
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["produce", queue_name, "--batch-size", "10", "--url", served_url]) == 0
+    # The size of stdin is unknown: a count and a rate, no bar.
+    assert f"\rproduce {queue_name}: 30 items " in terminal.getvalue()
+    assert "[" not in terminal.getvalue()
+    assert terminal.getvalue().endswith("\n")
+
+
+def test_payloads_and_ids_may_come_after_the_options(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    result = run("produce", queue_name, "--reference", "r", "first", "second")
+    assert result.code == 0, result.err
+    assert [(i.payload, i.reference) for i in client.list_items(queue_name)] == [
+        (b"first", "r"),
+        (b"second", "r"),
+    ]
+    leased = _lease(run, queue_name, 2)["items"]
+    assert isinstance(leased, list)
+    done = run("complete", queue_name, "-p", "0", leased[0]["id"], "--output", "table", leased[1]["id"])
+    assert done.code == 0, done.err
+    assert client.stats(queue_name).total == 0
+
+
+def test_an_unknown_option_shows_the_commands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["produce", "q", "--colour", "red", "x"], ["stats", "q", "extra"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == ExitCode.USAGE
+        assert err.startswith(f"usage: querator {argv[0]} "), err
+        assert "unrecognized arguments" in err
 
 
 def test_produce_from_a_jsonl_file(run: Run, client: Client, queue_name: str, tmp_path: Path) -> None:
@@ -317,6 +390,7 @@ def test_retry_later_dead_and_renew(run: Run, client: Client, queue_name: str) -
     assert run("retry", queue_name, later["id"], "--in", "1h").code == 0
     result = run("retry", queue_name, dead["id"], "--dead", "-o", "json")
     assert result.json()["dead-lettered"] == [dead["id"]]
+    assert result.json()["dead_queue"] == dead_queue
     renewal = run("renew", queue_name, renewed["id"], "--lease-timeout", "10m", "-o", "json")
     assert renewal.code == 0
     assert renewal.json()["items"][0]["lease_deadline"] > renewed["lease_deadline"]
@@ -429,3 +503,154 @@ def test_the_console_script_exit_codes(served_url: str, queue_name: str) -> None
     unknown = querator("stats", f"{queue_name}-nope")
     assert unknown.returncode == ExitCode.BAD_REQUEST
     assert "Queue does not exist" in unknown.stderr
+
+
+# -- messages that say what happened ------------------------------------------------------------------
+
+
+def test_retry_dead_on_a_queue_without_a_dead_letter_queue_does_nothing_and_exits_3(
+    run: Run, client: Client, queue_name: str
+) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "keep me")
+    leased = _lease(run, queue_name)["items"]
+    assert isinstance(leased, list)
+
+    result = run("retry", queue_name, leased[0]["id"], "--dead")
+
+    assert result.code == ExitCode.BAD_REQUEST
+    assert result.out == ""
+    assert result.err.startswith(
+        f"querator retry: queue '{queue_name}' has no dead-letter queue, so --dead would delete the "
+        "item(s); nothing was done."
+    )
+    stats = client.stats(queue_name)
+    assert (stats.total, stats.total_leased) == (1, 1)
+
+
+def test_retry_dead_names_the_dead_letter_queue(run: Run, queue_name: str) -> None:
+    run("queues", "create", f"{queue_name}-dlq")
+    run("queues", "create", queue_name, "--dead-queue", f"{queue_name}-dlq")
+    run("produce", queue_name, "x")
+    leased = _lease(run, queue_name)["items"]
+    assert isinstance(leased, list)
+    result = run("retry", queue_name, leased[0]["id"], "--dead")
+    assert (result.code, result.out.strip()) == (
+        0,
+        f"dead-lettered 1 item(s) of {queue_name} to {queue_name}-dlq",
+    )
+
+
+def test_ids_of_another_partition_without_p_get_a_hint(run: Run, client: Client, queue_name: str) -> None:
+    # GIVEN a lease from partition 1 of a two-partition queue
+    run("queues", "create", queue_name, "--partitions", "2")
+    run("produce", queue_name, "a")
+    run("produce", queue_name, "b")
+    leases = [_lease(run, queue_name), _lease(run, queue_name)]
+    lease = next(lease for lease in leases if lease["partition"] == 1)
+    items = lease["items"]
+    assert isinstance(items, list)
+    # WHEN its ids go to complete without -p
+    result = run("complete", queue_name, items[0]["id"])
+    # THEN the message says which partition they were sent for and what to do
+    assert result.code == ExitCode.BAD_REQUEST
+    assert result.err.rstrip().endswith(
+        f"; {queue_name} has 2 partitions and these ids were sent for partition 0: give the lease's "
+        "partition with -p (querator lease prints it)"
+    )
+    assert run("complete", queue_name, items[0]["id"], "-p", "1").code == 0
+
+
+def test_waiting_is_drawn_on_a_terminal_only_and_erased() -> None:
+    quiet = io.StringIO()
+    with Waiting("deleting q", stream=quiet):
+        pass
+    assert quiet.getvalue() == ""
+    terminal = io.StringIO()
+    with Waiting("deleting q", stream=terminal, force=True):
+        # Nothing in the first second; then the elapsed time.
+        deadline = time.monotonic() + 5
+        while "deleting q… 1 s" not in terminal.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    text = terminal.getvalue()
+    assert text.startswith("\rdeleting q… 1 s (Ctrl-C to stop waiting)")
+    assert text.endswith("\r")
+
+
+# -- peek, clear, depth, dead-letters --limit ---------------------------------------------------------
+
+
+def test_peek_shows_items_without_leasing_them(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "one", "two", "three")
+    _lease(run, queue_name)
+
+    result = run("peek", queue_name, "-n", "2")
+
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0] == f"{queue_name}: first 2 item(s)"
+    assert lines[1].split()[:4] == ["PARTITION", "ID", "LEASED", "ATTEMPTS"]
+    assert lines[3].split()[2:4] == ["yes", "1"] and lines[3].endswith("one")
+    assert lines[4].split()[2:4] == ["no", "0"] and lines[4].endswith("two")
+    body = run("peek", queue_name, "-o", "json").json()
+    assert [(i["utf8"], i["is_leased"], i["partition"]) for i in body["items"]] == [
+        ("one", True, 0),
+        ("two", False, 0),
+        ("three", False, 0),
+    ]
+    stats = client.stats(queue_name)
+    assert (stats.total, stats.total_leased) == (3, 1)
+    scheduled = run("peek", queue_name, "--scheduled", "-o", "json").json()
+    assert scheduled["items"] == []
+
+
+def test_clear_removes_waiting_items_then_everything(run: Run, client: Client, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "leased", "waiting-1", "waiting-2")
+    run("produce", queue_name, "later", "--delay", "1h")
+    _lease(run, queue_name)
+
+    result = run("clear", queue_name)
+
+    assert (result.code, result.out.strip()) == (0, f"cleared the waiting items of {queue_name}")
+    stats = client.stats(queue_name)
+    assert (stats.total, stats.total_leased, stats.scheduled) == (1, 1, 1)
+    everything = run("clear", queue_name, "--all")
+    assert everything.out.strip() == f"cleared the waiting, scheduled, leased items of {queue_name}"
+    stats = client.stats(queue_name)
+    assert (stats.total, stats.total_leased, stats.scheduled) == (0, 0, 0)
+    assert run("clear", f"{queue_name}-nope").code == ExitCode.BAD_REQUEST
+
+
+def test_queues_list_depth(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "a", "b")
+    _lease(run, queue_name)
+    result = run("queues", "list", "--pivot", queue_name, "--limit", "1", "--depth")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split()[:4] == ["QUEUE", "ITEMS", "LEASED", "SCHEDULED"]
+    assert lines[2].split()[:4] == [queue_name, "2", "1", "0"]
+    listed = run("queues", "list", "--pivot", queue_name, "--limit", "1", "--depth", "-o", "json").json()
+    assert [(q["total"], q["total_leased"], q["scheduled"]) for q in listed["items"]] == [(2, 1, 0)]
+
+
+class _CountingClient:
+    """Records which partitions were read and with what page size."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[int, int]] = []
+
+    def iter_items(self, queue_name: str, *, partition: int, scheduled: bool, page_size: int):
+        self.reads.append((partition, page_size))
+        yield from (f"{partition}-{n}" for n in range(5))
+
+
+def test_a_listing_limit_stops_reading_every_partition() -> None:
+    info = QueueInfo.from_wire({"queue_name": "q", "requested_partitions": 4})
+    fake = _CountingClient()
+    items = _stored_items(fake, info, limit=2)  # type: ignore[arg-type]
+    assert items == [(0, "0-0"), (0, "0-1")]
+    # Partitions 1-3 are never asked for, and no page is bigger than the limit.
+    assert fake.reads == [(0, 2)]

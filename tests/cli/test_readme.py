@@ -1,51 +1,98 @@
-"""The README's quick start runs as written against a fresh queue set (CLI lines in-process, then the
-Python block), so it stays true."""
+"""The README's quick start, pasted as a reader pastes it: each ``$`` line runs in bash against a fresh
+``querator serve`` and what it prints must be what the README shows under it (ids, times, ages and
+durations aside); then the Python block runs and must print the block under it."""
 
 from __future__ import annotations
 
+import os
 import re
-import shlex
+import subprocess
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
+import pytest
 
-    from querator.client import Client
-    from tests.cli.conftest import Result
+from querator.testing import serve_process
+
+pytestmark = pytest.mark.server
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+BIN = Path(sys.executable).parent
+#: What differs from one run to the next, each replaced by a placeholder on both sides.
+VARYING = [
+    (re.compile(r"\b[0-9A-Za-z]{20,}\b"), "<id>"),
+    (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<time>"),
+    (re.compile(r"\bafter \d+(\.\d+)? s\b"), "after <n> s"),
+    (re.compile(r"(?<![\w.])(\d+(\.\d+)?(h|m|s|ms|µs|ns))+(?![\w.])"), "<duration>"),
+    # A table's rule is as wide as its widest cell.
+    (re.compile(r"(?<!\S)-+(?!\S)"), "---"),
+]
 
 
-def _quick_start() -> tuple[list[str], str]:
+def _block(start: str) -> str:
     text = README.read_text(encoding="utf-8")
-    section = text.split("### Quick start: the CLI and the Python client", 1)[1]
-    shell = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
-    python = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert shell is not None and python is not None
-    lines = [line.split("#", 1)[0].strip() for line in shell.group(1).splitlines()]
-    return [line for line in lines if line], python.group(1)
+    return text.split(f"<!-- {start}:start -->", 1)[1].split(f"<!-- {start}:end -->", 1)[0]
 
 
-def test_the_readme_quick_start_runs(
-    run: Callable[..., Result], client: Client, served_url: str, capsys: object
-) -> None:
-    commands, python = _quick_start()
-    leased_ids: list[str] = []
-    for command in commands:
-        argv = shlex.split(command)
-        assert argv[:3] == ["uv", "run", "querator"], command
-        argv = argv[3:]
-        if "ID..." in argv:
-            argv = [a for a in argv if a != "ID..."] + leased_ids
-        result = run(*argv)
-        assert result.code == 0, (command, result.err)
-        if argv[0] == "lease":
-            leased_ids = [item["id"] for item in result.json()["items"]]
-    assert len(leased_ids) == 2
-    assert client.stats("orders").total == 0
+def _session() -> list[tuple[str, list[str]]]:
+    """(command, the lines shown under it) for each ``$`` line of the console block."""
+    console = re.search(r"```console\n(.*?)```", _block("quick-start"), re.DOTALL)
+    assert console is not None
+    steps: list[tuple[str, list[str]]] = []
+    for line in console.group(1).splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    return steps
 
-    exec(compile(python.replace("http://127.0.0.1:2319", served_url), "README", "exec"), {})  # noqa: S102
 
-    stats = client.stats("orders")
-    assert (stats.total, stats.total_leased) == (0, 0)
+def _normal(lines: list[str]) -> list[list[str]]:
+    """Lines as words, with the varying parts replaced: column widths and values may differ."""
+    words = []
+    for line in lines:
+        text = line
+        for pattern, placeholder in VARYING:
+            text = pattern.sub(placeholder, text)
+        words.append(text.split())
+    return words
+
+
+def test_the_quick_start_prints_what_the_readme_shows() -> None:
+    with serve_process() as url:
+        env = {**os.environ, "QUERATOR_URL": url, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+        (activate, nothing), *steps = _session()
+        # The environment `./run serve` installed; here, the one the tests run in (BIN on PATH).
+        assert (activate, nothing) == (". .venv/bin/activate", [])
+        for command, shown in steps:
+            assert command.startswith("querator "), command
+            printed = subprocess.run(  # noqa: S603 - the README's own lines, run by bash
+                ["bash", "-c", command],  # noqa: S607 - bash from PATH, as a reader runs it
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=60,
+                check=False,
+            ).stdout
+            assert _normal(printed.splitlines()) == _normal(shown), command
+
+        python = re.search(r"```python\n(.*?)```", _block("python-start"), re.DOTALL)
+        output = re.search(r"```text\n(.*?)```", _block("python-start"), re.DOTALL)
+        assert python is not None and output is not None
+        source = python.group(1).replace("http://127.0.0.1:2319", url)
+        printed = subprocess.run(  # noqa: S603 - the README's own Python block
+            [sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert printed.stdout == output.group(1), printed.stderr
+
+
+def test_the_placeholders_keep_what_matters() -> None:
+    # Counts and payloads stay as they are; only ids, times and durations become placeholders.
+    assert _normal(
+        ["        0  0660ef638f743e518f1d6e953f44a8  no  0  2026-11-23T10:52:24.059966Z  first"]
+    ) == [["0", "<id>", "no", "0", "<time>", "first"]]
+    assert _normal(["0  1  1  0  6.22892s  1m2.5s", "stopped (idle) after 1.3 s: 2 leased"]) == [
+        ["0", "1", "1", "0", "<duration>", "<duration>"],
+        ["stopped", "(idle)", "after", "<n>", "s:", "2", "leased"],
+    ]

@@ -255,6 +255,17 @@ def test_a_read_timeout_is_a_connection_failure_that_may_have_been_sent(fake: Fa
     ):
         client.stats("q")
     assert raised.value.sent is True
+    assert raised.value.timed_out is True
+    assert str(raised.value) == f"no reply from {fake.url} within 0.2 s"
+
+
+def test_a_read_timeout_is_not_resent_even_for_an_idempotent_call(fake: FakeServer) -> None:
+    # A slow stats on a large queue would time out again: four silent 30 s waits helped nobody.
+    fake.then(Action(delay=1.0, body=STATS_REPLY), Action(body=STATS_REPLY))
+    with Client(fake.url, timeout=0.2, max_retries=3, backoff_base=0.001) as client:
+        with pytest.raises(ConnectionFailedError):
+            client.stats("q")
+        assert len(fake.seen) == 1
 
 
 def test_connections_are_reused_across_calls(fake: FakeServer, fake_client: Client) -> None:

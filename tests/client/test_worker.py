@@ -286,3 +286,15 @@ def test_sigterm_mid_run_loses_nothing(
     )
     assert sorted([*completed, *drained]) == payloads
     assert _drained(client, queue_name)
+
+
+def test_an_idle_worker_stops_about_idle_timeout_after_its_last_item(client: Client, queue_name: str) -> None:
+    # GIVEN the default 5 s lease wait and a queue that empties at once
+    client.create_queue(queue_name, lease_timeout="5s", expire_timeout="1h")
+    client.produce(queue_name, [b"only"])
+    started = time.monotonic()
+    # WHEN the worker may be idle for 0.5 s
+    report = client.consume(queue_name, lambda item: None, idle_timeout=0.5)
+    # THEN it stops soon after, not after a whole lease wait (it took 5.2 s)
+    assert (report.completed, report.stopped_by) == (1, "idle")
+    assert time.monotonic() - started < 4

@@ -63,3 +63,30 @@ def test_health_openapi_and_docs(api):
     assert set(document["paths"]) == {route.path for route in routes.ROUTES}
     docs = api.request("GET", "/docs")
     assert docs.status == 200 and b"SwaggerUIBundle" in docs.body
+    # The page names "/docs?format=json" as the document's address; that address serves it.
+    assert b'"?format=json"' in docs.body
+    assert api.request("GET", "/docs?format=json").body == document
+
+
+def test_the_swagger_page_keeps_the_message_format_visible(api):
+    # Swagger UI renders descriptions as Markdown: a bare "<stable class>" is an HTML tag and was
+    # dropped (the page showed `message = "";`). In a code span it is text.
+    document = api.request("GET", "/openapi.json").body
+    assert '`"<stable class>; <details>"`' in document["info"]["description"]
+    examples = [
+        response["content"]["application/json"]["example"]["message"]
+        for response in document["components"]["responses"].values()
+    ]
+    assert examples and not any("<" in message for message in examples)
+
+
+def test_an_item_without_a_payload_is_400_and_nothing_is_stored(api, queue_name):
+    api.ok("/v1/queues.create", {"queue_name": queue_name, "lease_timeout": "1m", "expire_timeout": "1h"})
+    reply = api.post("/v1/queue.produce", {"queue_name": queue_name, "items": [{"utf8": "a"}, {}]})
+    assert envelope_of(reply, 400) == (
+        "Invalid request; items[1]: no payload: give 'bytes' (base64) or 'utf8' (an empty one is \"\")"
+    )
+    # An empty payload is one key away.
+    api.ok("/v1/queue.produce", {"queue_name": queue_name, "items": [{"utf8": ""}, {"bytes": ""}]})
+    stats = api.ok("/v1/queue.stats", {"queue_name": queue_name})
+    assert sum(p["total"] for p in stats["logicalQueues"][0]["partitions"]) == 2

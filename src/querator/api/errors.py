@@ -123,11 +123,9 @@ def status_for(error: BaseException | type[BaseException]) -> int:
 
 
 def stable_class(error_type: type[BaseException]) -> str:
-    """The phrase clients match on: the first docstring line of the nearest documented class."""
-    for klass in error_type.__mro__:
-        doc = (klass.__doc__ or "").strip()
-        if doc and klass is not Exception and klass is not BaseException:
-            return doc.splitlines()[0].strip().rstrip(".")
+    """The phrase clients match on: a domain error's ``stable_class``; anything else is internal."""
+    if issubclass(error_type, QueratorError):
+        return error_type.stable_class
     return GENERIC_INTERNAL_MESSAGE
 
 

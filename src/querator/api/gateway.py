@@ -84,7 +84,16 @@ def _bind(
     if route is routes.OPENAPI:
         return lambda: _json(200, openapi_document())
     if route is routes.DOCS:
-        return lambda: Response(status_code=200, content_type="text/html", body=swagger_page())
+
+        def docs() -> Response[str]:
+            # Swagger UI shows "/docs?format=json" as the document's address (Powertools' page), so
+            # that address serves the document, as it does behind Powertools' own Swagger route.
+            query = app.current_event.query_string_parameters or {}
+            if query.get("format") == "json":
+                return _json(200, openapi_document())
+            return Response(status_code=200, content_type="text/html", body=swagger_page())
+
+        return docs
     endpoint = ENDPOINTS[route.name]
 
     def serve() -> Response[str]:
@@ -153,7 +162,8 @@ def swagger_page() -> str:
 
     assets = resources.files("aws_lambda_powertools.event_handler.openapi.swagger_ui")
     return generate_swagger_html(
-        spec=json.dumps(openapi_document()),
+        # Inlined in a <script>: "</" would end it early, "<\/" is the same JSON string.
+        spec=json.dumps(openapi_document()).replace("</", "<\\/"),
         swagger_js=assets.joinpath("swagger-ui-bundle.min.js").read_text(encoding="utf-8"),
         swagger_css=assets.joinpath("swagger-ui.min.css").read_text(encoding="utf-8"),
         swagger_base_url="",

@@ -37,6 +37,17 @@ _ERROR_MEANING: Final = {
     UNSUPPORTED_CONTENT: "Body not JSON, a key the message does not define, or a non-JSON Content-Type.",
     INTERNAL_ERROR: "Unexpected; the message is generic and the details are in the service log.",
 }
+#: A real message of each status ("<stable class>; <details>"), for the examples.
+_EXAMPLE_MESSAGE: Final = {
+    BAD_REQUEST: "Queue does not exist; queue 'orders' does not exist",
+    PAYLOAD_TOO_LARGE: (
+        "Request is over the size limit; body is 300000 bytes; this endpoint takes at most 262144"
+    ),
+    REQUEST_FAILED: "Queue is being deleted; queue 'orders' is being deleted",
+    RETRY_REQUEST: "Nothing to lease before the request timeout",
+    UNSUPPORTED_CONTENT: "Unsupported content; items[0].colour: unknown key",
+    INTERNAL_ERROR: "Internal error; request id 3f0c2a8e-5b1d-4e0f-9a57-1c2d3e4f5a6b",
+}
 _POST_ERRORS: Final = (BAD_REQUEST, PAYLOAD_TOO_LARGE, REQUEST_FAILED, RETRY_REQUEST, UNSUPPORTED_CONTENT)
 
 #: One short request per route, shown in the document and checked against the models by the tests.
@@ -135,7 +146,7 @@ def _error_response(status: int) -> dict[str, Any]:
                 "example": {
                     "code": status,
                     "code_text": code_text(status),
-                    "message": "<stable class>; <details>",
+                    "message": _EXAMPLE_MESSAGE[status],
                 },
             }
         },
@@ -197,9 +208,11 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
             "title": "querator",
             "version": version or _package_version(),
             "description": (
+                # Markdown: code spans keep "<stable class>" from being read (and dropped) as HTML.
                 "A lease (reservation) FIFO queue. Every call is POST with a JSON body; durations are "
-                "Go strings ('30s', '1h30m'), timestamps RFC 3339. Errors carry "
-                '{"code", "code_text", "message"} with message = "<stable class>; <details>".'
+                "Go strings (`30s`, `1h30m`), timestamps RFC 3339. Errors carry "
+                '`{"code", "code_text", "message"}` with `message` = `"<stable class>; <details>"`: '
+                "split it on the first `;`. The reference is docs/api.md in the repository."
             ),
         },
         "paths": paths,

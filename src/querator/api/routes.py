@@ -125,7 +125,7 @@ RENEW: Final = _post(
     Function.ITEMS,
     schemas.RenewRequest,
     schemas.RenewResponse,
-    "Extend leases to now + lease_timeout.",
+    "Set leases to end at now + lease_timeout: counted from now, so it may shorten a lease.",
 )
 STATS: Final = _post(
     "queue.stats",

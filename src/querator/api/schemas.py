@@ -1,4 +1,4 @@
-"""HTTP wire layer: request and response models of every endpoint in ``contract/API.md``.
+"""HTTP wire layer: request and response models of every endpoint (docs/api.md).
 
 Requests accept snake_case keys and their camelCase spellings and refuse any other key; durations are
 Go strings and timestamps RFC 3339. Each request turns itself into domain values (``to_domain``) and
@@ -32,7 +32,7 @@ from querator.api.durations import format_duration, format_timestamp, parse_dura
 from querator.api.errors import body_too_large, unsupported_content
 from querator.domain import model as domain
 from querator.domain.errors import InvalidRequestError
-from querator.domain.model import MAX_BATCH
+from querator.domain.model import MAX_BATCH, MAX_PAYLOAD_BYTES
 
 #: Default page size of the storage listings (contract: ``limit`` default 1000).
 DEFAULT_LIST_LIMIT: Final = 1000
@@ -284,13 +284,17 @@ class ListQueuesResponse(WireResponse):
 
 
 class ProduceItem(WireRequest):
-    """One item of ``queue.produce``: the payload is ``bytes`` (base64) or ``utf8``, not both."""
+    """One item of ``queue.produce``: the payload is ``bytes`` (base64) or ``utf8``, exactly one."""
 
     reference: str = ""
     encoding: str = ""
     kind: str = ""
-    bytes: Payload | None = None
-    utf8: str | None = None
+    bytes: Payload | None = Field(
+        default=None, description=f"The payload, standard base64; at most {MAX_PAYLOAD_BYTES:,} bytes decoded"
+    )
+    utf8: str | None = Field(
+        default=None, description=f"The payload as text; at most {MAX_PAYLOAD_BYTES:,} bytes of UTF-8."
+    )
     #: In the future: the item is scheduled until then.
     enqueue_at: Timestamp | None = None
 
@@ -307,20 +311,20 @@ class ProduceItem(WireRequest):
 
     @model_validator(mode="after")
     def _one_payload(self) -> Self:
-        # Querator lets bytes win silently; the contract says "bytes or utf8", so a body with both is a
-        # client bug worth reporting.
+        # Querator lets bytes win silently and stores an item with neither as an empty payload; the
+        # contract says "bytes | utf8", so both, or neither (a misspelt key is a 455 already), is a
+        # client bug worth reporting. An empty payload is still one key away: {"utf8": ""}.
         if self.bytes is not None and self.utf8 is not None:
             raise _custom_error("payload_ambiguous", "give either 'bytes' or 'utf8', not both")
+        if self.bytes is None and self.utf8 is None:
+            raise _custom_error(
+                "payload_missing", "no payload: give 'bytes' (base64) or 'utf8' (an empty one is \"\")"
+            )
         return self
 
     def to_domain(self) -> domain.NewItem:
         """Raises ``InvalidRequestError`` when the payload or a text field is over its limit."""
-        if self.bytes is not None:
-            payload = self.bytes
-        elif self.utf8 is not None:
-            payload = self.utf8.encode("utf-8")
-        else:
-            payload = b""
+        payload = self.bytes if self.bytes is not None else (self.utf8 or "").encode("utf-8")
         return domain.NewItem(
             payload=payload,
             reference=self.reference,
@@ -428,7 +432,8 @@ class RetryRequest(WireRequest):
 
 
 class RenewRequest(WireRequest):
-    """``queue.renew``: extend leases to now + ``lease_timeout`` (``None``: the queue's)."""
+    """``queue.renew``: set leases to end at now + ``lease_timeout`` (``None``: the queue's); counted
+    from now, not from the old deadline, so a short ``lease_timeout`` shortens a lease."""
 
     queue_name: QueueName
     partition: Partition = 0
@@ -695,16 +700,6 @@ def _is_unsupported(detail: ErrorDetails) -> bool:
     return detail["type"] in _UNSUPPORTED_TYPES or (
         not detail["loc"] and detail["type"] in _NOT_AN_OBJECT_TYPES
     )
-
-
-def describe_validation_error(error: ValidationError) -> str:
-    """One readable line naming each failing field: ``"items[3].bytes: invalid standard base64 …"``."""
-    return _describe(error.errors(include_url=False))
-
-
-def is_unsupported_content(error: ValidationError) -> bool:
-    """Whether the contract answers 455 (body not understood) rather than 400 (a value is wrong)."""
-    return any(_is_unsupported(detail) for detail in error.errors(include_url=False))
 
 
 def is_json_content_type(content_type: str | None) -> bool:

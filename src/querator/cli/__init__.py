@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from querator.cli import commands as client_commands
-from querator.cli import serve
+from querator.cli import consume, serve
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -19,13 +19,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(commands)
-    client_commands.register(commands)
+    common = client_commands.register(commands)
+    consume.register(commands, common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the return value is the process exit code."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extras = build_parser().parse_known_args(argv)
+    if extras:
+        # The error comes from the command's own parser, so its usage line is the one shown.
+        command: argparse.ArgumentParser = args.command_parser
+        if not getattr(args, "intermixed", False):
+            command.error(f"unrecognized arguments: {' '.join(extras)}{getattr(args, 'usage_hint', '')}")
+        # argparse takes a list positional (PAYLOAD..., ID...) only before the first option;
+        # intermixed parsing takes it wherever it is, and still refuses an unknown option.
+        args = command.parse_intermixed_args(argv[len(args.command_path.split()) :])
     code: int = args.run(args)
     return code
 

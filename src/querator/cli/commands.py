@@ -1,5 +1,5 @@
-"""The ``querator`` client commands: queues, produce, lease, complete, retry, renew, stats, watch and
-dead-letters, over ``querator.client.Client``.
+"""The ``querator`` client commands: queues, produce, lease, complete, retry, renew, consume, stats,
+watch, peek, clear and dead-letters, over ``querator.client.Client``.
 
 Each command takes ``--url`` (default ``$QUERATOR_URL`` or http://127.0.0.1:2319), ``--sigv4-region``
 (``$QUERATOR_SIGV4_REGION``) and ``--output table|json``; exit codes are in ``output.ExitCode`` and
@@ -27,6 +27,7 @@ from querator.cli.output import (
     CliError,
     ExitCode,
     Progress,
+    Waiting,
     guarded,
     key_values,
     preview,
@@ -34,7 +35,14 @@ from querator.cli.output import (
     table,
     utf8_or_none,
 )
-from querator.client import DEFAULT_URL, Client, NewItem, RetryItem
+from querator.client import (
+    DEFAULT_URL,
+    ApiError,
+    Client,
+    ItemNotLeasedError,
+    NewItem,
+    RetryItem,
+)
 from querator.domain.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -50,12 +58,14 @@ DEFAULT_BATCH: Final = 500
 MAX_BATCH_BYTES: Final = 4_000_000
 EPILOG: Final = (
     "Exit codes: 0 ok, 1 error, 2 usage, 3 bad request (unknown queue, stale id, bad duration), 4 try again\n"
-    "or nothing to lease, 5 request failed, 6 server error, 7 cannot connect, 8 not allowed (docs/cli.md)."
+    "or nothing to lease, 5 request failed, 6 server error, 7 cannot connect or no reply (--timeout),\n"
+    "8 not allowed (docs/cli.md)."
 )
 
 
-def register(commands: Any) -> None:
-    """Add the client commands to the ``querator`` parser's subcommands."""
+def register(commands: Any) -> argparse.ArgumentParser:
+    """Add the client commands to the ``querator`` parser's subcommands; returns the parent parser of
+    their connection and output options, for commands defined elsewhere (``consume``)."""
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("connection and output")
     group.add_argument(
@@ -73,17 +83,24 @@ def register(commands: Any) -> None:
         "--output", "-o", choices=("table", "json"), default="table", help="output format (default: table)"
     )
     group.add_argument(
-        "--timeout", type=float, default=30.0, metavar="SECONDS", help="HTTP read timeout (default: 30)"
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for a reply (default: 30); stats, clear, delete of a large queue take longer",
     )
     _register_queues(commands, common)
     _register_produce(commands, common)
     _register_lease(commands, common)
     _register_settle(commands, common)
     _register_stats(commands, common)
+    _register_peek(commands, common)
+    _register_clear(commands, common)
     _register_dead_letters(commands, common)
+    return common
 
 
-def _add(
+def add_command(
     commands: Any,
     name: str,
     common: argparse.ArgumentParser,
@@ -93,15 +110,15 @@ def _add(
     parser: argparse.ArgumentParser = commands.add_parser(
         name, parents=[common], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, **kw
     )
-    parser.set_defaults(run=guarded(run), command_path=name)
+    parser.set_defaults(run=guarded(run), command_path=name, command_parser=parser)
     return parser
 
 
-def _client(args: argparse.Namespace) -> Client:
+def make_client(args: argparse.Namespace) -> Client:
     return Client(args.url, sigv4_region=args.sigv4_region, timeout=args.timeout)
 
 
-def _seconds(text: str, what: str) -> float:
+def seconds(text: str, what: str) -> float:
     """A Go duration the command itself needs (a wait, a delay); a bad one is a bad request (3)."""
     try:
         return parse_duration(text).total_seconds()
@@ -118,7 +135,7 @@ def _register_queues(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     actions = queues.add_subparsers(dest="queues_command", required=True, metavar="ACTION")
 
-    create = _add(
+    create = add_command(
         actions,
         "create",
         common,
@@ -134,20 +151,31 @@ def _register_queues(commands: Any, common: argparse.ArgumentParser) -> None:
     _queue_fields(create)
     create.set_defaults(command_path="queues create")
 
-    listing = _add(
-        actions, "list", common, _queues_list, help="list queues", description="List queues in name order."
+    listing = add_command(
+        actions,
+        "list",
+        common,
+        _queues_list,
+        help="list queues (with --depth: how many items each holds)",
+        description=(
+            "List queues in name order. --depth adds each queue's items, leased items and scheduled\n"
+            "items (one stats call per queue, so it is slower on many or large queues)."
+        ),
     )
     listing.add_argument("--pivot", default="", help="start at this name (inclusive)")
     listing.add_argument("--limit", type=int, default=None, help="at most this many (default: all)")
+    listing.add_argument(
+        "--depth", action="store_true", help="add ITEMS, LEASED and SCHEDULED columns (queue.stats)"
+    )
     listing.set_defaults(command_path="queues list")
 
-    info = _add(
+    info = add_command(
         actions, "info", common, _queues_info, help="show one queue", description="Show a queue's settings."
     )
     info.add_argument("queue_name", metavar="QUEUE")
     info.set_defaults(command_path="queues info")
 
-    update = _add(
+    update = add_command(
         actions,
         "update",
         common,
@@ -161,7 +189,7 @@ def _register_queues(commands: Any, common: argparse.ArgumentParser) -> None:
     _queue_fields(update, defaults=False)
     update.set_defaults(command_path="queues update")
 
-    delete = _add(
+    delete = add_command(
         actions,
         "delete",
         common,
@@ -216,7 +244,7 @@ def _show_queue(args: argparse.Namespace, info: QueueInfo) -> None:
 
 
 def _queues_create(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with make_client(args) as client:
         client.create_queue(
             args.queue_name,
             lease_timeout=args.lease_timeout,
@@ -231,21 +259,35 @@ def _queues_create(args: argparse.Namespace) -> int:
 
 
 def _queues_list(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with make_client(args) as client:
         queues: list[QueueInfo] = []
         for info in client.iter_queues(pivot=args.pivot, page_size=min(args.limit or 100, 1000)):
             if args.limit is not None and len(queues) >= args.limit:
                 break
             queues.append(info)
+        depths: list[QueueStats] = []
+        if args.depth:
+            with Waiting(f"counting the items of {len(queues)} queue(s)"):
+                depths = [client.stats(q.queue_name) for q in queues]
     if args.output == "json":
-        print_json({"items": [q.to_wire() for q in queues]})
+        wire = [q.to_wire() for q in queues]
+        for body, stats in zip(wire, depths, strict=False):
+            body.update(total=stats.total, total_leased=stats.total_leased, scheduled=stats.scheduled)
+        print_json({"items": wire})
+    elif args.depth:
+        rows = [
+            [*_queue_row(q)[:1], d.total, d.total_leased, d.scheduled, *_queue_row(q)[1:]]
+            for q, d in zip(queues, depths, strict=True)
+        ]
+        headers = [QUEUE_HEADERS[0], "ITEMS", "LEASED", "SCHEDULED", *QUEUE_HEADERS[1:]]
+        print(table(headers, rows))  # noqa: T201
     else:
         print(table(QUEUE_HEADERS, [_queue_row(q) for q in queues]))  # noqa: T201
     return ExitCode.OK
 
 
 def _queues_info(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with make_client(args) as client:
         _show_queue(args, client.queue_info(args.queue_name))
     return ExitCode.OK
 
@@ -265,14 +307,14 @@ def _queues_update(args: argparse.Namespace) -> int:
     }
     if not fields:
         raise CliError("nothing to change: give at least one option (see --help)", ExitCode.USAGE)
-    with _client(args) as client:
+    with make_client(args) as client:
         client.update_queue(args.queue_name, **fields)
         _show_queue(args, client.queue_info(args.queue_name))
     return ExitCode.OK
 
 
 def _queues_delete(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with make_client(args) as client, Waiting(f"deleting {args.queue_name} and its items"):
         client.delete_queue(args.queue_name)
     if args.output == "json":
         print_json({"deleted": args.queue_name})
@@ -285,7 +327,7 @@ def _queues_delete(args: argparse.Namespace) -> int:
 
 
 def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
-    produce = _add(
+    produce = add_command(
         commands,
         "produce",
         common,
@@ -298,14 +340,13 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
             "--format csv: a header row; the payload column (or every column, as a JSON object)\n"
             "  is the payload; reference, encoding, kind, enqueue_at columns are used when present.\n"
             "Items go in batches of --batch-size, each sent with its own Idempotency-Key so a\n"
-            "retried batch is never stored twice. A progress bar is drawn on a terminal."
+            "retried batch is never stored twice. Progress is drawn on stderr when it is a terminal.\n"
+            "PAYLOADs may come before or after the options; one that starts with '-' goes after '--'."
         ),
     )
     produce.add_argument("queue_name", metavar="QUEUE")
-    # argparse (3.11) takes PAYLOADs only before the first option, hence the "right after" in the help.
-    produce.add_argument(
-        "payloads", nargs="*", metavar="PAYLOAD", help="item payloads (text), right after QUEUE"
-    )
+    produce.add_argument("payloads", nargs="*", metavar="PAYLOAD", help="item payloads (text)")
+    produce.set_defaults(intermixed=True)
     produce.add_argument("--file", "-f", type=Path, help="read items from this file ('-' for stdin)")
     produce.add_argument(
         "--format",
@@ -347,8 +388,11 @@ def _produce(args: argparse.Namespace) -> int:
     defaults = _Defaults(args.reference, args.kind, args.encoding, enqueue_at)
     produced = batches = 0
     key_prefix = uuid.uuid4().hex
-    with _client(args) as client, _input(args) as (lines, size, fmt):
+    with make_client(args) as client, _input(args) as (lines, size, fmt):
+        # Arguments are few; a file has a size to show a bar against; stdin has neither, so the
+        # count and rate alone.
         progress = Progress(size, label=f"produce {args.queue_name}")
+        progress.enabled = progress.enabled and not args.payloads
         try:
             for batch, position in _batches(_items(lines, fmt, defaults), args.batch_size):
                 client.produce(args.queue_name, batch, idempotency_key=f"{key_prefix}-{batches}")
@@ -494,7 +538,7 @@ def _batches(items: Iterator[tuple[NewItem, int]], size: int) -> Iterator[tuple[
 
 
 def _register_lease(commands: Any, common: argparse.ArgumentParser) -> None:
-    lease = _add(
+    lease = add_command(
         commands,
         "lease",
         common,
@@ -517,7 +561,7 @@ def _register_lease(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _lease(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with make_client(args) as client:
         lease = client.lease(
             args.queue_name, args.batch_size, client_id=args.client_id, request_timeout=args.wait
         )
@@ -545,19 +589,22 @@ def _lease_json(lease: Lease) -> dict[str, Any]:
 def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
     ids_help = "item ids (from lease); '-' or none: read them from stdin, one per line"
 
-    complete = _add(
+    complete = add_command(
         commands,
         "complete",
         common,
         _complete,
         help="complete (delete) leased items",
-        description="Complete leased items. A stale or unknown id exits 3 naming it; the others are done.",
+        description=(
+            "Complete leased items. A stale or unknown id exits 3 naming it; the others are done.\n"
+            "The ids of one call are of one partition: the one the lease printed (-p)."
+        ),
     )
     complete.add_argument("queue_name", metavar="QUEUE")
     complete.add_argument("ids", nargs="*", metavar="ID", help=ids_help)
-    complete.add_argument("--partition", "-p", type=int, default=0, help="partition of the lease (default 0)")
+    _partition_option(complete)
 
-    retry = _add(
+    retry = add_command(
         commands,
         "retry",
         common,
@@ -565,12 +612,13 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
         help="put leased items back: now, later, or into the dead-letter queue",
         description=(
             "Put leased items back in the queue now, at --at / after --in (scheduled), or with --dead\n"
-            "into the queue's dead-letter queue. A stale or unknown id exits 3 naming it; the others apply."
+            "into the queue's dead-letter queue (a queue without one: exit 3, nothing is done).\n"
+            "A stale or unknown id exits 3 naming it; the others apply."
         ),
     )
     retry.add_argument("queue_name", metavar="QUEUE")
     retry.add_argument("ids", nargs="*", metavar="ID", help=ids_help)
-    retry.add_argument("--partition", "-p", type=int, default=0, help="partition of the lease (default 0)")
+    _partition_option(retry)
     when = retry.add_mutually_exclusive_group()
     when.add_argument("--at", metavar="TIMESTAMP", help="RFC 3339 time at which the items come back")
     when.add_argument(
@@ -578,18 +626,51 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     when.add_argument("--dead", action="store_true", help="send to the dead-letter queue")
 
-    renew = _add(
+    renew = add_command(
         commands,
         "renew",
         common,
         _renew,
-        help="extend leases",
-        description="Extend leases to now + --lease-timeout (default: the queue's). A lost lease exits 3.",
+        help="set leases to end --lease-timeout from now",
+        description=(
+            "Set each lease's deadline to now + --lease-timeout (default: the queue's lease timeout).\n"
+            "Counted from now, not added to the old deadline, so a short --lease-timeout can shorten a\n"
+            "lease (as SQS's ChangeMessageVisibility does). A lost lease exits 3 naming it."
+        ),
     )
     renew.add_argument("queue_name", metavar="QUEUE")
     renew.add_argument("ids", nargs="*", metavar="ID", help=ids_help)
-    renew.add_argument("--partition", "-p", type=int, default=0, help="partition of the lease (default 0)")
+    _partition_option(renew)
     renew.add_argument("--lease-timeout", metavar="DURATION", help="new lease length (default: the queue's)")
+
+
+def _partition_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--partition", "-p", type=int, default=None, help="partition of the lease (default 0)"
+    )
+    parser.set_defaults(intermixed=True)
+
+
+def _partition(args: argparse.Namespace) -> int:
+    return 0 if args.partition is None else int(args.partition)
+
+
+def _partition_hint(
+    args: argparse.Namespace, client: Client, error: ItemNotLeasedError, ids: list[str]
+) -> None:
+    """Add a hint to a stale-id error when the likely cause is a missing ``-p``: every id failed, and
+    they may be of a lease of another partition of a queue that has several."""
+    if args.partition is not None or set(error.failed_ids) != set(ids):
+        return
+    try:
+        partitions = client.queue_info(args.queue_name).requested_partitions
+    except ApiError:
+        return
+    if partitions > 1:
+        error.message += (
+            f"; {args.queue_name} has {partitions} partitions and these ids were sent for partition 0: "
+            f"give the lease's partition with -p (querator lease prints it)"
+        )
 
 
 def _ids(args: argparse.Namespace) -> list[str]:
@@ -601,18 +682,24 @@ def _ids(args: argparse.Namespace) -> list[str]:
     return ids
 
 
-def _done(args: argparse.Namespace, verb: str, ids: list[str], extra: dict[str, Any] | None = None) -> int:
+def _done(args: argparse.Namespace, verb: str, ids: list[str], *, dead_queue: str = "") -> int:
     if args.output == "json":
-        print_json({"queue_name": args.queue_name, "partition": args.partition, verb: ids, **(extra or {})})
+        body = {"queue_name": args.queue_name, "partition": _partition(args), verb: ids}
+        print_json({**body, "dead_queue": dead_queue} if dead_queue else body)
     else:
-        print(f"{verb} {len(ids)} item(s) of {args.queue_name}")  # noqa: T201
+        to = f" to {dead_queue}" if dead_queue else ""
+        print(f"{verb} {len(ids)} item(s) of {args.queue_name}{to}")  # noqa: T201
     return ExitCode.OK
 
 
 def _complete(args: argparse.Namespace) -> int:
     ids = _ids(args)
-    with _client(args) as client:
-        client.complete(args.queue_name, ids, partition=args.partition)
+    with make_client(args) as client:
+        try:
+            client.complete(args.queue_name, ids, partition=_partition(args))
+        except ItemNotLeasedError as exc:
+            _partition_hint(args, client, exc, ids)
+            raise
     return _done(args, "completed", ids)
 
 
@@ -621,21 +708,43 @@ def _retry(args: argparse.Namespace) -> int:
     retry_at: datetime | str | None = args.at
     if args.delay:
         retry_at = datetime.now(UTC) + parse_duration_delta(args.delay, "--in")
-    with _client(args) as client:
-        client.retry(
-            args.queue_name,
-            [RetryItem(id=i, retry_at=retry_at, dead=args.dead) for i in ids],
-            partition=args.partition,
-        )
-    return _done(args, "dead-lettered" if args.dead else "retried", ids)
+    with make_client(args) as client:
+        dead_queue = ""
+        if args.dead:
+            # The server deletes an item sent "dead" from a queue without a dead-letter queue; a
+            # command called --dead must not delete it and say "dead-lettered".
+            dead_queue = client.queue_info(args.queue_name).dead_queue
+            if not dead_queue:
+                raise CliError(
+                    f"queue '{args.queue_name}' has no dead-letter queue, so --dead would delete the "
+                    f"item(s); nothing was done. Set one with: querator queues update {args.queue_name} "
+                    f"--dead-queue NAME (or delete them with: querator complete)",
+                    ExitCode.BAD_REQUEST,
+                )
+        try:
+            client.retry(
+                args.queue_name,
+                [RetryItem(id=i, retry_at=retry_at, dead=args.dead) for i in ids],
+                partition=_partition(args),
+            )
+        except ItemNotLeasedError as exc:
+            _partition_hint(args, client, exc, ids)
+            raise
+    if args.dead:
+        return _done(args, "dead-lettered", ids, dead_queue=dead_queue)
+    return _done(args, "retried", ids)
 
 
 def _renew(args: argparse.Namespace) -> int:
     ids = _ids(args)
-    with _client(args) as client:
-        renewal = client.renew(
-            args.queue_name, ids, partition=args.partition, lease_timeout=args.lease_timeout
-        )
+    with make_client(args) as client:
+        try:
+            renewal = client.renew(
+                args.queue_name, ids, partition=_partition(args), lease_timeout=args.lease_timeout
+            )
+        except ItemNotLeasedError as exc:
+            _partition_hint(args, client, exc, ids)
+            raise
     rows = [[r.id, r.lease_deadline] for r in renewal.items]
     if args.output == "json":
         print_json(
@@ -654,7 +763,7 @@ def _renew(args: argparse.Namespace) -> int:
 
 
 def _register_stats(commands: Any, common: argparse.ArgumentParser) -> None:
-    stats = _add(
+    stats = add_command(
         commands,
         "stats",
         common,
@@ -664,7 +773,7 @@ def _register_stats(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     stats.add_argument("queue_name", metavar="QUEUE")
 
-    watch = _add(
+    watch = add_command(
         commands,
         "watch",
         common,
@@ -710,7 +819,7 @@ def _stats_json(stats: QueueStats) -> dict[str, Any]:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with make_client(args) as client, Waiting(f"counting the items of {args.queue_name}"):
         stats = client.stats(args.queue_name)
     if args.output == "json":
         print_json(_stats_json(stats))
@@ -720,12 +829,12 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    interval = _seconds(args.interval, "--interval")
+    interval = seconds(args.interval, "--interval")
     if interval <= 0:
         raise CliError("--interval must be positive", ExitCode.BAD_REQUEST)
     redraw = sys.stdout.isatty() and args.output == "table"
     refreshes = 0
-    with _client(args) as client:
+    with make_client(args) as client:
         try:
             while args.count is None or refreshes < args.count:
                 stats = client.stats(args.queue_name)
@@ -755,7 +864,7 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _register_dead_letters(commands: Any, common: argparse.ArgumentParser) -> None:
-    dead = _add(
+    dead = add_command(
         commands,
         "dead-letters",
         common,
@@ -773,7 +882,7 @@ def _register_dead_letters(commands: Any, common: argparse.ArgumentParser) -> No
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with make_client(args) as client:
         info = client.queue_info(args.queue_name)
         if args.direct:
             dead_info = info
@@ -785,21 +894,9 @@ def _dead_letters(args: argparse.Namespace) -> int:
             )
         else:
             dead_info = client.queue_info(info.dead_queue)
-        items: list[tuple[int, StoredItem]] = []
-        for partition in range(dead_info.requested_partitions):
-            for item in client.iter_items(dead_info.queue_name, partition=partition):
-                if args.limit is not None and len(items) >= args.limit:
-                    break
-                items.append((partition, item))
+        items = _stored_items(client, dead_info, limit=args.limit)
     if args.output == "json":
-        wire = []
-        for partition, item in items:
-            body = item.to_wire()
-            text = utf8_or_none(item.payload)
-            if text is not None:
-                body["utf8"] = text
-            wire.append({"partition": partition, **body})
-        print_json({"queue_name": dead_info.queue_name, "items": wire})
+        print_json(_items_json(dead_info.queue_name, items))
     else:
         print(f"dead-letter queue {dead_info.queue_name}: {len(items)} item(s)")  # noqa: T201
         rows = [
@@ -807,4 +904,127 @@ def _dead_letters(args: argparse.Namespace) -> int:
             for p, i in items
         ]
         print(table(["PARTITION", "ID", "SOURCE ID", "ATTEMPTS", "CREATED", "REFERENCE", "PAYLOAD"], rows))  # noqa: T201
+    return ExitCode.OK
+
+
+def _stored_items(
+    client: Client,
+    info: QueueInfo,
+    *,
+    limit: int | None,
+    partition: int | None = None,
+    scheduled: bool = False,
+) -> list[tuple[int, StoredItem]]:
+    """Items of every partition (or one), in partition then FIFO order, at most ``limit`` in all."""
+    items: list[tuple[int, StoredItem]] = []
+    partitions = range(info.requested_partitions) if partition is None else [partition]
+    page = min(limit, 1000) if limit else 1000
+    for number in partitions:
+        for item in client.iter_items(info.queue_name, partition=number, scheduled=scheduled, page_size=page):
+            if limit is not None and len(items) >= limit:
+                return items
+            items.append((number, item))
+    return items
+
+
+def _items_json(queue_name: str, items: list[tuple[int, StoredItem]]) -> dict[str, Any]:
+    wire = []
+    for partition, item in items:
+        body = item.to_wire()
+        text = utf8_or_none(item.payload)
+        if text is not None:
+            body["utf8"] = text
+        wire.append({"partition": partition, **body})
+    return {"queue_name": queue_name, "items": wire}
+
+
+# -- peek and clear -----------------------------------------------------------------------------------
+
+
+def _register_peek(commands: Any, common: argparse.ArgumentParser) -> None:
+    peek = add_command(
+        commands,
+        "peek",
+        common,
+        _peek,
+        help="show the items of a queue without leasing them",
+        description=(
+            "Show the first items of a queue in FIFO order (storage/items.list), partition by partition,\n"
+            "without leasing or changing them: id, whether leased, attempts, created time, reference and\n"
+            "payload. --scheduled shows the scheduled items (storage/scheduled.list) instead."
+        ),
+    )
+    peek.add_argument("queue_name", metavar="QUEUE")
+    peek.add_argument("-n", "--limit", type=int, default=10, help="at most this many items (default 10)")
+    peek.add_argument("--partition", "-p", type=int, default=None, help="only this partition")
+    peek.add_argument("--scheduled", action="store_true", help="the scheduled items instead")
+
+
+def _peek(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise CliError("--limit must be at least 1", ExitCode.USAGE)
+    with make_client(args) as client:
+        info = client.queue_info(args.queue_name)
+        items = _stored_items(
+            client, info, limit=args.limit, partition=args.partition, scheduled=args.scheduled
+        )
+    if args.output == "json":
+        print_json(_items_json(args.queue_name, items))
+        return ExitCode.OK
+    kind = "scheduled item(s)" if args.scheduled else "item(s)"
+    print(f"{args.queue_name}: first {len(items)} {kind}")  # noqa: T201
+    rows = [
+        [
+            p,
+            i.id,
+            i.is_leased,
+            i.attempts,
+            i.enqueue_at if args.scheduled else i.created_at,
+            i.reference,
+            preview(i.payload, 40),
+        ]
+        for p, i in items
+    ]
+    when = "ENQUEUE AT" if args.scheduled else "CREATED"
+    print(table(["PARTITION", "ID", "LEASED", "ATTEMPTS", when, "REFERENCE", "PAYLOAD"], rows))  # noqa: T201
+    return ExitCode.OK
+
+
+def _register_clear(commands: Any, common: argparse.ArgumentParser) -> None:
+    clear = add_command(
+        commands,
+        "clear",
+        common,
+        _clear,
+        help="remove the waiting items of a queue (purge)",
+        description=(
+            "Remove the items of a queue that wait to be leased (queue.clear); the queue stays.\n"
+            "--scheduled also removes scheduled items, --leased also leased ones (their consumers'\n"
+            "complete / retry then fail), --all all three. --only-scheduled leaves waiting items."
+        ),
+    )
+    clear.add_argument("queue_name", metavar="QUEUE")
+    clear.add_argument("--scheduled", action="store_true", help="also the scheduled items")
+    clear.add_argument("--leased", action="store_true", help="also the leased items (destructive)")
+    clear.add_argument("--all", action="store_true", help="waiting, scheduled and leased items")
+    clear.add_argument(
+        "--only-scheduled", action="store_true", help="only the scheduled items, not the waiting ones"
+    )
+
+
+def _clear(args: argparse.Namespace) -> int:
+    scheduled = args.scheduled or args.all or args.only_scheduled
+    waiting = not args.only_scheduled
+    leased = args.leased or args.all
+    if args.only_scheduled and (args.leased or args.all):
+        raise CliError(
+            "--only-scheduled leaves waiting and leased items: drop --leased / --all", ExitCode.USAGE
+        )
+    with make_client(args) as client, Waiting(f"clearing {args.queue_name}"):
+        client.clear(args.queue_name, queue=waiting, scheduled=scheduled, destructive=leased)
+    what = [name for name, on in (("waiting", waiting), ("scheduled", scheduled), ("leased", leased)) if on]
+    if args.output == "json":
+        print_json({"queue_name": args.queue_name, "cleared": what})
+    else:
+        print(f"cleared the {', '.join(what)} items of {args.queue_name}")  # noqa: T201
     return ExitCode.OK

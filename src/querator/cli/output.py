@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
 from querator.api.durations import format_duration, format_timestamp
 from querator.client import (
@@ -90,7 +92,7 @@ def guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
             print(f"{prog}: {exc.code} {exc.code_text}: {exc.message}", file=sys.stderr)  # noqa: T201
             return exit_code_for(exc)
         except ConnectionFailedError as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)  # noqa: T201
+            print(f"{prog}: {exc}{connection_hint(args, exc)}", file=sys.stderr)  # noqa: T201
             return ExitCode.CANNOT_CONNECT
         except CliError as exc:
             print(f"{prog}: {exc}", file=sys.stderr)  # noqa: T201
@@ -100,6 +102,28 @@ def guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
             return ExitCode.INTERRUPTED
 
     return wrapper
+
+
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def connection_hint(args: argparse.Namespace, error: ConnectionFailedError) -> str:
+    """What to do about a call that got no reply, to append to its message."""
+    if error.timed_out:
+        longer = max(300, int(getattr(args, "timeout", 30) * 10))
+        return (
+            f"; the server may still be working on it (stats, clear and delete read the whole queue): "
+            f"wait longer with --timeout SECONDS, e.g. --timeout {longer}"
+        )
+    if error.sent:
+        return ""
+    host = urlsplit(str(getattr(args, "url", ""))).hostname or ""
+    if host in LOOPBACK_HOSTS:
+        return (
+            "; is the server running? Start it with `querator serve` (`./run serve` in a clone of the "
+            "repository), or point --url / $QUERATOR_URL at another one"
+        )
+    return "; check --url / $QUERATOR_URL and the network"
 
 
 # -- rendering ----------------------------------------------------------------------------------------
@@ -152,7 +176,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def key_values(pairs: Sequence[tuple[str, Any]]) -> str:
     width = max(len(key) for key, _ in pairs)
-    return "\n".join(f"{key.ljust(width)}  {cell(value)}" for key, value in pairs)
+    return "\n".join(f"{key.ljust(width)}  {cell(value)}".rstrip() for key, value in pairs)
 
 
 def preview(payload: bytes, limit: int = 60) -> str:
@@ -178,11 +202,11 @@ def utf8_or_none(payload: bytes) -> str | None:
 
 class Progress:
     """A one-line progress bar on stderr, drawn only when stderr is a terminal (never in pipes or
-    logs), at most ten times a second."""
+    logs), at most ten times a second. With ``total`` 0 (stdin: size unknown) it counts items only."""
 
     def __init__(self, total: int, *, label: str, stream: IO[str] | None = None, force: bool = False) -> None:
         self.stream = stream or sys.stderr
-        self.enabled = total > 0 and (force or self.stream.isatty())
+        self.enabled = force or self.stream.isatty()
         self.total = total
         self.label = label
         self.done = 0
@@ -193,19 +217,59 @@ class Progress:
     def advance(self, done: int, items: int) -> None:
         self.done, self.items = done, items
         now = time.monotonic()
-        if self.enabled and (now - self._drawn_at >= 0.1 or done >= self.total):
+        if self.enabled and (now - self._drawn_at >= 0.1 or (self.total and done >= self.total)):
             self._drawn_at = now
             self._draw(now)
 
     def _draw(self, now: float) -> None:
+        rate = self.items / max(now - self._started, 1e-9)
+        if not self.total:
+            self.stream.write(f"\r{self.label}: {self.items} items {rate:,.0f}/s")
+            self.stream.flush()
+            return
         fraction = min(1.0, self.done / self.total)
         filled = int(fraction * 30)
-        rate = self.items / max(now - self._started, 1e-9)
         bar = "#" * filled + "-" * (30 - filled)
         self.stream.write(f"\r{self.label} [{bar}] {fraction:6.1%} {self.items} items {rate:,.0f}/s")
         self.stream.flush()
 
     def close(self) -> None:
-        if self.enabled:
+        if self.enabled and self._drawn_at:
+            self._draw(time.monotonic())
             self.stream.write("\n")
             self.stream.flush()
+
+
+class Waiting:
+    """``label… 12 s`` on stderr, redrawn every second while a slow call runs, and erased when it
+    returns; only on a terminal, so pipes and logs stay quiet. Nothing is drawn in the first second."""
+
+    def __init__(self, label: str, *, stream: IO[str] | None = None, force: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = force or self.stream.isatty()
+        self.label = label
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._width = 0
+
+    def __enter__(self) -> Waiting:
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, name="querator-waiting", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._done.wait(1.0):
+            text = f"\r{self.label}… {time.monotonic() - started:.0f} s (Ctrl-C to stop waiting)"
+            self._width = len(text)
+            self.stream.write(text)
+            self.stream.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+            if self._width:
+                self.stream.write("\r" + " " * self._width + "\r")
+                self.stream.flush()

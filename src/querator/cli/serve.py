@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from querator.localserver import DEFAULT_PORT, LocalServer
+from querator.localserver import DEFAULT_PORT, REQUEST_LOGGER, LocalServer
 from querator.localstore import LOOPBACK
 
 if TYPE_CHECKING:
@@ -35,8 +36,8 @@ def register(commands: Any) -> None:
         metavar="SECONDS",
         help="seconds between reaper runs (default 1)",
     )
-    parser.add_argument("--quiet", action="store_true", help="do not log each request")
-    parser.set_defaults(run=run)
+    parser.add_argument("--quiet", action="store_true", help="do not log each request (only problems)")
+    parser.set_defaults(run=run, command_parser=parser, command_path="serve")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
         print("querator serve: --reaper-interval must be positive", file=sys.stderr)  # noqa: T201
         return 2
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    if args.quiet:
-        # Request lines go through the Powertools logger ("querator"); quiet drops only them.
-        logging.getLogger("querator.localserver").setLevel(logging.WARNING)
+    _log_requests(quiet=args.quiet)
     stopping = threading.Event()
 
     def stop(signum: int, frame: object) -> None:
@@ -54,7 +53,17 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    server = LocalServer(host=args.host, port=args.port, reaper_interval=args.reaper_interval).start()
+    try:
+        server = LocalServer(host=args.host, port=args.port, reaper_interval=args.reaper_interval).start()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        print(  # noqa: T201
+            f"querator serve: {args.host}:{args.port} is already in use (another querator serve?); stop "
+            f"it, or pick another port with --port (0 picks a free one)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         # The first line of stdout is the URL, so scripts and tests can start it with --port 0.
         print(f"Querator listening on {server.url}", flush=True)  # noqa: T201
@@ -63,3 +72,14 @@ def run(args: argparse.Namespace) -> int:
         server.stop()
     print("Querator stopped", file=sys.stderr, flush=True)  # noqa: T201
     return 0
+
+
+def _log_requests(*, quiet: bool) -> None:
+    """One plain line per request on stderr, ``10:29:25 POST /v1/queue.lease 200 3.1ms``; none when quiet."""
+    requests = logging.getLogger(REQUEST_LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    requests.addHandler(handler)
+    # Not through the Powertools logger of the handlers ("querator"), whose JSON lines are ~400 bytes.
+    requests.propagate = False
+    requests.setLevel(logging.WARNING if quiet else logging.INFO)

@@ -1,4 +1,4 @@
-"""Python client: ``Client``, one typed method per endpoint of ``contract/API.md``.
+"""Python client: ``Client``, one typed method per endpoint of the HTTP API (docs/api.md).
 
 Each method builds the JSON body, sends it through the pooled transport, retries when that is safe
 for *this* call (docs/adr/0031-client-retries.md), and decodes the reply into ``models`` values or a
@@ -67,7 +67,7 @@ DEFAULT_MAX_RETRIES: Final = 4
 #: Page size of the ``iter_*`` helpers (the API's maximum).
 PAGE_SIZE: Final = 1000
 
-# The paths of contract/API.md. Spelled out rather than read from ``querator.api.routes``, which
+# The paths of the API (docs/api.md). Spelled out rather than read from ``querator.api.routes``, which
 # imports pydantic; tests/client checks that both tables agree.
 PATHS: Final[Mapping[str, str]] = {
     "queues.create": "/v1/queues.create",
@@ -207,7 +207,14 @@ class Client:
             try:
                 reply = self._transport.send(method, path, data, read_timeout=timeout, headers=headers)
             except ConnectionFailedError as exc:
-                if attempt < self.max_retries and (safety is Safety.IDEMPOTENT or not exc.sent):
+                # Not after a read timeout: the server held the call for the whole timeout, so it is
+                # slow rather than gone, and the same wait again would only multiply the silence
+                # (docs/adr/0031-client-retries.md); the caller may give a longer timeout instead.
+                if (
+                    attempt < self.max_retries
+                    and not exc.timed_out
+                    and (safety is Safety.IDEMPOTENT or not exc.sent)
+                ):
                     self._sleep(self.backoff(attempt))
                     attempt += 1
                     continue
@@ -442,7 +449,8 @@ class Client:
         partition: int | None = None,
         lease_timeout: Duration | None = None,
     ) -> Renewal:
-        """``queue.renew``: extend leases to now + ``lease_timeout`` (default: the queue's).
+        """``queue.renew``: set leases to end at now + ``lease_timeout`` (default: the queue's); counted
+        from now, so a short ``lease_timeout`` shortens a lease.
 
         Safe to repeat, so retried like a read. Raises ``ItemNotLeasedError`` naming the ids whose
         lease is lost; the others were renewed.

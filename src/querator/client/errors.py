@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-#: The stable classes of ``contract/API.md`` that a client branches on (``querator.domain.errors``
-#: docstrings, as the server sends them before the first ``;``).
+#: The stable classes (docs/api.md) that a client branches on, as the server sends them before the
+#: first ``;``. Copies of ``querator.domain.errors``' ``stable_class`` attributes (the client ships
+#: without the server); tests/client checks that each one matches.
 QUEUE_NOT_FOUND: Final = "Queue does not exist"
 QUEUE_EXISTS: Final = "Queue already exists"
 ITEM_NOT_LEASED: Final = "Item id is unknown, stale or not leased"
 DUPLICATE_CLIENT: Final = "Client id already has a waiting lease on this queue"
-NOTHING_TO_LEASE: Final = "Nothing to lease before the request timeout"
 IN_PROGRESS: Final = "A request with this idempotency key is still in progress"
 
 #: ``'<id>' (<reason>)`` as the server lists the ids of a request that were not applied.
@@ -37,11 +37,14 @@ class ConnectionFailedError(QueratorClientError):
 
     ``sent`` is False only when the request certainly never reached the server (the connection
     could not be opened), which is what makes a retry safe for calls that are not idempotent.
+    ``timed_out`` is True when the server kept the connection but did not answer within the read
+    timeout: a slow call (stats or delete of a large queue), for which a longer timeout is the fix.
     """
 
-    def __init__(self, message: str, *, sent: bool) -> None:
+    def __init__(self, message: str, *, sent: bool, timed_out: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
+        self.timed_out = timed_out
 
 
 class ApiError(QueratorClientError):

@@ -149,9 +149,10 @@ class NewItem:
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {}
+        # Always one of the two, even when empty: the server refuses an item with no payload key.
         if isinstance(self.payload, str):
             body["utf8"] = self.payload
-        elif self.payload:
+        else:
             body["bytes"] = base64.b64encode(self.payload).decode("ascii")
         for key in ("reference", "encoding", "kind"):
             if value := getattr(self, key):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
 import urllib3
-from urllib3.exceptions import ConnectTimeoutError, HTTPError
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, ReadTimeoutError
 
 from querator.client.errors import ConnectionFailedError, QueratorClientError
 
@@ -126,9 +126,16 @@ class Transport:
             )
         except ConnectTimeoutError as exc:
             # Also NewConnectionError and NameResolutionError: no byte of the request left.
-            raise ConnectionFailedError(f"cannot connect to {self.base_url}: {exc}", sent=False) from exc
+            raise ConnectionFailedError(
+                f"cannot connect to {self.base_url}: {_reason(exc)}", sent=False
+            ) from exc
+        except ReadTimeoutError as exc:
+            # The server may still be working on it (and may act on it).
+            raise ConnectionFailedError(
+                f"no reply from {self.base_url} within {read_timeout:g} s", sent=True, timed_out=True
+            ) from exc
         except HTTPError as exc:
-            # Read timeouts, dropped connections: the server may have acted on the request.
+            # Dropped connections: the server may have acted on the request.
             raise ConnectionFailedError(f"no reply from {self.base_url}: {exc}", sent=True) from exc
         return Reply(
             status=response.status,
@@ -138,3 +145,12 @@ class Transport:
 
     def close(self) -> None:
         self._pool.clear()
+
+
+def _reason(exc: BaseException) -> str:
+    """The operating system's reason (``[Errno 111] Connection refused``) rather than urllib3's
+    description of its connection object, when there is one."""
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, OSError) and cause.strerror:
+        return f"[Errno {cause.errno}] {cause.strerror}"
+    return str(exc)

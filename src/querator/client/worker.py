@@ -164,7 +164,8 @@ def consume(
     concurrency
         Handler threads, hence the most items leased at once.
     request_timeout
-        Seconds a lease call waits for items; also bounds how long a stop waits for the lease loop.
+        Seconds a lease call waits for items (at most ``idle_timeout`` when that is set); also bounds
+        how long a stop waits for the lease loop.
     backoff
         ``attempts -> delay`` before a failed item may be leased again; ``default_backoff`` if None.
     dead_letter_on
@@ -322,7 +323,7 @@ class _Worker:
             if self.max_items is not None:
                 wanted = min(wanted, self.max_items - leased_total)
             try:
-                lease = self.client.lease(self.queue_name, wanted, request_timeout=self.request_timeout)
+                lease = self.client.lease(self.queue_name, wanted, request_timeout=self._lease_wait())
             except DuplicateClientError as exc:
                 # Our previous lease call is still waiting on the server (its reply was lost to a
                 # timeout): wait for it to end there, then lease again.
@@ -352,6 +353,14 @@ class _Worker:
             self.state.count("leased", len(lease.items))
             self._accept(lease.items)
         self.stopped_by = self.stopped_by or "stop"
+
+    def _lease_wait(self) -> float:
+        """Seconds one lease call waits: ``request_timeout``, but no longer than ``idle_timeout``, so
+        an idle worker stops about ``idle_timeout`` after its last item rather than after a whole
+        ``request_timeout`` (``idle_timeout=0.5`` took 5.2 s with the default 5 s wait)."""
+        if self.idle_timeout is None:
+            return self.request_timeout
+        return max(0.0, min(self.request_timeout, self.idle_timeout))
 
     def _wait_for_free_handler(self) -> int:
         with self.state.idle:

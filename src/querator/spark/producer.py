@@ -226,11 +226,6 @@ class HttpProducer:
             raise domain_error(exc) from exc
 
 
-#: The stable class (``message`` up to the first ``;``) the server sends for an idempotent produce
-#: whose first attempt is still writing: the domain error's docstring, as the API layer sends it.
-_IN_PROGRESS = (RequestInProgressError.__doc__ or "").strip().splitlines()[0].rstrip(".")
-
-
 def domain_error(exc: QueratorClientError) -> QueratorError:
     """The domain error a client error stands for, so both write paths retry on the same errors."""
     if isinstance(exc, client_errors.ConnectionFailedError):
@@ -242,7 +237,8 @@ def domain_error(exc: QueratorClientError) -> QueratorError:
         return QueratorError(f"queue.produce: {exc}")
     if isinstance(exc, client_errors.ServerError):
         return StoreUnavailableError(f"queue.produce: {exc}", store_code=f"http {exc.code}")
-    if isinstance(exc, client_errors.RequestFailedError) and exc.stable_class == _IN_PROGRESS:
+    # The client picks this subclass by the stable class of an idempotent produce still being written.
+    if isinstance(exc, client_errors.RequestInProgressError):
         return RequestInProgressError(f"queue.produce: {exc}")
     if isinstance(exc, client_errors.QueueNotFoundError):
         return QueueNotFoundError(f"queue.produce: {exc}")

@@ -1,0 +1,226 @@
+"""``querator consume QUEUE -- COMMAND``: the consumer worker (``querator.client.worker``) running a
+command per item.
+
+Each item's payload goes to the command's stdin and its details to environment variables. Exit 0
+completes the item, ``--dead-letter-exit`` sends it to the dead-letter queue, any other exit retries it
+with backoff; the worker renews the lease while the command runs and, on SIGTERM / Ctrl-C, stops
+leasing, lets running commands finish for ``--shutdown-timeout`` and puts back every item it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+from querator.cli.commands import add_command, make_client, seconds
+from querator.cli.output import CliError, ExitCode, print_json
+from querator.client import DeadLetter, WorkerReport, consume, default_backoff
+
+if TYPE_CHECKING:
+    import argparse
+
+    from querator.client import LeasedItem
+
+#: The most a retry waits, whatever --backoff (SQS's longest visibility delay is 12 h; 5 min keeps a
+#: failing item in sight).
+BACKOFF_CAP: Final = 300.0
+#: How long a command gets after SIGTERM before SIGKILL, once the worker has put its item back.
+_KILL_GRACE: Final = 5.0
+#: The environment variables each command gets (docs/cli.md).
+ENV_QUEUE: Final = "QUERATOR_QUEUE"
+ENV_ID: Final = "QUERATOR_ITEM_ID"
+ENV_PARTITION: Final = "QUERATOR_ITEM_PARTITION"
+ENV_ATTEMPTS: Final = "QUERATOR_ITEM_ATTEMPTS"
+ENV_REFERENCE: Final = "QUERATOR_ITEM_REFERENCE"
+ENV_KIND: Final = "QUERATOR_ITEM_KIND"
+ENV_ENCODING: Final = "QUERATOR_ITEM_ENCODING"
+
+log = logging.getLogger(__name__)
+
+
+class CommandFailedError(Exception):
+    """The command exited with a status other than 0 and the dead-letter one: retry the item."""
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = add_command(
+        commands,
+        "consume",
+        common,
+        _consume,
+        help="run a command for each item (payload on stdin) until stopped",
+        usage="querator consume [options] QUEUE -- COMMAND [ARG ...]",
+        description=(
+            "Lease items of QUEUE and run COMMAND once per item, the payload on its stdin and the\n"
+            f"item in ${ENV_QUEUE}, ${ENV_ID}, ${ENV_PARTITION}, ${ENV_ATTEMPTS},\n"
+            f"${ENV_REFERENCE}, ${ENV_KIND}, ${ENV_ENCODING}. Put COMMAND after '--'.\n"
+            "Exit 0 completes the item; --dead-letter-exit CODE sends it to the dead-letter queue\n"
+            "(deleted when the queue has none); any other exit puts it back after a backoff that\n"
+            "doubles per attempt (--backoff, up to 5m, half of it random), and the queue's\n"
+            "max_attempts dead-letters it in the end. Leases are renewed while COMMAND runs.\n"
+            "SIGTERM or Ctrl-C: stop leasing, let running commands finish for --shutdown-timeout,\n"
+            "then put back every item still held (a second signal: at once) and exit 0.\n"
+            "A summary goes to stderr (-o json: to stdout, after the commands' own output)."
+        ),
+    )
+    # Without "--", an option of COMMAND ("sh -c ...") would be read as one of consume's.
+    parser.set_defaults(
+        usage_hint="; put COMMAND after '--': querator consume QUEUE [options] -- COMMAND [ARG...]"
+    )
+    parser.add_argument("queue_name", metavar="QUEUE")
+    parser.add_argument(
+        "command", nargs="+", metavar="COMMAND", help="the command and its arguments, after --"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="commands running at once (default 1)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        "-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most items per lease call (default: --concurrency)",
+    )
+    parser.add_argument(
+        "--wait",
+        default="5s",
+        metavar="DURATION",
+        help="how long each lease call waits for items (default 5s)",
+    )
+    parser.add_argument(
+        "--dead-letter-exit",
+        type=int,
+        default=None,
+        metavar="CODE",
+        help="this exit status sends the item to the dead-letter queue at once",
+    )
+    parser.add_argument(
+        "--backoff", default="1s", metavar="DURATION", help="delay before the first retry (default 1s)"
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        default="10s",
+        metavar="DURATION",
+        help="how long a stop lets running commands finish (default 10s)",
+    )
+    parser.add_argument("--max-items", type=int, default=None, metavar="N", help="stop after this many items")
+    parser.add_argument(
+        "--idle", default=None, metavar="DURATION", help="stop once nothing was leasable for this long"
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="log each failed item on stderr")
+
+
+def _consume(args: argparse.Namespace) -> int:
+    if args.concurrency < 1 or (args.batch_size is not None and not 1 <= args.batch_size <= 1000):
+        raise CliError("--concurrency must be at least 1 and --batch-size 1-1000", ExitCode.USAGE)
+    program = args.command[0]
+    if shutil.which(program) is None:
+        raise CliError(f"command not found: {program}", ExitCode.ERROR)
+    wait = seconds(args.wait, "--wait")
+    base = seconds(args.backoff, "--backoff")
+    shutdown = seconds(args.shutdown_timeout, "--shutdown-timeout")
+    idle = seconds(args.idle, "--idle") if args.idle else None
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="querator consume: %(message)s")
+    if args.verbose:
+        logging.getLogger("querator.client.worker").setLevel(logging.INFO)
+    runner = _Runner(args.queue_name, list(args.command), args.dead_letter_exit)
+    with make_client(args) as client:
+        info = client.queue_info(args.queue_name)
+        if args.dead_letter_exit is not None and not info.dead_queue:
+            print(  # noqa: T201
+                f"querator consume: note: {args.queue_name} has no dead-letter queue, so an item whose "
+                f"command exits {args.dead_letter_exit} is deleted",
+                file=sys.stderr,
+            )
+        try:
+            report = consume(
+                client,
+                args.queue_name,
+                runner.run,
+                batch_size=args.batch_size or args.concurrency,
+                concurrency=args.concurrency,
+                request_timeout=wait,
+                backoff=lambda attempts: default_backoff(attempts, base=base, cap=BACKOFF_CAP),
+                shutdown_timeout=shutdown,
+                max_items=args.max_items,
+                idle_timeout=idle,
+            )
+        finally:
+            # Items of commands still running were put back; their commands must not go on.
+            runner.stop_all()
+    _summary(args, report)
+    return ExitCode.OK
+
+
+def _summary(args: argparse.Namespace, report: WorkerReport) -> None:
+    if args.output == "json":
+        print_json(report.as_dict())
+        return
+    print(  # noqa: T201
+        f"querator consume: stopped ({report.stopped_by}) after {report.elapsed:.1f} s: "
+        f"{report.leased} leased, {report.completed} completed, {report.retried} retried, "
+        f"{report.dead_lettered} dead-lettered, {report.returned} put back, {report.lost} lost, "
+        f"{report.unsettled} unsettled",
+        file=sys.stderr,
+    )
+
+
+class _Runner:
+    """Runs the command for one item; called from the worker's handler threads."""
+
+    def __init__(self, queue_name: str, command: list[str], dead_letter_exit: int | None) -> None:
+        self.queue_name = queue_name
+        self.command = command
+        self.dead_letter_exit = dead_letter_exit
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+
+    def run(self, item: LeasedItem) -> None:
+        env = {
+            **os.environ,
+            ENV_QUEUE: self.queue_name,
+            ENV_ID: item.id,
+            ENV_PARTITION: str(item.partition),
+            ENV_ATTEMPTS: str(item.attempts),
+            ENV_REFERENCE: item.reference,
+            ENV_KIND: item.kind,
+            ENV_ENCODING: item.encoding,
+        }
+        # Its own session: Ctrl-C in the terminal stops the consumer, which lets the command finish
+        # (--shutdown-timeout) instead of the terminal killing it mid-item.
+        child = subprocess.Popen(  # noqa: S603 - the user's own command, by design
+            self.command, stdin=subprocess.PIPE, env=env, start_new_session=True
+        )
+        with self._lock:
+            self._running.add(child)
+        try:
+            # Writes the payload, closes stdin (a command that does not read it is fine) and waits.
+            child.communicate(item.payload)
+        finally:
+            with self._lock:
+                self._running.discard(child)
+        code = child.returncode
+        if code == 0:
+            return
+        if self.dead_letter_exit is not None and code == self.dead_letter_exit:
+            raise DeadLetter(f"{self.command[0]} exited {code}")
+        raise CommandFailedError(f"{self.command[0]} exited {code}")
+
+    def stop_all(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period, to every command still running."""
+        with self._lock:
+            running = list(self._running)
+        for child in running:
+            child.terminate()
+        for child in running:
+            try:
+                child.wait(timeout=_KILL_GRACE)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()

@@ -1,0 +1,104 @@
+"""``querator serve`` as a user meets it: one short line per request, one clear line (not a traceback)
+when the port is taken, and no traceback when a client hangs up."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.server
+
+
+def _serve(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(  # noqa: S603 - our own module
+        [sys.executable, "-m", "querator.cli", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    child = _serve("--port", "0")
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip().removeprefix("Querator listening on ")
+        assert url.startswith("http://127.0.0.1:")
+        yield child, url
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _stop(child: subprocess.Popen[str]) -> str:
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=15)
+    return err
+
+
+def test_each_request_is_one_short_line_without_a_lambda_context(server) -> None:
+    child, url = server
+    request = urllib.request.Request(  # noqa: S310 - 127.0.0.1
+        f"{url}/v1/queues.list", data=b"{}", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - 127.0.0.1
+        assert reply.status == 200
+    err = _stop(child)
+    lines = [line for line in err.splitlines() if "/v1/" in line]
+    assert re.fullmatch(r"\d\d:\d\d:\d\d POST /v1/queues\.list 200 \d+\.\dms", lines[0]), lines
+    assert "function_arn" not in err and "function_name" not in err
+    assert "Traceback" not in err
+
+
+def test_a_taken_port_is_one_line_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        child = _serve("--port", str(port))
+        out, err = child.communicate(timeout=30)
+    assert child.returncode == 1
+    assert out == ""
+    assert err.strip() == (
+        f"querator serve: 127.0.0.1:{port} is already in use (another querator serve?); stop it, or "
+        "pick another port with --port (0 picks a free one)"
+    )
+    # Refused before the embedded store starts.
+    assert time.monotonic() - started < 10
+
+
+def test_a_client_that_hangs_up_leaves_no_traceback(server) -> None:
+    child, url = server
+    host, port = url.removeprefix("http://").split(":")
+    for _ in range(3):
+        # A keep-alive connection dropped by a reset, and a request whose reply nobody reads.
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            # Linger 0: close with a reset while the server waits for the next keep-alive request.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    time.sleep(0.5)
+    err = _stop(child)
+    assert "Traceback" not in err
+    assert "Querator stopped" in err
