@@ -1073,9 +1073,10 @@ class QueueService:
         start = head.cursor
         limit = _REAPER_FIRST_PAGE
         first = True
+        end = visible_bound(now)
         while True:
             page = self._store.scan(
-                queue.name, partition, start=start, end=visible_bound(now), limit=limit, available_at=now
+                queue.name, partition, start=start, end=end, limit=limit, available_at=now
             )
             report.scanned += len(page.items)
             if first and page.items:
@@ -1091,8 +1092,8 @@ class QueueService:
             self._settle_states(queue, partition, found, now, report)
             if page.done or page.read_to >= expired_below or self._clock.now() >= stop_at:
                 return
-            start = page.read_to
-            limit = _PAGE_MAX
+            # Past the first page only expired items are wanted: read no further than they go.
+            start, end, limit = page.read_to, expired_below, _PAGE_MAX
 
     def _sweep(
         self,
