@@ -74,6 +74,28 @@ class PartitionHead:
     created_sum: int = 0
     leased_created_sum: int = 0
     scheduled_created_sum: int = 0
+    #: Moves on with every counter update: a recount that saw no change between its start and its
+    #: end counted a still picture and may replace the counters.
+    version: int = 0
+    #: The recount under way (``None``: none), and when the last one finished.
+    recount: Recount | None = None
+    recounted_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recount:
+    """A recount of a partition's items, paged over reaper runs: how far it got and what it found."""
+
+    #: The next id to read.
+    position: str = ""
+    #: ``PartitionHead.version`` when the recount started.
+    version: int = 0
+    items: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    created_sum: int = 0
+    leased_created_sum: int = 0
+    scheduled_created_sum: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,6 +266,15 @@ class ItemStore(Protocol):
         ...
 
     def set_sweep(self, queue: str, partition: int, mark: str) -> None: ...
+
+    def save_recount(self, queue: str, partition: int, recount: Recount | None) -> None:
+        """Keep a recount's progress in the head row (``None``: drop it, to start over)."""
+        ...
+
+    def finish_recount(self, queue: str, partition: int, recount: Recount, *, now: datetime) -> bool:
+        """Replace the counters with the recount's if the head row's version is still the one the
+        recount started at; either way the recount ends. Returns whether the counters changed."""
+        ...
 
     def source_ids(self, queue: str, partition: int) -> set[str]: ...
 

@@ -48,7 +48,7 @@ from querator.domain.model import (
     timestamp_us,
     validate_queue_name,
 )
-from querator.ports import Guard, IdempotencyRecord, Move
+from querator.ports import Guard, IdempotencyRecord, Move, Recount
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -91,6 +91,8 @@ _REPLY_ITEM_OVERHEAD = 400
 DEFAULT_CLAIM_BUDGET = timedelta(seconds=5)
 DEFAULT_CLEAR_BUDGET = timedelta(seconds=20)
 DEFAULT_PURGE_BUDGET = timedelta(seconds=10)
+#: How often the reaper recounts each partition's items to heal counter drift (O(stored) each time).
+DEFAULT_RECOUNT_PERIOD = timedelta(hours=24)
 _POLL_FIRST = 0.02
 _POLL_MAX = 0.5
 _UPDATE_RETRIES = 3
@@ -126,6 +128,8 @@ class ReapReport:
     stragglers: int = 0
     #: Scheduled items that came due since the last pass.
     came_due: int = 0
+    #: Partitions whose counters a finished recount replaced.
+    recounted: int = 0
 
 
 class QueueService:
@@ -145,6 +149,8 @@ class QueueService:
     claim_budget, clear_budget, purge_budget
         How long a lease may keep claiming once it found items, a clear may keep deleting, and a
         queue delete may purge before leaving the rest to the reaper (on the service's clock).
+    recount_period
+        How often the reaper recounts a partition to heal drift in the counters ``stats`` reads.
     """
 
     def __init__(
@@ -159,6 +165,7 @@ class QueueService:
         claim_budget: timedelta = DEFAULT_CLAIM_BUDGET,
         clear_budget: timedelta = DEFAULT_CLEAR_BUDGET,
         purge_budget: timedelta = DEFAULT_PURGE_BUDGET,
+        recount_period: timedelta = DEFAULT_RECOUNT_PERIOD,
     ) -> None:
         self._catalog = catalog
         self._store = store
@@ -173,6 +180,7 @@ class QueueService:
         self._claim_budget = claim_budget
         self._clear_budget = clear_budget
         self._purge_budget = purge_budget
+        self._recount_period = recount_period
         #: Queue name -> (trusted until, catalog record): the hot path's copy of the catalog.
         self._queues: dict[str, tuple[datetime, QueueInfo]] = {}
 
@@ -1049,7 +1057,12 @@ class QueueService:
             report.dead_letter_depth += max(head.items, 0)
         self._reap_head(queue, partition, head, now, report, stop_at)
         self._sweep(queue, partition, head, now, report, stop_at)
-        if head.scheduled > 0 and head.schedule_mark:
+        if head.recount is not None or (
+            head.recounted_at is not None and now - head.recounted_at >= self._recount_period
+        ):
+            self._recount(queue, partition, head, now, report, stop_at)
+        elif head.scheduled > 0 and head.schedule_mark:
+            # Not while a recount runs: the pass would move the version and void the recount.
             report.came_due += self._store.pass_schedule(
                 queue.name, partition, old_mark=head.schedule_mark, new_mark=visible_bound(now), now=now
             )
@@ -1128,6 +1141,53 @@ class QueueService:
             start = page.read_to
             if self._clock.now() >= stop_at:
                 self._store.set_sweep(queue.name, partition, start)
+                return
+
+    def _recount(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        now: datetime,
+        report: ReapReport,
+        stop_at: datetime,
+    ) -> None:
+        """Count the partition's items page by page (over several runs if need be) and replace the
+        counters with the count if nothing changed them meanwhile, so drift from a lost counter
+        write heals. O(stored) once per ``recount_period``, in the reaper's budget."""
+        recount = head.recount or Recount(version=head.version)
+        totals = {
+            name: getattr(recount, name)
+            for name in (
+                "items",
+                "leased",
+                "scheduled",
+                "created_sum",
+                "leased_created_sum",
+                "scheduled_created_sum",
+            )
+        }
+        position = recount.position
+        while True:
+            page = self._store.scan(queue.name, partition, start=position, end=ITEMS_END, limit=_PAGE_MAX)
+            for state in page.items:
+                created = timestamp_us(state.created_at) // 1_000_000
+                totals["items"] += 1
+                totals["created_sum"] += created
+                if state.lease_deadline is not None:
+                    totals["leased"] += 1
+                    totals["leased_created_sum"] += created
+                if state.enqueue_at is not None and state.id >= head.schedule_mark:
+                    totals["scheduled"] += 1
+                    totals["scheduled_created_sum"] += created
+            report.scanned += len(page.items)
+            progress = Recount(position=page.read_to, version=recount.version, **totals)
+            if page.done:
+                report.recounted += self._store.finish_recount(queue.name, partition, progress, now=now)
+                return
+            position = page.read_to
+            if self._clock.now() >= stop_at:
+                self._store.save_recount(queue.name, partition, progress)
                 return
 
 

@@ -307,3 +307,52 @@ def test_a_thousand_item_lease_retry_and_complete_fit_the_functions_timeouts(
     assert not completed.failed
     # The items function has 15 s; before v2 a retry of 1,000 took 2,000 requests in a row.
     assert retry_took < timedelta(seconds=15) and complete_took < timedelta(seconds=15)
+
+
+def test_the_reaper_recount_heals_counters_that_drifted(service, clock: FakeClock):
+    make_queue(service, lease_timeout=timedelta(hours=30), expire_timeout=timedelta(hours=48))
+    service.produce("jobs", [NewItem(payload=b"p") for _ in range(30)])
+    clock.advance(SETTLE)
+    held = service.lease("jobs", batch_size=4, client_id="c").items
+    # Drift: a counter write that landed without its items' write (as a process dying between the
+    # two would leave it the other way round).
+    service._store.note_leased("jobs", 0, held, cursor=None)
+    assert [(s.total, s.total_leased) for s in service.stats("jobs")] == [(30, 8)]
+
+    clock.advance(timedelta(hours=1))
+    assert service.reap(clock.now(), timedelta(seconds=30)).recounted == 0  # not due yet
+    clock.advance(timedelta(hours=24))
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.recounted == 1
+    assert [(s.total, s.total_leased) for s in service.stats("jobs")] == [(30, 4)]
+
+
+def test_a_recount_that_a_write_overtook_starts_over_instead_of_losing_the_write(service, clock: FakeClock):
+    make_queue(service, expire_timeout=timedelta(hours=48))
+    for _ in range(3):  # two pages to count
+        service.produce("jobs", [NewItem(payload=b"p") for _ in range(500)])
+    service._store.note_leased("jobs", 0, [], cursor=None)
+    clock.advance(timedelta(hours=25))
+    service._clock = TickingReaperClock(clock)  # the budget runs out after the first page
+    first = service.reap(clock.now(), timedelta(seconds=1))
+    service._clock = clock
+    service.produce("jobs", items("during the recount"))
+    second = service.reap(clock.now(), timedelta(seconds=30))  # finishes, sees the version moved
+    third = service.reap(clock.now(), timedelta(seconds=30))  # a new recount, undisturbed
+
+    assert (first.recounted, second.recounted, third.recounted) == (0, 0, 1)
+    assert [s.total for s in service.stats("jobs")] == [1501]
+
+
+class TickingReaperClock:
+    """Each reading of the time moves it on a second: the reaper's budget runs out at once."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+
+    def now(self):
+        return self._clock.advance(timedelta(seconds=1))
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)

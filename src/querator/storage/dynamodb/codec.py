@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from querator.domain.model import REPLY_SIZE_THRESHOLD, Item, ItemState, timestamp_us, utc_from_timestamp_us
-from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead
+from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead, Recount
 from querator.storage.dynamodb import schema
 
 if TYPE_CHECKING:
@@ -116,7 +116,36 @@ def decode_head(attrs: AttributeMap | None) -> PartitionHead:
         created_sum=_int(attrs, schema.HEAD_CREATED_SUM),
         leased_created_sum=_int(attrs, schema.HEAD_LEASED_CREATED_SUM),
         scheduled_created_sum=_int(attrs, schema.HEAD_SCHEDULED_CREATED_SUM),
+        version=_int(attrs, schema.HEAD_VERSION),
+        recount=decode_recount(attrs.get(schema.HEAD_RECOUNT)),
+        recounted_at=_time(attrs, schema.HEAD_RECOUNTED_AT),
     )
+
+
+_RECOUNT_NUMBERS = (
+    "version",
+    "items",
+    "leased",
+    "scheduled",
+    "created_sum",
+    "leased_created_sum",
+    "scheduled_created_sum",
+)
+
+
+def encode_recount(recount: Recount) -> AttributeMap:
+    fields: AttributeMap = {name: {"N": str(getattr(recount, name))} for name in _RECOUNT_NUMBERS}
+    fields["position"] = {"S": recount.position} if recount.position else {"NULL": True}
+    return {"M": fields}
+
+
+def decode_recount(value: AttributeMap | None) -> Recount | None:
+    if value is None:
+        return None
+    fields = value["M"]
+    numbers = {name: int(fields[name]["N"]) for name in _RECOUNT_NUMBERS if name in fields}
+    position = fields.get("position", {})
+    return Recount(position=str(position.get("S", "")), **numbers)
 
 
 def lease_record_key(deadline: datetime, unique: str) -> str:

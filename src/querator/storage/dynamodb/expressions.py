@@ -82,6 +82,7 @@ STATE_PROJECTION_NAMES = {
 # in one UpdateItem after the items' write (ADD creates the row and the attributes on first use).
 # Nothing conditions it: two writers' deltas add up in any order.
 HEAD_COUNT_UPDATE_NAMES = {
+    "#ver": schema.HEAD_VERSION,
     "#n": schema.HEAD_ITEMS,
     "#nl": schema.HEAD_LEASED,
     "#ns": schema.HEAD_SCHEDULED,
@@ -90,14 +91,19 @@ HEAD_COUNT_UPDATE_NAMES = {
     "#cs": schema.HEAD_SCHEDULED_CREATED_SUM,
 }
 # A new partition's schedule mark starts at its first write, so the schedule pass never reads from
-# the beginning of time. (The sweep mark starts empty: its first pass reads what is below the cursor
-# once, including a straggler of the very first write.)
-HEAD_MARKS_INIT = "#sm = if_not_exists(#sm, :mark)"
-HEAD_MARKS_NAMES = {"#sm": schema.HEAD_SCHEDULE_MARK}
+# the beginning of time, and its first recount comes a recount period later, not on the next run.
+# (The sweep mark starts empty: its first pass reads what is below the cursor once, a straggler of
+# the very first write included.)
+HEAD_MARKS_INIT = "#sm = if_not_exists(#sm, :mark), #rct = if_not_exists(#rct, :now)"
+HEAD_MARKS_NAMES = {"#sm": schema.HEAD_SCHEDULE_MARK, "#rct": schema.HEAD_RECOUNTED_AT}
 
 # The schedule pass moves the mark and takes what came due off the scheduled count once: of two
 # reapers that counted the same range, the second finds the mark moved and changes nothing.
 SCHEDULE_PASS_CONDITION = "#sm = :old"  # noqa: S105 - an expression, not a secret
+
+# A recount replaces the counters only if no counter moved since it began (a missing version is 0).
+RECOUNT_CONDITION = "#ver = :ver"
+RECOUNT_FROM_ZERO_CONDITION = "attribute_not_exists(#ver) OR #ver = :ver"
 
 # Start an idempotent produce: the first request with a key writes the record. A retry finds it,
 # unless the record belongs to an earlier queue of the same name, or its writer died ("pending" for

@@ -62,6 +62,10 @@ HEAD_SCHEDULED = "ns"
 HEAD_CREATED_SUM = "ca"
 HEAD_LEASED_CREATED_SUM = "cl"
 HEAD_SCHEDULED_CREATED_SUM = "cs"
+HEAD_VERSION = "ver"
+#: The recount under way: a map of the ``ports.Recount`` fields (absent: none).
+HEAD_RECOUNT = "rc"
+HEAD_RECOUNTED_AT = "rct"
 
 # Idempotency record attributes (same table).
 IDEM_SK = SEPARATOR

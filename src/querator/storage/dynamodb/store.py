@@ -36,7 +36,7 @@ from botocore.exceptions import ClientError
 from querator.domain.errors import QueratorError, StoreThrottledError
 from querator.domain.ids import ID_LENGTH, ITEMS_END, visible_bound
 from querator.domain.model import timestamp_us
-from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead
+from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.dynamodb import codec, expressions, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 
@@ -101,7 +101,8 @@ class _Counts:
             self.scheduled_created += sign * seconds
 
     def expression(self) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-        """The ``ADD`` clauses, names and values of the non-zero deltas."""
+        """The ``ADD`` clauses, names and values of the non-zero deltas, and a version step when
+        any counter changes (a recount in progress learns of every change by it)."""
         pairs = [
             ("#n", self.items),
             ("#nl", self.leased),
@@ -111,6 +112,8 @@ class _Counts:
             ("#cs", self.scheduled_created),
         ]
         used = [(name, value) for name, value in pairs if value]
+        if used:
+            used.append(("#ver", 1))
         parts = [f"{name} :{name[1:]}" for name, _ in used]
         names = {name: expressions.HEAD_COUNT_UPDATE_NAMES[name] for name, _ in used}
         values = {f":{name[1:]}": {"N": str(value)} for name, value in used}
@@ -168,7 +171,7 @@ class DynamoDBItemStore:
         counts: _Counts | None,
         *,
         cursor: str | None = None,
-        init_marks: str | None = None,
+        init_marks: datetime | None = None,
         operation: str,
     ) -> None:
         """Add ``counts`` (and set the cursor / initial marks) in one write; log, never raise."""
@@ -181,7 +184,8 @@ class DynamoDBItemStore:
         if init_marks is not None:
             sets.append(expressions.HEAD_MARKS_INIT)
             names.update(expressions.HEAD_MARKS_NAMES)
-            values[":mark"] = {"S": init_marks}
+            values[":mark"] = {"S": visible_bound(init_marks)}
+            values[":now"] = codec.num(init_marks)
         if not adds and not sets:
             return
         clauses = [f"SET {', '.join(sets)}"] if sets else []
@@ -284,7 +288,7 @@ class DynamoDBItemStore:
         if counts.items:
             # The schedule mark starts at the partition's first write: the first schedule pass then
             # reads only what was written since, never the partition from its beginning.
-            self._update_head(queue, partition, counts, init_marks=visible_bound(now), operation="produce")
+            self._update_head(queue, partition, counts, init_marks=now, operation="produce")
 
     def _put_if_absent(self, attrs: codec.AttributeMap) -> bool:
         try:
@@ -679,7 +683,7 @@ class DynamoDBItemStore:
                 scheduled=_scheduled(target, now),
             )
         for (target_queue, target_partition), counts in deltas.items():
-            marks = visible_bound(now) if (target_queue, target_partition) != (queue, partition) else None
+            marks = now if (target_queue, target_partition) != (queue, partition) else None
             self._update_head(target_queue, target_partition, counts, init_marks=marks, operation="move")
 
     def purge_page(self, queue: str, partition: int, *, limit: int) -> int:
@@ -736,6 +740,66 @@ class DynamoDBItemStore:
                 return 0  # another pass counted this range first
             raise translate(exc, "reaper") from exc
         return -counts.scheduled
+
+    def save_recount(self, queue: str, partition: int, recount: Recount | None) -> None:
+        if recount is None:
+            update, values = "REMOVE #rc", None
+        else:
+            update, values = "SET #rc = :rc", {":rc": codec.encode_recount(recount)}
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": codec.head_key(queue, partition),
+            "UpdateExpression": update,
+            "ExpressionAttributeNames": {"#rc": schema.HEAD_RECOUNT},
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        try:
+            self._client.update_item(**kwargs)
+        except ClientError as exc:
+            raise translate(exc, "reaper") from exc
+
+    def finish_recount(self, queue: str, partition: int, recount: Recount, *, now: datetime) -> bool:
+        values: dict[str, Any] = {
+            ":n": {"N": str(recount.items)},
+            ":nl": {"N": str(recount.leased)},
+            ":ns": {"N": str(recount.scheduled)},
+            ":ca": {"N": str(recount.created_sum)},
+            ":cl": {"N": str(recount.leased_created_sum)},
+            ":cs": {"N": str(recount.scheduled_created_sum)},
+            ":at": codec.num(now),
+            ":ver": {"N": str(recount.version)},
+        }
+        names = {
+            **expressions.HEAD_COUNT_UPDATE_NAMES,
+            "#ver": schema.HEAD_VERSION,
+            "#rc": schema.HEAD_RECOUNT,
+            "#rct": schema.HEAD_RECOUNTED_AT,
+        }
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=codec.head_key(queue, partition),
+                UpdateExpression=(
+                    "SET #n = :n, #nl = :nl, #ns = :ns, #ca = :ca, #cl = :cl, #cs = :cs, #rct = :at"
+                    " REMOVE #rc"
+                ),
+                # Only a still picture may replace the counters: any write since the recount began
+                # moved the version, and its deltas are already in the counters (not in the recount).
+                ConditionExpression=(
+                    expressions.RECOUNT_CONDITION
+                    if recount.version
+                    else expressions.RECOUNT_FROM_ZERO_CONDITION
+                ),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if error_code(exc) == CONDITION_FAILED:
+                self.save_recount(queue, partition, None)
+                return False
+            raise translate(exc, "reaper") from exc
+        return True
 
     def set_sweep(self, queue: str, partition: int, mark: str) -> None:
         try:
