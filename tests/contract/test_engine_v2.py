@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from querator.api import schemas
-from querator.domain.errors import NothingToLeaseError
-from querator.domain.model import NewItem, RetryRequest
+from querator.domain.errors import NothingToLeaseError, RetryLaterError
+from querator.domain.model import ClearScope, NewItem, RetryRequest
 from querator.service import CURSOR_LAG, MAX_REPLY_BYTES, SWEEP_DELAY
 from tests.contract.helpers import LEASE, items, make_queue, payloads
 
@@ -356,3 +356,19 @@ class TickingReaperClock:
 
     def sleep(self, seconds: float) -> None:
         self._clock.sleep(seconds)
+
+
+def test_a_clear_with_more_work_than_its_budget_asks_to_be_called_again_and_then_finishes(
+    service, clock: FakeClock
+):
+    make_queue(service)
+    for _ in range(3):
+        service.produce("jobs", [NewItem(payload=b"p") for _ in range(500)])  # two pages of 1,000
+    clock.advance(SETTLE)
+    service._clear_budget = timedelta(0)  # out of time after its first page
+
+    with pytest.raises(RetryLaterError, match="removed 1000 item"):
+        service.clear("jobs", ClearScope.QUEUE)
+    assert [s.total for s in service.stats("jobs")] == [500]
+    assert service.clear("jobs", ClearScope.QUEUE) == 500
+    assert [s.total for s in service.stats("jobs")] == [0]

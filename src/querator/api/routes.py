@@ -132,14 +132,14 @@ STATS: Final = _post(
     Function.ADMIN,
     schemas.StatsRequest,
     schemas.StatsResponse,
-    "Counts and ages per partition, read from storage.",
+    "Counts and ages per partition, from counters kept beside the items (one read per partition).",
 )
 CLEAR: Final = _post(
     "queue.clear",
     Function.ADMIN,
     schemas.ClearRequest,
     schemas.OkResponse,
-    "Remove un-leased, scheduled or (destructive) leased items.",
+    "Remove un-leased, scheduled or (destructive) leased items; 454 when it must be called again.",
 )
 ITEMS_LIST: Final = _post(
     "storage/items.list",

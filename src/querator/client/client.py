@@ -66,6 +66,8 @@ REQUEST_TIMEOUT_MARGIN: Final = 5.0
 DEFAULT_MAX_RETRIES: Final = 4
 #: Page size of the ``iter_*`` helpers (the API's maximum).
 PAGE_SIZE: Final = 1000
+#: ``queue.clear`` calls one ``clear`` makes at most (each removes ~20 s worth of items).
+_CLEAR_ROUNDS: Final = 100
 
 # The paths of the API (docs/api.md). Spelled out rather than read from ``querator.api.routes``, which
 # imports pydantic; tests/client checks that both tables agree.
@@ -463,7 +465,7 @@ class Client:
         return Renewal.from_wire(reply or {})
 
     def stats(self, queue_name: str) -> QueueStats:
-        """``queue.stats``: counts and ages per partition, read from storage."""
+        """``queue.stats``: counts and ages per partition, from the counters kept beside the items."""
         reply = self._call("queue.stats", {"queue_name": queue_name}, safety=Safety.IDEMPOTENT)
         return QueueStats.from_wire(reply or {})
 
@@ -473,6 +475,14 @@ class Client:
         """``queue.clear``: ``queue`` removes un-leased items (``destructive``: leased ones too),
         ``scheduled`` the scheduled ones; one of ``queue`` / ``scheduled`` is required."""
         body = {"queue_name": queue_name, "queue": queue, "scheduled": scheduled, "destructive": destructive}
+        # A clear with more work than one call may do answers 454 after removing what it could:
+        # calling again continues. Bounded, so a store that keeps throttling ends in the error.
+        for _ in range(_CLEAR_ROUNDS - 1):
+            try:
+                self._call("queue.clear", body, safety=Safety.IDEMPOTENT)
+            except RetryError:
+                continue
+            return
         self._call("queue.clear", body, safety=Safety.IDEMPOTENT)
 
     # -- storage inspection ---------------------------------------------------------------------------
