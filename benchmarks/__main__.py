@@ -11,7 +11,9 @@ refreshes the generated part of ``docs/capacity.md`` from the measured units. Th
 4. contention: failed conditional writes per leased item with 1-16 consumers and 1 or 4
    partitions (``benchmarks.contention``);
 5. cold start: import time of each handler against ``import boto3`` (``benchmarks.coldstart``);
-6. the capacity model fed with the measured units (``benchmarks.capacity``).
+6. the capacity model fed with the measured units (``benchmarks.capacity``);
+7. what used to grow with a queue's contents: a lease behind N valid leases, the reaper and stats
+   over N stored items, expiry to leasable (``benchmarks.engine``).
 
 Every store is a single-threaded moto server on 127.0.0.1: units are exact (computed from AWS's
 rules), timings are not AWS's. Exits 1 if any run delivered an item twice or lost one.
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import capacity, coldstart, contention, cost, paths, throughput
+from benchmarks import capacity, coldstart, contention, cost, engine, paths, throughput
 from querator.testing import moto_server_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +52,7 @@ class Sizes:
     contention_count: int
     contention_partitions: tuple[int, ...]
     coldstart_repeat: int
+    engine_quick: bool
 
 
 FULL = Sizes(
@@ -64,6 +67,7 @@ FULL = Sizes(
     contention_count=100,
     contention_partitions=(1, 4),
     coldstart_repeat=7,
+    engine_quick=False,
 )
 QUICK = Sizes(
     cost_payloads=(100, 1024, 10240),
@@ -77,6 +81,7 @@ QUICK = Sizes(
     contention_count=40,
     contention_partitions=(1,),
     coldstart_repeat=2,
+    engine_quick=True,
 )
 
 
@@ -172,6 +177,17 @@ def run(sizes: Sizes) -> tuple[list[str], list[capacity.Inputs], bool]:
     sections.append(
         section(
             "5. Cold start: handler import time", coldstart.format_table(times), time.perf_counter() - started
+        )
+    )
+    print(sections[-1], flush=True)
+
+    started = time.perf_counter()
+    engine_report = engine.measure(quick=sizes.engine_quick, label="v2")
+    sections.append(
+        section(
+            "7. At depth: lease behind valid leases, reaper and stats over stored items",
+            engine.format_report(engine_report),
+            time.perf_counter() - started,
         )
     )
     print(sections[-1], flush=True)

@@ -1,7 +1,7 @@
 """Concurrency: 8 consumers lease and complete 2,000 items of one queue at once.
 
 Runs against the single-threaded moto server, whose conditional writes are atomic like DynamoDB's
-(moto in-process is not: DESIGN.md "Known traps"). Each consumer records what it was handed and
+(moto in-process is not: docs/adr/0050-engine-v2.md). Each consumer records what it was handed and
 when, so the test can check that no item was ever held by two unexpired leases and that every item
 was completed exactly once.
 """
