@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from querator.clock import SystemClock
 from querator.config import Settings
+from querator.domain.ids import ITEMS_END
 from querator.domain.model import QueueInfo
 from querator.spark.export import iter_partition
 from querator.spark.producer import DirectTarget
@@ -65,9 +66,13 @@ def count_items(store: Store, queue: str) -> int:
     for partition in range(store.service.get_queue(queue).partitions):
         pages = client.get_paginator("query").paginate(
             TableName=store.target.settings.items_table,
-            KeyConditionExpression="#pk = :pk",
-            ExpressionAttributeNames={"#pk": schema.PK},
-            ExpressionAttributeValues={":pk": {"S": schema.partition_key(queue, partition)}},
+            # Item ids only: the partition's head row and lease records sort after them.
+            KeyConditionExpression="#pk = :pk AND #sk < :end",
+            ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
+            ExpressionAttributeValues={
+                ":pk": {"S": schema.partition_key(queue, partition)},
+                ":end": {"S": ITEMS_END},
+            },
             Select="COUNT",
         )
         total += sum(page["Count"] for page in pages)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -203,12 +203,12 @@ class DiesHalfWay:
         self._inner = inner
         self.died = False
 
-    def put_new(self, queue: str, partition: int, items: Sequence[Item]) -> None:
+    def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
         if not self.died:
             self.died = True
-            self._inner.put_new(queue, partition, items[:25])
+            self._inner.put_new(queue, partition, items[:25], now=now)
             raise RuntimeError("injected: the executor died in the middle of a produce call")
-        self._inner.put_new(queue, partition, items)
+        self._inner.put_new(queue, partition, items, now=now)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
