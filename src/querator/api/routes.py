@@ -27,7 +27,7 @@ class Function:
     #: complete, retry, renew: short calls on leased items.
     ITEMS: Final = "items"
     QUEUES: Final = "queues"
-    #: stats, clear and storage inspection: rare, slow, and allowed to read whole partitions.
+    #: stats, clear and storage inspection: rare, and each bounded (docs/adr/0050-engine-v2.md).
     ADMIN: Final = "admin"
     META: Final = "meta"
 
