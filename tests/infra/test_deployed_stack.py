@@ -1,0 +1,314 @@
+"""Every stage of ``cdk.json``, deployed onto moto's CloudFormation and driven through its own API.
+
+The template is the one the CDK app synthesizes for the stage, with the real function folders and the
+layer ``layers/core/build.py`` builds (for this machine's architecture: the functions run here). Each
+function runs from its deployed asset with the layer's contents on its path, the environment the stack
+gave it and its own role's credentials (``deployment.py``); requests reach it through the API's
+deployed resources, methods, integrations and Lambda permissions, the reaper through the schedule.
+
+Every AWS call the functions make is recorded at the (moto) server and checked against the caller's
+deployed policy, both ways: a call its policy does not allow fails, and so does a grant that no call
+needed (least privilege is measured, not written down). The audit is printed (``-s``) and, when
+``QUERATOR_POLICY_AUDIT`` names a file, written there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from infra.permissions import FUNCTION_NAMES
+from querator.api.routes import ROUTES
+from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from tests.infra import iam_audit
+from tests.infra.conftest import host_architecture
+from tests.infra.deployment import (
+    PLACEHOLDER_TYPES,
+    REGION,
+    Deployment,
+    RecordingMoto,
+    deploy,
+    start_functions,
+)
+from tests.infra.synth import ROOT, cdk_context, synthesize
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.infra.deployment import Reply
+
+pytestmark = [pytest.mark.infra, pytest.mark.slow]
+
+STAGES = sorted(cdk_context()["stages"])
+#: Long enough for a lease to run out between two requests, short enough to keep the test quick.
+SHORT = 0.5
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[RecordingMoto]:
+    server = RecordingMoto()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module", params=STAGES)
+def deployed(
+    request: pytest.FixtureRequest,
+    moto: RecordingMoto,
+    host_layer: Path,
+    lambda_runtime: tuple[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    stage: str = request.param
+    root = tmp_path_factory.mktemp(f"deploy-{stage}")
+    context = cdk_context(
+        stage=stage,
+        layerAssetPath=str(host_layer),
+        functionsAssetRoot=str(ROOT / "functions"),
+        # The functions run on this machine; arm64 and x86_64 layers differ only in the wheels' platform.
+        architecture=host_architecture(),
+    )
+    started = time.monotonic()
+    synth = synthesize(root / "cdk.out", context)
+    assert synth.validation_error is None, synth.validation_error
+    synthesized = time.monotonic()
+    deployment = deploy(moto, root / "cdk.out", synth.stack.stack_name, stage)
+    deployed_at = time.monotonic()
+    python, sdk = lambda_runtime
+    start_functions(deployment, python, sdk, root / "lambda", tmp_path_factory.getbasetemp() / "layers")
+    print(
+        f"\nstage {stage}: synth {synthesized - started:.1f} s,"
+        f" create_stack {deployed_at - synthesized:.1f} s,"
+        f" 7 cold starts in parallel {time.monotonic() - deployed_at:.1f} s; handler import "
+        + ", ".join(f"{n} {f.import_seconds:.2f} s" for n, f in deployment.functions.items())
+    )
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture(scope="module")
+def lifecycle(deployed: Deployment) -> dict[str, Any]:
+    started = time.monotonic()
+    replies = drive(deployed)
+    print(f"\nstage {deployed.stage}: lifecycle {time.monotonic() - started:.1f} s")
+    return replies
+
+
+def drive(d: Deployment) -> dict[str, Any]:
+    """create → produce → lease → complete → renew → retry → dead-letter → stats → clear → delete, and
+    a reaper run, through the deployed API; returns every reply by step name."""
+    r: dict[str, Any] = {}
+    tag = uuid.uuid4().hex[:6]
+    dead, work, expiring, doomed, gone = (
+        f"{n}-{tag}" for n in ("dead", "work", "expiring", "doomed", "gone")
+    )
+
+    def post(step: str, path: str, body: dict[str, Any], **headers: str) -> Reply:
+        r[step] = reply = d.request("POST", path, body, headers)
+        return reply
+
+    def lease(step: str, queue: str, batch: int = 10) -> Reply:
+        body = {"queue_name": queue, "batch_size": batch, "client_id": "deployed", "request_timeout": "0s"}
+        return post(step, "/v1/queue.lease", body)
+
+    r["health"] = d.request("GET", "/health")
+    r["openapi"] = d.request("GET", "/openapi.json")
+    r["docs"] = d.request("GET", "/docs")
+    r["wrong_method"] = d.request("GET", "/v1/queue.produce")
+    r["unknown_path"] = d.request("POST", "/v1/queue.nope", {})
+    post(
+        "create_dead",
+        "/v1/queues.create",
+        {"queue_name": dead, "lease_timeout": "1m", "expire_timeout": "24h"},
+    )
+    post("create_work", "/v1/queues.create",
+         {"queue_name": work, "lease_timeout": f"{int(SHORT * 1000)}ms", "expire_timeout": "1h",
+          "max_attempts": 2, "dead_queue": dead})  # fmt: skip
+    for name, dead_queue in ((expiring, dead), (doomed, "")):
+        post(f"create_{name.split('-')[0]}", "/v1/queues.create",
+             {"queue_name": name, "lease_timeout": f"{int(SHORT * 1000)}ms",
+              "expire_timeout": f"{int(SHORT * 1000)}ms", "dead_queue": dead_queue})  # fmt: skip
+    post(
+        "create_gone",
+        "/v1/queues.create",
+        {"queue_name": gone, "lease_timeout": "1m", "expire_timeout": "1h"},
+    )
+    post("update", "/v1/queues.update", {"queue_name": work, "reference": "deployed"})
+    post("info", "/v1/queues.info", {"queue_name": work})
+    post("list", "/v1/queues.list", {"pivot": f"dead-{tag}", "limit": 2})
+
+    # produce: a batch, then a keyed request and its retry
+    post(
+        "produce",
+        "/v1/queue.produce",
+        {"queue_name": work, "items": [{"utf8": "a"}, {"utf8": "b"}, {"utf8": "c"}]},
+    )
+    post("produce_keyed", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "d"}]},
+         **{"Idempotency-Key": f"key-{tag}"})  # fmt: skip
+    post("produce_replayed", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "d"}]},
+         **{"Idempotency-Key": f"key-{tag}"})  # fmt: skip
+
+    # lease two, complete one, renew and then retry the other (back at the tail under a new id)
+    first, second = (i["id"] for i in lease("lease", work, batch=2).body["items"])
+    partition = r["lease"].body.get("partition", 0)
+    post("complete", "/v1/queue.complete", {"queue_name": work, "partition": partition, "ids": [first]})
+    post("renew", "/v1/queue.renew",
+         {"queue_name": work, "partition": partition, "ids": [second], "lease_timeout": "30s"})  # fmt: skip
+    post("retry", "/v1/queue.retry", {"queue_name": work, "partition": partition, "items": [{"id": second}]})
+
+    # lease the rest; send one to the dead-letter queue, let the other leases run out twice
+    held = lease("lease_rest", work).body["items"]
+    requeued_b = [i["id"] for i in held if i["bytes"] == "Yg=="]
+    dead_b = {"queue_name": work, "partition": partition, "items": [{"id": requeued_b[0], "dead": True}]}
+    post("retry_dead", "/v1/queue.retry", dead_b)
+    time.sleep(SHORT + 0.1)
+    lease("lease_again", work)  # the expired leases go back to the tail, and are leased again
+    time.sleep(SHORT + 0.1)
+    lease("lease_exhausted", work)  # out of attempts: dead-lettered by the lease, nothing left: 454
+    post("stats_dead", "/v1/queue.stats", {"queue_name": dead})
+
+    # storage inspection and maintenance
+    post("items_list", "/v1/storage/items.list", {"queue_name": dead, "partition": 0})
+    post("scheduled_list", "/v1/storage/scheduled.list", {"queue_name": work, "partition": 0})
+    source = {"source_id": f"src-{tag}", "payload": "eA=="}
+    post("import", "/v1/storage/items.import", {"queue_name": work, "partition": 0, "items": [source]})
+    post("import_again", "/v1/storage/items.import", {"queue_name": work, "partition": 0, "items": [source]})
+    imported = [i["id"] for i in r["import"].body["items"]]
+    post("items_delete", "/v1/storage/items.delete", {"queue_name": work, "partition": 0, "ids": imported})
+    post("produce_more", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "e"}, {"utf8": "f"}]})
+    lease("lease_one", work, batch=1)
+    post("clear", "/v1/queue.clear", {"queue_name": work, "queue": True})
+    post("clear_destructive", "/v1/queue.clear", {"queue_name": work, "queue": True, "destructive": True})
+    post("stats_work", "/v1/queue.stats", {"queue_name": work})
+
+    # the reaper: items that outlived expire_timeout while nobody leased, and a delete cut short
+    post("produce_expiring", "/v1/queue.produce", {"queue_name": expiring, "items": [{"utf8": "x"}]})
+    post("produce_doomed", "/v1/queue.produce", {"queue_name": doomed, "items": [{"utf8": "y"}]})
+    post("produce_gone", "/v1/queue.produce", {"queue_name": gone, "items": [{"utf8": "z"}]})
+    interrupt_delete(d, gone)
+    time.sleep(SHORT + 0.1)
+    r["reaper"] = d.run_schedule()
+    post("stats_dead_after_reaper", "/v1/queue.stats", {"queue_name": dead})
+    post("stats_doomed", "/v1/queue.stats", {"queue_name": doomed})
+    post("info_gone", "/v1/queues.info", {"queue_name": gone})
+
+    # delete: a dead-letter queue in use is refused; its users first (each delete waits out the
+    # queue cache's second, so the doomed queue stays)
+    post("delete_dead_refused", "/v1/queues.delete", {"queue_name": dead})
+    for name in (work, expiring, dead):
+        post(f"delete_{name.split('-')[0]}", "/v1/queues.delete", {"queue_name": name})
+    post("info_deleted", "/v1/queues.info", {"queue_name": work})
+    return r
+
+
+def interrupt_delete(d: Deployment, queue: str) -> None:
+    """A ``queues.delete`` that stopped after marking the queue: the reaper finishes it. Done with the
+    product's own catalog adapter, as the test's (not a function's) principal."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ACCESS_KEY_ID", "testing")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        catalog = DynamoDBQueueCatalog(d.outputs["CatalogTableName"], host=d.moto.endpoint, region=REGION)
+        catalog.mark_deleting(queue)
+
+
+def _total(reply: Reply) -> int:
+    return sum(p.get("total", 0) for q in reply.body["logicalQueues"] for p in q["partitions"])
+
+
+# -- the deployment -------------------------------------------------------------------------------
+
+
+def test_the_stack_comes_up_with_only_unmodelled_observability_stood_in_for(deployed: Deployment) -> None:
+    assert deployed.replaced <= PLACEHOLDER_TYPES
+    assert set(deployed.functions) == set(FUNCTION_NAMES)
+    assert deployed.outputs["ApiUrl"].endswith(f"/{deployed.stage}/")
+    tables = {deployed.outputs["ItemsTableName"], deployed.outputs["CatalogTableName"]}
+    assert tables <= set(deployed.moto.client("dynamodb").list_tables()["TableNames"])
+    for fn in deployed.functions.values():
+        assert fn.environment["QUERATOR_ITEMS_TABLE"] == deployed.outputs["ItemsTableName"]
+        assert fn.environment["QUERATOR_CATALOG_TABLE"] == deployed.outputs["CatalogTableName"]
+
+
+# -- the lifecycle --------------------------------------------------------------------------------
+
+
+def test_the_deployed_functions_serve_the_whole_lifecycle(lifecycle: dict[str, Any]) -> None:
+    r = lifecycle
+    failed = {
+        step: (reply.status, reply.body)
+        for step, reply in r.items()
+        if step != "reaper" and reply.status != 200 and step not in EXPECTED_ERRORS
+    }
+    assert failed == {}
+    for step, status in EXPECTED_ERRORS.items():
+        assert r[step].status == status, (step, r[step].body)
+    assert r["health"].function == "meta"
+    assert r["produce_replayed"].headers.get("Idempotency-Replayed") == "true"
+    assert r["produce_keyed"].headers.get("Idempotency-Replayed") == "false"
+    assert r["complete"].body.get("failed") in (None, [])
+    assert len(r["lease_rest"].body["items"]) == 3  # c, d and the retried b
+    assert len(r["lease_again"].body["items"]) == 2  # c and d, requeued by the lease itself
+    # b by retry(dead=true); c and d once out of attempts
+    assert _total(r["stats_dead"]) == 3
+    assert r["import_again"].body["items"] == []
+    assert _total(r["stats_work"]) == 0
+    reaped = r["reaper"]["result"]
+    assert reaped["dead_lettered"] == 1  # the expiring queue's item, into the dead-letter queue
+    assert reaped["deleted"] == 1  # the doomed queue's item: no dead-letter queue
+    assert reaped["queues_deleted"] == 1
+    assert reaped["finished"] is True
+    assert _total(r["stats_dead_after_reaper"]) == 4
+    assert _total(r["stats_doomed"]) == 0
+
+
+#: Steps whose contract answer is an error.
+EXPECTED_ERRORS = {
+    "wrong_method": 400,
+    "unknown_path": 501,
+    "lease_exhausted": 454,
+    "info_gone": 400,
+    "delete_dead_refused": 400,
+    "info_deleted": 400,
+}
+
+
+def test_every_route_and_the_schedule_reached_their_function_through_the_deployed_wiring(
+    deployed: Deployment, lifecycle: dict[str, Any]
+) -> None:
+    routed = set(deployed.routed)
+    for route in ROUTES:
+        assert (route.function, f"{route.method} {route.path}") in routed
+    assert ("reaper", "schedule") in routed
+
+
+# -- least privilege, both ways -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def audits(deployed: Deployment, lifecycle: dict[str, Any]) -> dict[str, iam_audit.Audit]:
+    found = {name: iam_audit.audit(deployed, fn) for name, fn in deployed.functions.items()}
+    text = iam_audit.report(deployed.stage, list(found.values()))
+    print("\n" + text)
+    if target := os.environ.get("QUERATOR_POLICY_AUDIT"):
+        with Path(target).open("a", encoding="utf-8") as out:
+            out.write(f"{datetime.now(UTC):%Y-%m-%d %H:%M} {text}\n")
+    return found
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_every_call_a_function_makes_is_allowed_by_its_deployed_policy(
+    audits: dict[str, iam_audit.Audit], name: str
+) -> None:
+    assert audits[name].used, f"{name} made no AWS call at all: the scenario misses it"
+    assert audits[name].denied == []
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_every_grant_of_a_function_is_used_by_its_code(audits: dict[str, iam_audit.Audit], name: str) -> None:
+    assert audits[name].unused == []
