@@ -110,11 +110,16 @@ class RecordingMoto:
         self.recorder = _Recorder(DomainDispatcherApplication(create_backend_app))
         self._server = make_server("127.0.0.1", 0, self.recorder, threaded=False, request_handler=Quiet)
         self.endpoint = f"http://127.0.0.1:{self._server.port}"
+        self._local = threading.local()
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
         self._thread.start()
 
     def client(self, service: str, **credentials: str) -> Any:
-        return boto3.client(
+        # A session per thread: boto3's default session is not safe to share between threads.
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = boto3.session.Session()
+        return session.client(
             service,
             region_name=REGION,
             endpoint_url=self.endpoint,

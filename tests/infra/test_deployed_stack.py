@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,58 +47,77 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.infra, pytest.mark.slow]
 
 STAGES = sorted(cdk_context()["stages"])
-#: Long enough for a lease to run out between two requests, short enough to keep the test quick.
+#: The work queue's lease: long enough for the requests that follow a lease on a busy machine (three
+#: stages share two cores), short enough to wait out twice.
+LEASE = 2.0
+#: The expire_timeout of the queues the reaper cleans up.
 SHORT = 0.5
 
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[RecordingMoto]:
-    server = RecordingMoto()
-    yield server
-    server.stop()
+    with pytest.MonkeyPatch.context() as env:
+        # The test's own principal, for the few calls it makes as itself (PynamoDB reads these).
+        env.setenv("AWS_ACCESS_KEY_ID", "testing")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        server = RecordingMoto()
+        yield server
+        server.stop()
 
 
-@pytest.fixture(scope="module", params=STAGES)
-def deployed(
-    request: pytest.FixtureRequest,
+@pytest.fixture(scope="module")
+def stages(
     moto: RecordingMoto,
     host_layer: Path,
     lambda_runtime: tuple[str, Path],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Deployment]:
-    stage: str = request.param
-    root = tmp_path_factory.mktemp(f"deploy-{stage}")
-    context = cdk_context(
-        stage=stage,
-        layerAssetPath=str(host_layer),
-        functionsAssetRoot=str(ROOT / "functions"),
-        # The functions run on this machine; arm64 and x86_64 layers differ only in the wheels' platform.
-        architecture=host_architecture(),
-    )
-    started = time.monotonic()
-    synth = synthesize(root / "cdk.out", context)
-    assert synth.validation_error is None, synth.validation_error
-    synthesized = time.monotonic()
-    deployment = deploy(moto, root / "cdk.out", synth.stack.stack_name, stage)
-    deployed_at = time.monotonic()
+) -> Iterator[dict[str, tuple[Deployment, dict[str, Any]]]]:
+    """Every stage synthesized and deployed one after the other (jsii is single-threaded), then all
+    functions started and the stages' lifecycles driven side by side (their waits overlap)."""
+    deployments: dict[str, Deployment] = {}
+    layers = tmp_path_factory.getbasetemp() / "layers"
+    for stage in STAGES:
+        root = tmp_path_factory.mktemp(f"deploy-{stage}")
+        context = cdk_context(
+            stage=stage,
+            layerAssetPath=str(host_layer),
+            functionsAssetRoot=str(ROOT / "functions"),
+            # The functions run on this machine; arm64 and x86_64 layers differ only in the wheels' platform.
+            architecture=host_architecture(),
+        )
+        started = time.monotonic()
+        synth = synthesize(root / "cdk.out", context)
+        assert synth.validation_error is None, synth.validation_error
+        synthesized = time.monotonic()
+        deployments[stage] = deploy(moto, root / "cdk.out", synth.stack.stack_name, stage)
+        print(
+            f"\nstage {stage}: synth {synthesized - started:.1f} s,"
+            f" create_stack {time.monotonic() - synthesized:.1f} s"
+        )
     python, sdk = lambda_runtime
-    start_functions(deployment, python, sdk, root / "lambda", tmp_path_factory.getbasetemp() / "layers")
-    print(
-        f"\nstage {stage}: synth {synthesized - started:.1f} s,"
-        f" create_stack {deployed_at - synthesized:.1f} s,"
-        f" 7 cold starts in parallel {time.monotonic() - deployed_at:.1f} s; handler import "
-        + ", ".join(f"{n} {f.import_seconds:.2f} s" for n, f in deployment.functions.items())
-    )
-    yield deployment
-    deployment.stop()
+    started = time.monotonic()
+    for stage, deployment in deployments.items():
+        start_functions(deployment, python, sdk, tmp_path_factory.mktemp(f"lambda-{stage}"), layers)
+    print(f"{len(deployments) * len(FUNCTION_NAMES)} cold starts: {time.monotonic() - started:.1f} s")
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
+        replies = dict(zip(deployments, pool.map(drive, deployments.values()), strict=True))
+    print(f"{len(deployments)} lifecycles side by side: {time.monotonic() - started:.1f} s")
+    yield {stage: (deployments[stage], replies[stage]) for stage in deployments}
+    for deployment in deployments.values():
+        deployment.stop()
+
+
+@pytest.fixture(scope="module", params=STAGES)
+def deployed(
+    request: pytest.FixtureRequest, stages: dict[str, tuple[Deployment, dict[str, Any]]]
+) -> Deployment:
+    return stages[request.param][0]
 
 
 @pytest.fixture(scope="module")
-def lifecycle(deployed: Deployment) -> dict[str, Any]:
-    started = time.monotonic()
-    replies = drive(deployed)
-    print(f"\nstage {deployed.stage}: lifecycle {time.monotonic() - started:.1f} s")
-    return replies
+def lifecycle(deployed: Deployment, stages: dict[str, tuple[Deployment, dict[str, Any]]]) -> dict[str, Any]:
+    return stages[deployed.stage][1]
 
 
 def drive(d: Deployment) -> dict[str, Any]:
@@ -128,7 +148,7 @@ def drive(d: Deployment) -> dict[str, Any]:
         {"queue_name": dead, "lease_timeout": "1m", "expire_timeout": "24h"},
     )
     post("create_work", "/v1/queues.create",
-         {"queue_name": work, "lease_timeout": f"{int(SHORT * 1000)}ms", "expire_timeout": "1h",
+         {"queue_name": work, "lease_timeout": f"{int(LEASE * 1000)}ms", "expire_timeout": "1h",
           "max_attempts": 2, "dead_queue": dead})  # fmt: skip
     for name, dead_queue in ((expiring, dead), (doomed, "")):
         post(f"create_{name.split('-')[0]}", "/v1/queues.create",
@@ -167,9 +187,9 @@ def drive(d: Deployment) -> dict[str, Any]:
     requeued_b = [i["id"] for i in held if i["bytes"] == "Yg=="]
     dead_b = {"queue_name": work, "partition": partition, "items": [{"id": requeued_b[0], "dead": True}]}
     post("retry_dead", "/v1/queue.retry", dead_b)
-    time.sleep(SHORT + 0.1)
+    time.sleep(LEASE + 0.2)
     lease("lease_again", work)  # the expired leases go back to the tail, and are leased again
-    time.sleep(SHORT + 0.1)
+    time.sleep(LEASE + 0.2)
     lease("lease_exhausted", work)  # out of attempts: dead-lettered by the lease, nothing left: 454
     post("stats_dead", "/v1/queue.stats", {"queue_name": dead})
 
@@ -198,11 +218,11 @@ def drive(d: Deployment) -> dict[str, Any]:
     post("stats_doomed", "/v1/queue.stats", {"queue_name": doomed})
     post("info_gone", "/v1/queues.info", {"queue_name": gone})
 
-    # delete: a dead-letter queue in use is refused; its users first (each delete waits out the
-    # queue cache's second, so the doomed queue stays)
+    # delete: a dead-letter queue in use is refused; a queue goes with its items (each delete waits
+    # out the queue cache's second, so the other queues stay)
     post("delete_dead_refused", "/v1/queues.delete", {"queue_name": dead})
-    for name in (work, expiring, dead):
-        post(f"delete_{name.split('-')[0]}", "/v1/queues.delete", {"queue_name": name})
+    post("produce_last", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "g"}]})
+    post("delete_work", "/v1/queues.delete", {"queue_name": work})
     post("info_deleted", "/v1/queues.info", {"queue_name": work})
     return r
 
@@ -210,11 +230,8 @@ def drive(d: Deployment) -> dict[str, Any]:
 def interrupt_delete(d: Deployment, queue: str) -> None:
     """A ``queues.delete`` that stopped after marking the queue: the reaper finishes it. Done with the
     product's own catalog adapter, as the test's (not a function's) principal."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("AWS_ACCESS_KEY_ID", "testing")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        catalog = DynamoDBQueueCatalog(d.outputs["CatalogTableName"], host=d.moto.endpoint, region=REGION)
-        catalog.mark_deleting(queue)
+    catalog = DynamoDBQueueCatalog(d.outputs["CatalogTableName"], host=d.moto.endpoint, region=REGION)
+    catalog.mark_deleting(queue)
 
 
 def _total(reply: Reply) -> int:
