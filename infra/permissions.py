@@ -97,3 +97,26 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
         ),
     }
 )
+
+
+class Caller(StrEnum):
+    """Who calls the API, each with a managed policy the stack outputs (docs/deploy.md)."""
+
+    #: Writes items: ``queue.produce``.
+    PRODUCER = "producer"
+    #: Works items off: ``queue.lease`` and ``complete`` / ``retry`` / ``renew``.
+    CONSUMER = "consumer"
+    #: Runs the queues: ``queues.*``, ``queue.stats`` / ``clear``, ``storage/*``.
+    ADMIN = "admin"
+
+
+#: Caller → the functions whose routes it may invoke. ``meta`` (health, OpenAPI, docs) is everyone's:
+#: a health check signs like any other client. Paths come from ``querator.api.routes``, so a new
+#: route joins its function's callers without a change here.
+CALLER_FUNCTIONS: Final[MappingProxyType[Caller, frozenset[str]]] = MappingProxyType(
+    {
+        Caller.PRODUCER: frozenset({Function.PRODUCE, Function.META}),
+        Caller.CONSUMER: frozenset({Function.LEASE, Function.ITEMS, Function.META}),
+        Caller.ADMIN: frozenset({Function.QUEUES, Function.ADMIN, Function.META}),
+    }
+)

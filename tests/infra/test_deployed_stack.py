@@ -14,6 +14,7 @@ needed (least privilege is measured, not written down). The audit is printed (``
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -24,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from infra.permissions import FUNCTION_NAMES
+from infra.permissions import CALLER_FUNCTIONS, FUNCTION_NAMES, Caller
 from querator.api.routes import ROUTES
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from tests.infra import iam_audit
 from tests.infra.conftest import host_architecture
 from tests.infra.deployment import (
+    ACCOUNT,
     PLACEHOLDER_TYPES,
     REGION,
     Deployment,
@@ -329,3 +331,21 @@ def test_every_call_a_function_makes_is_allowed_by_its_deployed_policy(
 @pytest.mark.parametrize("name", FUNCTION_NAMES)
 def test_every_grant_of_a_function_is_used_by_its_code(audits: dict[str, iam_audit.Audit], name: str) -> None:
     assert audits[name].unused == []
+
+
+@pytest.mark.parametrize("caller", list(Caller))
+def test_each_deployed_caller_policy_allows_its_routes_and_nothing_else(
+    deployed: Deployment, caller: Caller
+) -> None:
+    iam = deployed.moto.client("iam")
+    arn = deployed.outputs[f"{caller.value.capitalize()}PolicyArn"]
+    version = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
+    document = iam.get_policy_version(PolicyArn=arn, VersionId=version)["PolicyVersion"]["Document"]
+    statements = (json.loads(document) if isinstance(document, str) else document)["Statement"]
+    prefix = f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{deployed.api_id}/{deployed.stage}"
+    for route in ROUTES:
+        request = iam_audit.Request("execute-api:Invoke", f"{prefix}/{route.method}{route.path}")
+        assert iam_audit.allowed(statements, request) == (route.function in CALLER_FUNCTIONS[caller]), route
+    # The catch-alls that answer 400 / 501 are in no caller's policy.
+    for other in ("GET/v1/queue.produce", "POST/v1/queue.nope"):
+        assert not iam_audit.allowed(statements, iam_audit.Request("execute-api:Invoke", f"{prefix}/{other}"))

@@ -1,0 +1,56 @@
+"""The managed policies for producers, consumers and admins: each invokes exactly its routes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from infra.permissions import CALLER_FUNCTIONS, Caller
+from querator.api.routes import ROUTES
+
+if TYPE_CHECKING:
+    from tests.infra.synth import Synth
+
+pytestmark = pytest.mark.infra
+
+
+def _paths(synth: Synth, caller: Caller) -> set[str]:
+    """``METHOD /path`` of every resource in the caller's policy (the tail of each ARN)."""
+    policy = synth.resources[synth.logical_id(synth.stack.callers.policies[caller])]
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert statement["Action"] == "execute-api:Invoke"
+    paths = set()
+    for resource in statement["Resource"]:
+        parts: list[Any] = resource["Fn::Join"][1]
+        # ..., {"Ref": <the RestApi>}, "/<stage>/<METHOD>/<path>"
+        assert parts[-2] == {"Ref": synth.logical_id(synth.stack.api.api)}
+        stage, method, path = parts[-1].split("/", 3)[1:]
+        assert stage == synth.stack.config.stage
+        paths.add(f"{method} /{path}")
+    return paths
+
+
+@pytest.mark.parametrize("caller", list(Caller))
+def test_each_caller_policy_invokes_exactly_the_routes_of_its_functions(synth: Synth, caller: Caller) -> None:
+    expected = {f"{r.method} {r.path}" for r in ROUTES if r.function in CALLER_FUNCTIONS[caller]}
+    assert _paths(synth, caller) == expected
+    assert not [p for p in _paths(synth, caller) if "*" in p]
+
+
+def test_a_producer_can_neither_clear_nor_delete_queues_and_only_admins_can(synth: Synth) -> None:
+    assert not {"POST /v1/queue.clear", "POST /v1/queues.delete"} & _paths(synth, Caller.PRODUCER)
+    assert not {"POST /v1/queue.clear", "POST /v1/queues.delete"} & _paths(synth, Caller.CONSUMER)
+    assert {"POST /v1/queue.clear", "POST /v1/queues.delete"} <= _paths(synth, Caller.ADMIN)
+
+
+def test_every_route_belongs_to_some_caller(synth: Synth) -> None:
+    covered = set().union(*(_paths(synth, c) for c in Caller))
+    assert covered == {f"{r.method} {r.path}" for r in ROUTES}
+
+
+@pytest.mark.parametrize("caller", list(Caller))
+def test_the_stack_outputs_each_policy_arn(synth: Synth, caller: Caller) -> None:
+    output = synth.outputs[f"{caller.value.capitalize()}PolicyArn"]
+    assert output["Value"] == {"Ref": synth.logical_id(synth.stack.callers.policies[caller])}
