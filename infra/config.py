@@ -24,6 +24,8 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 ``oldestItemAgeAlarmSeconds``  alarm when the oldest due item is older (default 3600)
 ``deadLetterDepthAlarm``    alarm when dead-letter queues hold more items (default 0)
 ``layerAssetPath``          the built layer (default ``layers/core/dist``)
+``bundleLayer``             copy the layer's contents into every function's asset and attach no layer
+                            (default false; stage ``local``: LocalStack Community ignores layers)
 ``functionsAssetRoot``      folder of ``<function>/handler.py`` (default ``functions``)
 """
 
@@ -82,6 +84,7 @@ class StageConfig:
     oldest_item_age_alarm_seconds: int = 3600
     dead_letter_depth_alarm: int = 0
     layer_asset_path: str = "layers/core/dist"
+    bundle_layer: bool = False
     functions_asset_root: str = "functions"
 
     def __post_init__(self) -> None:

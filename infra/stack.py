@@ -37,9 +37,9 @@ class QueratorStack(Stack):
         self.tables = QueueTables(self, "Tables", config=config)
         self.layer = CoreLayer(self, "CoreLayer", config=config)
         self.api_functions = QueueFunctions(
-            self, "Functions", config=config, layer=self.layer.layer, tables=self.tables
+            self, "Functions", config=config, layer=self.layer, tables=self.tables
         )
-        self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer.layer, tables=self.tables)
+        self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer, tables=self.tables)
         self.functions: dict[str, ServiceFunction] = {
             **self.api_functions.by_name,
             REAPER: self.reaper.function,

@@ -29,12 +29,11 @@ if TYPE_CHECKING:
     from aws_cdk import aws_dynamodb as dynamodb
 
     from infra.config import StageConfig
+    from infra.constructs.core_layer import CoreLayer
     from infra.constructs.table import QueueTables
 
 #: API Gateway ends every integration after 29 s; a function behind it gains nothing from more.
 API_INTEGRATION_TIMEOUT: Final = Duration.seconds(29)
-#: Left out of a function's asset: bytecode differs per machine and would change the asset hash.
-_NOT_CODE: Final = ["__pycache__", "*.pyc"]
 #: Time the reaper leaves itself to save its bookmark (``EnvVar.REAPER_MARGIN``).
 REAPER_MARGIN_SECONDS: Final = 5
 
@@ -87,7 +86,7 @@ class ServiceFunction(Construct):
         *,
         name: str,
         config: StageConfig,
-        layer: lambda_.ILayerVersion,
+        layer: CoreLayer,
         tables: QueueTables,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -119,9 +118,9 @@ class ServiceFunction(Construct):
             description=f"querator {name}",
             runtime=RUNTIMES[config.runtime],
             architecture=ARCHITECTURES[config.architecture],
-            code=lambda_.Code.from_asset(config.function_asset_path(name), exclude=_NOT_CODE),
+            code=layer.function_code(config.function_asset_path(name)),
             handler="handler.lambda_handler",
-            layers=[layer],
+            layers=layer.layers,
             memory_size=size.memory_mb,
             timeout=Duration.seconds(size.timeout_seconds),
             environment=environment(config, tables),
@@ -167,7 +166,7 @@ class QueueFunctions(Construct):
         construct_id: str,
         *,
         config: StageConfig,
-        layer: lambda_.ILayerVersion,
+        layer: CoreLayer,
         tables: QueueTables,
     ) -> None:
         super().__init__(scope, construct_id)

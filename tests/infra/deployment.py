@@ -170,7 +170,8 @@ def with_placeholders(
 
 def _zip_folder(folder: Path) -> bytes:
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+    # Level 1: the bundled assets of stage local are ~20 MB each; moto only stores them.
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
                 archive.write(path, path.relative_to(folder))
@@ -220,6 +221,8 @@ class DeployedFunction:
     #: Template properties moto does not keep (layers, tracing, logging config).
     properties: dict[str, Any]
     access_key: str = ""
+    #: Where its deployed code was unzipped (``/var/task``).
+    task_root: Path | None = None
     log: Path | None = None
     worker: subprocess.Popen[str] | None = None
     import_seconds: float = 0.0
@@ -431,7 +434,11 @@ def deploy(moto: RecordingMoto, outdir: Path, stack_name: str, stage: str) -> De
 
 
 def _layer_folder(deployment: Deployment, fn: DeployedFunction, layers: Path) -> Path:
-    """The function's one layer, unzipped from the object its deployed ``LayerVersion`` was made of."""
+    """The function's one layer, unzipped from the object its deployed ``LayerVersion`` was made of;
+    for a function that carries the layer's contents itself (``bundleLayer``), its own folder."""
+    if not fn.properties.get("Layers"):
+        assert fn.task_root is not None
+        return fn.task_root
     (layer_ref,) = fn.properties["Layers"]
     layer = deployment.template["Resources"][layer_ref["Ref"]]["Properties"]["Content"]
     # One folder per layer object: stages deploying the same layer share it, as functions do in Lambda.
@@ -452,7 +459,7 @@ def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, 
     sts = deployment.moto.client("sts")
     for fn in deployment.functions.values():
         code = fn.properties["Code"]
-        task_root = root / fn.name
+        task_root = fn.task_root = root / fn.name
         _unzip(deployment.moto, _sub(code["S3Bucket"]["Fn::Sub"]), code["S3Key"], task_root)
         layer = _layer_folder(deployment, fn, layers)
         credentials = sts.assume_role(RoleArn=fn.role_arn, RoleSessionName=fn.function_name[:64])[

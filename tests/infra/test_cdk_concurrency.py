@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Stack
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
 from infra.config import StageConfig
 from infra.constructs.api import QueueApi
+from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
 from infra.constructs.reaper import Reaper
 from infra.constructs.table import QueueTables
@@ -34,9 +34,7 @@ def prod_like(
     )
     stack = Stack(App(), "Concurrency")
     tables = QueueTables(stack, "Tables", config=config)
-    layer = lambda_.LayerVersion.from_layer_version_arn(
-        stack, "Layer", "arn:aws:lambda:us-east-1:123456789012:layer:querator:1"
-    )
+    layer = CoreLayer(stack, "Layer", config=config)
     functions = QueueFunctions(stack, "Functions", config=config, layer=layer, tables=tables)
     reaper = Reaper(stack, "Reaper", config=config, layer=layer, tables=tables)
     QueueApi(stack, "Api", config=config, functions=functions.by_name)

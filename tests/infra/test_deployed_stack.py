@@ -254,6 +254,18 @@ def test_the_stack_comes_up_with_only_unmodelled_observability_stood_in_for(depl
         assert fn.environment["QUERATOR_CATALOG_TABLE"] == deployed.outputs["CatalogTableName"]
 
 
+def test_a_bundling_stage_ships_the_layer_inside_each_function_and_the_others_attach_it(
+    deployed: Deployment,
+) -> None:
+    bundles = bool(cdk_context()["stages"][deployed.stage].get("bundleLayer"))
+    for fn in deployed.functions.values():
+        assert fn.task_root is not None
+        # LocalStack Community accepts layers but never mounts them (stage local).
+        assert (fn.task_root / "querator" / "__init__.py").is_file() == bundles, fn.name
+        assert len(fn.properties.get("Layers", [])) == (0 if bundles else 1), fn.name
+        assert (fn.task_root / "handler.py").is_file()
+
+
 # -- the lifecycle --------------------------------------------------------------------------------
 
 
