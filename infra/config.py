@@ -16,7 +16,11 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 ``logRetentionDays``        one of CloudWatch's retention values, default 30
 ``retainData``              keep tables and logs when the stack is deleted; default: stage is not dev
 ``alarmEmail``              subscribe this address to a new alarm topic
-``alarmTopicArn``           or send alarms to an existing SNS topic
+``alarmTopicArn``           or send alarms to an existing SNS topic. A stage that retains data must
+                            have one of the two: its synth fails otherwise. A value starting with
+                            ``<`` is a placeholder (``cdk.json`` prod has one) and counts as unset.
+``accountConcurrencyAlarm`` alarm when the account's concurrent executions reach this many (default
+                            800: 80 % of Lambda's default 1,000 per region; set it from your quota)
 ``apiThrottleRate`` / ``apiThrottleBurst``   stage-wide API Gateway throttling (requests/s, burst)
 ``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true)
 ``tracing``                 X-Ray active tracing (default true)
@@ -55,6 +59,8 @@ RETENTION_DAYS: Final = frozenset(
 DEV_STAGES: Final = ("dev", "local", "test")
 
 _EMPTY: Final[MappingProxyType[str, int]] = MappingProxyType({})
+#: An alarm destination starting with this is a placeholder to replace, not a destination.
+PLACEHOLDER_PREFIX: Final = "<"
 
 
 class StageConfigError(ValueError):
@@ -76,6 +82,7 @@ class StageConfig:
     retain_data: bool | None = None
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
+    account_concurrency_alarm: int = 800
     api_throttle_rate: int = 100
     api_throttle_burst: int = 200
     api_cloud_watch_role: bool = True
@@ -101,6 +108,17 @@ class StageConfig:
         # API Gateway's integration timeout is 29 s; the lease function needs time after the wait.
         if not 0 < self.lease_wait_cap_seconds <= 20:
             raise StageConfigError("leaseWaitCapSeconds: 1 to 20")
+        for name in ("alarm_email", "alarm_topic_arn"):
+            if str(getattr(self, name) or "").startswith(PLACEHOLDER_PREFIX):
+                object.__setattr__(self, name, None)
+        if self.retains_data and not (self.alarm_email or self.alarm_topic_arn):
+            raise StageConfigError(
+                f"stage {self.stage!r} retains data, so its alarms must notify someone: set "
+                f"alarmTopicArn (an SNS topic ARN) or alarmEmail, in cdk.json stages.{self.stage} or with "
+                "-c alarmTopicArn=arn:aws:sns:<region>:<account>:<topic> (docs/deploy.md, Alarms)"
+            )
+        if self.account_concurrency_alarm < 1:
+            raise StageConfigError("accountConcurrencyAlarm: at least 1")
         for name, table in (
             ("reservedConcurrency", self.reserved_concurrency),
             ("provisionedConcurrency", self.provisioned_concurrency),

@@ -69,6 +69,7 @@ def environment(config: StageConfig, tables: QueueTables) -> dict[str, str]:
         EnvVar.CATALOG_TABLE: tables.catalog.table_name,
         EnvVar.LEASE_WAIT_CAP: str(config.lease_wait_cap_seconds),
         EnvVar.REAPER_MARGIN: str(REAPER_MARGIN_SECONDS),
+        EnvVar.STAGE: config.stage,
         EnvVar.POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
         EnvVar.POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
         EnvVar.POWERTOOLS_LOG_LEVEL: "INFO",

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 # stderr: Lambda sends both streams to CloudWatch, and locally stdout stays free for the URL line.
 logger = Logger(service=SERVICE_NAME, stream=sys.stderr)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE_NAME)
+if _stage := os.environ.get(EnvVar.STAGE):
+    # Kept across flushes: every metric of the process carries its stage (the alarms select on it).
+    metrics.set_default_dimensions(stage=_stage)
 
 
 def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:

@@ -27,6 +27,7 @@ def prod_like(
     config = StageConfig.from_mapping(
         {
             "stage": "prod",
+            "alarmEmail": "alarms@example.com",
             **assets,
             "reservedConcurrency": {"reaper": 1, "produce": 50},
             "provisionedConcurrency": {"lease": 2},

@@ -86,6 +86,8 @@ def stages(
             functionsAssetRoot=str(ROOT / "functions"),
             # The functions run on this machine; arm64 and x86_64 layers differ only in the wheels' platform.
             architecture=host_architecture(),
+            # cdk.json's prod holds a placeholder: a stage that retains data must name where alarms go.
+            alarmTopicArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:querator-alarms",
         )
         started = time.monotonic()
         synth = synthesize(root / "cdk.out", context)
@@ -307,6 +309,23 @@ EXPECTED_ERRORS = {
     "delete_dead_refused": 400,
     "info_deleted": 400,
 }
+
+
+def test_every_metric_the_functions_publish_carries_their_stage(
+    deployed: Deployment, lifecycle: dict[str, Any]
+) -> None:
+    printed = "".join(r.stdout if hasattr(r, "stdout") else r["stdout"] for r in lifecycle.values())
+    emf = [json.loads(line) for line in printed.splitlines() if line.startswith('{"_aws"')]
+    names = set()
+    for blob in emf:
+        for directive in blob["_aws"]["CloudWatchMetrics"]:
+            assert directive["Namespace"] == "Querator"
+            # One dimension set, in any order: CloudWatch identifies a metric by the set.
+            assert [sorted(d) for d in directive["Dimensions"]] == [["service", "stage"]], directive
+            names |= {m["Name"] for m in directive["Metrics"]}
+        assert (blob["service"], blob["stage"]) == ("querator", deployed.stage)
+    # The lifecycle publishes these at least; the alarms select on the same two dimensions.
+    assert {"ItemsProduced", "ItemsLeased", "ItemsCompleted", "LeaseEmpty", "OldestItemAgeSeconds"} <= names
 
 
 def test_every_route_and_the_schedule_reached_their_function_through_the_deployed_wiring(
