@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from infra.permissions import FUNCTION_NAMES
+from infra.timeouts import LEASE_WAIT_CAP_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -106,8 +107,8 @@ class StageConfig:
         if not 1 <= self.reaper_rate_minutes <= 60:
             raise StageConfigError("reaperRateMinutes: 1 to 60")
         # API Gateway's integration timeout is 29 s; the lease function needs time after the wait.
-        if not 0 < self.lease_wait_cap_seconds <= 20:
-            raise StageConfigError("leaseWaitCapSeconds: 1 to 20")
+        if not 0 < self.lease_wait_cap_seconds <= LEASE_WAIT_CAP_MAX:
+            raise StageConfigError(f"leaseWaitCapSeconds: 1 to {LEASE_WAIT_CAP_MAX} (infra/timeouts.py)")
         for name in ("alarm_email", "alarm_topic_arn"):
             if str(getattr(self, name) or "").startswith(PLACEHOLDER_PREFIX):
                 object.__setattr__(self, name, None)
