@@ -18,7 +18,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
-from querator.api.routes import Function
+from querator.api.routes import ROUTES, Function, Route
 
 
 class TableRole(StrEnum):
@@ -120,3 +120,11 @@ CALLER_FUNCTIONS: Final[MappingProxyType[Caller, frozenset[str]]] = MappingProxy
         Caller.ADMIN: frozenset({Function.QUEUES, Function.ADMIN, Function.META}),
     }
 )
+#: Read-only routes of another function that every caller's own client needs: the queue's settings
+#: (the Spark HTTP producer reads the partition count, the consumer worker the lease timeout).
+SHARED_PATHS: Final = frozenset({"/v1/queues.info"})
+
+
+def caller_routes(caller: Caller) -> list[Route]:
+    """The routes ``caller`` may invoke, in route-table order."""
+    return [r for r in ROUTES if r.function in CALLER_FUNCTIONS[caller] or r.path in SHARED_PATHS]
