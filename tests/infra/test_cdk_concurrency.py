@@ -29,7 +29,7 @@ def prod_like(
             "stage": "prod",
             "alarmEmail": "alarms@example.com",
             **assets,
-            "reservedConcurrency": {"reaper": 1, "produce": 50},
+            "reservedConcurrency": {"reaper": 1, "produce": 50, "lease": 200},
             "provisionedConcurrency": {"lease": 2},
         }
     )
@@ -53,7 +53,16 @@ def test_reserved_concurrency_applies_to_the_named_functions_only(prod_like: Any
     assert (
         _props(stack, functions.by_name["produce"].function, resources)["ReservedConcurrentExecutions"] == 50
     )
-    assert "ReservedConcurrentExecutions" not in _props(stack, functions.by_name["lease"].function, resources)
+    assert "ReservedConcurrentExecutions" not in _props(stack, functions.by_name["items"].function, resources)
+
+
+def test_waiting_leases_can_be_capped_per_stage_so_they_cannot_starve_produce_and_complete(
+    prod_like: Any,
+) -> None:
+    stack, functions, _, resources = prod_like
+    assert (
+        _props(stack, functions.by_name["lease"].function, resources)["ReservedConcurrentExecutions"] == 200
+    )
 
 
 def test_a_provisioned_function_is_served_by_its_live_alias(prod_like: Any) -> None:
