@@ -2,7 +2,8 @@
 
 Assets are temporary folders, so the tests need neither the functions nor a built layer; the context
 is ``cdk.json``'s (feature flags, the dev stage's settings), so the template is the one ``cdk synth``
-produces, apart from the asset hashes.
+produces, apart from the asset hashes. The tests that run the built artifacts share the runtime's
+Python with its SDK (``lambda_runtime``) and a layer built for this machine (``host_layer``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from infra.permissions import FUNCTION_NAMES, Caller, caller_routes
+from infra.timeouts import API_GATEWAY_SECONDS
 from querator.api.routes import ROUTES
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from tests.infra import iam_audit
@@ -254,6 +256,18 @@ def test_the_stack_comes_up_with_only_unmodelled_observability_stood_in_for(depl
     for fn in deployed.functions.values():
         assert fn.environment["QUERATOR_ITEMS_TABLE"] == deployed.outputs["ItemsTableName"]
         assert fn.environment["QUERATOR_CATALOG_TABLE"] == deployed.outputs["CatalogTableName"]
+
+
+def test_deployed_time_limits_fit_api_gateway_and_the_reapers_schedule(deployed: Deployment) -> None:
+    behind_api = {route.function for route in ROUTES}
+    for fn in deployed.functions.values():
+        if fn.name in behind_api:
+            assert fn.configuration["Timeout"] <= API_GATEWAY_SECONDS, fn.name
+    events = deployed.moto.client("events")
+    rule = events.describe_rule(Name=deployed.physical_of("AWS::Events::Rule"))
+    minutes = int(re.fullmatch(r"rate\((\d+) minutes?\)", rule["ScheduleExpression"]).group(1))  # type: ignore[union-attr]
+    # Half the period stays free: a late delivery never starts a run over the previous one.
+    assert deployed.functions["reaper"].configuration["Timeout"] * 2 <= minutes * 60
 
 
 def test_a_bundling_stage_ships_the_layer_inside_each_function_and_the_others_attach_it(
