@@ -16,7 +16,11 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 ``logRetentionDays``        one of CloudWatch's retention values, default 30
 ``retainData``              keep tables and logs when the stack is deleted; default: stage is not dev
 ``alarmEmail``              subscribe this address to a new alarm topic
-``alarmTopicArn``           or send alarms to an existing SNS topic
+``alarmTopicArn``           or send alarms to an existing SNS topic. A stage that retains data must
+                            have one of the two: its synth fails otherwise. A value starting with
+                            ``<`` is a placeholder (``cdk.json`` prod has one) and counts as unset.
+``accountConcurrencyAlarm`` alarm when the account's concurrent executions reach this many (default
+                            800: 80 % of Lambda's default 1,000 per region; set it from your quota)
 ``apiThrottleRate`` / ``apiThrottleBurst``   stage-wide API Gateway throttling (requests/s, burst)
 ``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true)
 ``tracing``                 X-Ray active tracing (default true)
@@ -24,6 +28,8 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 ``oldestItemAgeAlarmSeconds``  alarm when the oldest due item is older (default 3600)
 ``deadLetterDepthAlarm``    alarm when dead-letter queues hold more items (default 0)
 ``layerAssetPath``          the built layer (default ``layers/core/dist``)
+``bundleLayer``             copy the layer's contents into every function's asset and attach no layer
+                            (default false; stage ``local``: LocalStack Community ignores layers)
 ``functionsAssetRoot``      folder of ``<function>/handler.py`` (default ``functions``)
 """
 
@@ -36,6 +42,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from infra.permissions import FUNCTION_NAMES
+from infra.timeouts import LEASE_WAIT_CAP_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -53,6 +60,8 @@ RETENTION_DAYS: Final = frozenset(
 DEV_STAGES: Final = ("dev", "local", "test")
 
 _EMPTY: Final[MappingProxyType[str, int]] = MappingProxyType({})
+#: An alarm destination starting with this is a placeholder to replace, not a destination.
+PLACEHOLDER_PREFIX: Final = "<"
 
 
 class StageConfigError(ValueError):
@@ -74,6 +83,7 @@ class StageConfig:
     retain_data: bool | None = None
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
+    account_concurrency_alarm: int = 800
     api_throttle_rate: int = 100
     api_throttle_burst: int = 200
     api_cloud_watch_role: bool = True
@@ -82,6 +92,7 @@ class StageConfig:
     oldest_item_age_alarm_seconds: int = 3600
     dead_letter_depth_alarm: int = 0
     layer_asset_path: str = "layers/core/dist"
+    bundle_layer: bool = False
     functions_asset_root: str = "functions"
 
     def __post_init__(self) -> None:
@@ -96,8 +107,19 @@ class StageConfig:
         if not 1 <= self.reaper_rate_minutes <= 60:
             raise StageConfigError("reaperRateMinutes: 1 to 60")
         # API Gateway's integration timeout is 29 s; the lease function needs time after the wait.
-        if not 0 < self.lease_wait_cap_seconds <= 20:
-            raise StageConfigError("leaseWaitCapSeconds: 1 to 20")
+        if not 0 < self.lease_wait_cap_seconds <= LEASE_WAIT_CAP_MAX:
+            raise StageConfigError(f"leaseWaitCapSeconds: 1 to {LEASE_WAIT_CAP_MAX} (infra/timeouts.py)")
+        for name in ("alarm_email", "alarm_topic_arn"):
+            if str(getattr(self, name) or "").startswith(PLACEHOLDER_PREFIX):
+                object.__setattr__(self, name, None)
+        if self.retains_data and not (self.alarm_email or self.alarm_topic_arn):
+            raise StageConfigError(
+                f"stage {self.stage!r} retains data, so its alarms must notify someone: set "
+                f"alarmTopicArn (an SNS topic ARN) or alarmEmail, in cdk.json stages.{self.stage} or with "
+                "-c alarmTopicArn=arn:aws:sns:<region>:<account>:<topic> (docs/deploy.md, Alarms)"
+            )
+        if self.account_concurrency_alarm < 1:
+            raise StageConfigError("accountConcurrencyAlarm: at least 1")
         for name, table in (
             ("reservedConcurrency", self.reserved_concurrency),
             ("provisionedConcurrency", self.provisioned_concurrency),

@@ -1,11 +1,15 @@
 """Least-privilege DynamoDB actions of every Lambda function, written down once.
 
 The functions construct grants exactly these actions and the infra tests compare every role's policy
-with this table, so a grant cannot be widened by accident. Source: the DynamoDB calls each function's
-code paths issue (``querator.storage.dynamodb.store`` and ``.catalog``, as listed by the lead when the
-handlers were split); a ``TransactWriteItems`` is authorized by the actions of its parts (``PutItem``,
-``UpdateItem``, ``DeleteItem``, ``ConditionCheckItem``), so it has no action of its own here.
-When a code path starts issuing a new call, add the action here and the tests follow.
+with this table, so a grant cannot be widened by accident. The table is measured, not guessed:
+``tests/infra/test_deployed_stack.py`` deploys every stage onto moto's CloudFormation, runs each
+function's deployed asset through the whole lifecycle and records every AWS call it makes; a call its
+policy does not allow fails that test, and so does an action here that no call needed. When a code
+path starts issuing a new call, that test names it: add the action here.
+
+IAM has no action for a transaction: a ``TransactWriteItems`` is authorized by the actions of its
+parts (``PutItem``, ``UpdateItem``, ``DeleteItem``, ``ConditionCheckItem``) on each part's table.
+Today every transaction is a move (``Delete`` + ``Put``), so no function holds ``ConditionCheckItem``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
-from querator.api.routes import Function
+from querator.api.routes import ROUTES, Function, Route
 
 
 class TableRole(StrEnum):
@@ -55,50 +59,72 @@ def _grants(**per_table: tuple[str, ...]) -> _Grants:
 #: function name → table → IAM actions (``dynamodb:*`` spelled out, never wildcards).
 DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
     {
+        # Batch writes; idempotent produce: a conditional put of the record (a retry gets the winner
+        # back from the failed condition, so no read) and the update that finishes it.
         Function.PRODUCE: _grants(
-            items=("BatchWriteItem", "PutItem", "GetItem", "UpdateItem"),
+            items=("BatchWriteItem", "PutItem", "UpdateItem"),
             catalog=("GetItem",),
         ),
+        # Query a page, claim by conditional update; an expired lease found on the way is moved
+        # (read, then a Delete + Put transaction) or deleted.
         Function.LEASE: _grants(
-            items=("Query", "GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem"),
+            items=("Query", "GetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
-        # complete, retry, renew
+        # complete (conditional delete), retry (read, then move or delete), renew (update)
         Function.ITEMS: _grants(
-            items=("GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem"),
+            items=("GetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
         Function.QUEUES: _grants(
             catalog=("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query"),
-            # queues.delete removes the queue's items
-            items=("Query", "BatchWriteItem", "DeleteItem"),
+            # queues.delete purges the queue's items: a keys-only Query and batched deletes
+            items=("Query", "BatchWriteItem"),
         ),
-        # stats, clear, storage list / import / delete
+        # stats and listings read; clear deletes (conditional, or batched when destructive); storage
+        # import and delete write in batches. It never puts or updates a single item.
         Function.ADMIN: _grants(
-            items=(
-                "Query",
-                "GetItem",
-                "PutItem",
-                "DeleteItem",
-                "BatchWriteItem",
-                "UpdateItem",
-                "ConditionCheckItem",
-            ),
+            items=("Query", "DeleteItem", "BatchWriteItem"),
             catalog=("GetItem",),
         ),
         # health, openapi
         Function.META: _grants(catalog=("Query",)),
+        # Reads every queue and its bookmark, dead-letters (read, then move or delete), finishes
+        # interrupted queue deletes (purge, remove the record). It updates nothing in place.
         REAPER: _grants(
-            catalog=("Query", "GetItem", "PutItem", "UpdateItem", "DeleteItem"),
-            items=(
-                "Query",
-                "GetItem",
-                "PutItem",
-                "DeleteItem",
-                "UpdateItem",
-                "BatchWriteItem",
-                "ConditionCheckItem",
-            ),
+            catalog=("Query", "GetItem", "PutItem", "DeleteItem"),
+            items=("Query", "GetItem", "PutItem", "DeleteItem", "BatchWriteItem"),
         ),
     }
 )
+
+
+class Caller(StrEnum):
+    """Who calls the API, each with a managed policy the stack outputs (docs/deploy.md)."""
+
+    #: Writes items: ``queue.produce``.
+    PRODUCER = "producer"
+    #: Works items off: ``queue.lease`` and ``complete`` / ``retry`` / ``renew``.
+    CONSUMER = "consumer"
+    #: Runs the queues: ``queues.*``, ``queue.stats`` / ``clear``, ``storage/*``.
+    ADMIN = "admin"
+
+
+#: Caller → the functions whose routes it may invoke. ``meta`` (health, OpenAPI, docs) is everyone's:
+#: a health check signs like any other client. Paths come from ``querator.api.routes``, so a new
+#: route joins its function's callers without a change here.
+CALLER_FUNCTIONS: Final[MappingProxyType[Caller, frozenset[str]]] = MappingProxyType(
+    {
+        Caller.PRODUCER: frozenset({Function.PRODUCE, Function.META}),
+        Caller.CONSUMER: frozenset({Function.LEASE, Function.ITEMS, Function.META}),
+        Caller.ADMIN: frozenset({Function.QUEUES, Function.ADMIN, Function.META}),
+    }
+)
+#: Read-only routes of another function that every caller's own client needs: the queue's settings
+#: (the Spark HTTP producer reads the partition count, the consumer worker the lease timeout).
+SHARED_PATHS: Final = frozenset({"/v1/queues.info"})
+
+
+def caller_routes(caller: Caller) -> list[Route]:
+    """The routes ``caller`` may invoke, in route-table order."""
+    return [r for r in ROUTES if r.function in CALLER_FUNCTIONS[caller] or r.path in SHARED_PATHS]

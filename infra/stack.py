@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from aws_cdk import CfnOutput, Stack
 
 from infra.constructs.api import QueueApi
+from infra.constructs.callers import CallerPolicies
 from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
 from infra.constructs.monitoring import QueueMonitoring
@@ -36,9 +37,9 @@ class QueratorStack(Stack):
         self.tables = QueueTables(self, "Tables", config=config)
         self.layer = CoreLayer(self, "CoreLayer", config=config)
         self.api_functions = QueueFunctions(
-            self, "Functions", config=config, layer=self.layer.layer, tables=self.tables
+            self, "Functions", config=config, layer=self.layer, tables=self.tables
         )
-        self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer.layer, tables=self.tables)
+        self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer, tables=self.tables)
         self.functions: dict[str, ServiceFunction] = {
             **self.api_functions.by_name,
             REAPER: self.reaper.function,
@@ -47,6 +48,14 @@ class QueratorStack(Stack):
         self.monitoring = QueueMonitoring(
             self, "Monitoring", config=config, tables=self.tables, functions=self.functions, api=self.api.api
         )
+        self.callers = CallerPolicies(self, "Callers", config=config, api=self.api.api)
         CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL; append /v1/<noun>.<verb>")
+        for caller, policy in self.callers.policies.items():
+            CfnOutput(
+                self,
+                f"{caller.value.capitalize()}PolicyArn",
+                value=policy.managed_policy_arn,
+                description=f"Attach to principals that call the API as a {caller.value} (docs/deploy.md)",
+            )
         CfnOutput(self, "ItemsTableName", value=self.tables.items.table_name)
         CfnOutput(self, "CatalogTableName", value=self.tables.catalog.table_name)

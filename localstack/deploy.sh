@@ -2,6 +2,9 @@
 # Deploy the CDK stack (stage "local") to a running LocalStack with cdklocal, then print the e2e URL.
 #   docker compose -f localstack/docker-compose.yml up -d && ./localstack/deploy.sh
 #   QUERATOR_E2E_URL=<printed url> uv run --frozen pytest -m e2e tests/e2e
+# Idempotent: run it again after a change; bootstrap and deploy only apply what differs. Stage
+# "local" copies the layer's contents into every function (bundleLayer in cdk.json): LocalStack
+# Community accepts layers but does not mount them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set -a
@@ -14,14 +17,16 @@ case "$(uname -m)" in
     aarch64 | arm64) arch=arm64 ;;
     *) arch=x86_64 ;;
 esac
-context=(-c stage=local -c "architecture=${arch}")
+# Its own layer folder, so the default arm64 layer (layers/core/dist) of the other stages stays.
+context=(-c stage=local -c "architecture=${arch}" -c "layerAssetPath=layers/core/dist-local-${arch}")
 
 curl -fsS http://localhost:4566/_localstack/health >/dev/null || {
     echo "LocalStack is not answering on localhost:4566: docker compose -f localstack/docker-compose.yml up -d" >&2
     exit 1
 }
 [ -x node_modules/.bin/cdklocal ] || npm ci --no-audit --no-fund --loglevel=error
-uv run --frozen python layers/core/build.py --architecture "${arch}"
+# The app builds the layer for the stage itself (infra/app.py; a no-op while the sources are unchanged).
+mkdir -p cdk.out
 npx cdklocal bootstrap "${context[@]}"
 npx cdklocal deploy "${context[@]}" --require-approval never --outputs-file cdk.out/localstack-outputs.json
 uv run --frozen python - <<'PY'

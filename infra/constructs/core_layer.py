@@ -9,9 +9,12 @@ only at its first import, in the cloud.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
@@ -46,13 +49,43 @@ def check_layer(path: Path, config: StageConfig) -> None:
         raise LayerMismatchError(f"{path} was built for {got}, the stage needs {wanted}: rebuild the layer")
 
 
+#: Left out of a function's own folder: bytecode differs per machine and would change the asset hash.
+NOT_CODE: Final = ["__pycache__", "*.pyc"]
+
+
+@jsii.implements(ILocalBundling)
+class _LayerInFunction:
+    """CDK local bundling, no Docker: the layer's ``python/`` tree, then the function's folder."""
+
+    def __init__(self, function_dir: Path, layer_python: Path) -> None:
+        self.function_dir = function_dir
+        self.layer_python = layer_python
+
+    def try_bundle(self, output_dir: str, options: Any) -> bool:
+        shutil.copytree(self.layer_python, output_dir, dirs_exist_ok=True)
+        shutil.copytree(
+            self.function_dir, output_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*NOT_CODE)
+        )
+        return True
+
+
 class CoreLayer(Construct):
-    """``querator`` + dependencies as one layer version for the stage's runtime and architecture."""
+    """``querator`` + dependencies as one layer version for the stage's runtime and architecture.
+
+    With ``bundle_layer`` (stage ``local``) there is no layer version: ``function_code`` puts the layer's
+    contents into each function's asset instead, because LocalStack Community accepts layers but does
+    not mount them, and every function would fail with ``No module named 'querator'``.
+    """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
         super().__init__(scope, construct_id)
         path = Path(config.layer_asset_path)
         check_layer(path, config)
+        self.path = path
+        self.bundled = config.bundle_layer
+        self.layer: lambda_.LayerVersion | None = None
+        if self.bundled:
+            return
         self.layer = lambda_.LayerVersion(
             self,
             "Layer",
@@ -63,3 +96,25 @@ class CoreLayer(Construct):
             # Old versions stay so a rollback of the functions still finds the layer they used.
             removal_policy=removal_policy(config),
         )
+
+    def function_code(self, function_dir: str) -> lambda_.Code:
+        """A function's asset: its folder, or its folder over the layer's contents when bundled."""
+        if not self.bundled:
+            return lambda_.Code.from_asset(function_dir, exclude=NOT_CODE)
+        return lambda_.Code.from_asset(
+            function_dir,
+            # Hash what is shipped, so a rebuilt layer changes every function's asset.
+            asset_hash_type=AssetHashType.OUTPUT,
+            bundling=BundlingOptions(
+                # Never pulled: local bundling always succeeds, and BundlingOptions requires an image.
+                image=DockerImage.from_registry("local-bundling-only"),
+                # jsii hands try_bundle the options as one positional struct, not as the keywords
+                # of the generated stub, so the stub's Protocol check cannot match.
+                local=_LayerInFunction(Path(function_dir), self.path / "python"),  # type: ignore[arg-type]
+            ),
+        )
+
+    @property
+    def layers(self) -> list[lambda_.ILayerVersion]:
+        """What each function attaches: the layer, or nothing when it is bundled."""
+        return [] if self.layer is None else [self.layer]

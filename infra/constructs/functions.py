@@ -8,8 +8,7 @@ explicit so no AWS-managed policy (with ``logs:*`` on every log group) is attach
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
@@ -19,7 +18,8 @@ from constructs import Construct
 
 from infra.constructs.common import ARCHITECTURES, RUNTIMES, removal_policy, retention
 from infra.nag import acknowledge
-from infra.permissions import DYNAMODB_ACTIONS, REAPER, TableRole
+from infra.permissions import DYNAMODB_ACTIONS, TableRole
+from infra.timeouts import REAPER_MARGIN_SECONDS, limits
 from querator.api.routes import Function
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
 
@@ -29,38 +29,8 @@ if TYPE_CHECKING:
     from aws_cdk import aws_dynamodb as dynamodb
 
     from infra.config import StageConfig
+    from infra.constructs.core_layer import CoreLayer
     from infra.constructs.table import QueueTables
-
-#: API Gateway ends every integration after 29 s; a function behind it gains nothing from more.
-API_INTEGRATION_TIMEOUT: Final = Duration.seconds(29)
-#: Left out of a function's asset: bytecode differs per machine and would change the asset hash.
-_NOT_CODE: Final = ["__pycache__", "*.pyc"]
-#: Time the reaper leaves itself to save its bookmark (``EnvVar.REAPER_MARGIN``).
-REAPER_MARGIN_SECONDS: Final = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Sizing:
-    """Memory (MB, which also buys CPU) and timeout of one function."""
-
-    memory_mb: int
-    timeout_seconds: int
-
-
-def sizing(function: str, config: StageConfig) -> Sizing:
-    """Why each size: produce and admin parse and write up to 5 MB bodies (pydantic + base64 are CPU
-    bound); lease waits up to the stage's wait cap and then needs a few seconds to answer; the
-    reaper's run ends before the next schedule fires, so two runs never overlap."""
-    if function == REAPER:
-        return Sizing(512, config.reaper_rate_minutes * 60 - REAPER_MARGIN_SECONDS)
-    return {
-        Function.PRODUCE: Sizing(1024, 29),
-        Function.LEASE: Sizing(512, config.lease_wait_cap_seconds + 8),
-        Function.ITEMS: Sizing(512, 15),
-        Function.QUEUES: Sizing(512, 29),
-        Function.ADMIN: Sizing(1024, 29),
-        Function.META: Sizing(256, 10),
-    }[function]
 
 
 def environment(config: StageConfig, tables: QueueTables) -> dict[str, str]:
@@ -70,6 +40,7 @@ def environment(config: StageConfig, tables: QueueTables) -> dict[str, str]:
         EnvVar.CATALOG_TABLE: tables.catalog.table_name,
         EnvVar.LEASE_WAIT_CAP: str(config.lease_wait_cap_seconds),
         EnvVar.REAPER_MARGIN: str(REAPER_MARGIN_SECONDS),
+        EnvVar.STAGE: config.stage,
         EnvVar.POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
         EnvVar.POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
         EnvVar.POWERTOOLS_LOG_LEVEL: "INFO",
@@ -87,7 +58,7 @@ class ServiceFunction(Construct):
         *,
         name: str,
         config: StageConfig,
-        layer: lambda_.ILayerVersion,
+        layer: CoreLayer,
         tables: QueueTables,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -112,16 +83,16 @@ class ServiceFunction(Construct):
         for table, actions in DYNAMODB_ACTIONS[name].items():
             table_of[table].grant(self.role, *sorted(actions))
 
-        size = sizing(name, config)
+        size = limits(config)[name]
         self.function = lambda_.Function(
             self,
             "Function",
             description=f"querator {name}",
             runtime=RUNTIMES[config.runtime],
             architecture=ARCHITECTURES[config.architecture],
-            code=lambda_.Code.from_asset(config.function_asset_path(name), exclude=_NOT_CODE),
+            code=layer.function_code(config.function_asset_path(name)),
             handler="handler.lambda_handler",
-            layers=[layer],
+            layers=layer.layers,
             memory_size=size.memory_mb,
             timeout=Duration.seconds(size.timeout_seconds),
             environment=environment(config, tables),
@@ -167,7 +138,7 @@ class QueueFunctions(Construct):
         construct_id: str,
         *,
         config: StageConfig,
-        layer: lambda_.ILayerVersion,
+        layer: CoreLayer,
         tables: QueueTables,
     ) -> None:
         super().__init__(scope, construct_id)

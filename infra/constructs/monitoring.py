@@ -1,8 +1,10 @@
 """Alarms and a dashboard for the signals that say the queue is unhealthy.
 
 Custom metrics are the ones the functions publish with Powertools (``querator.config.Metric``, in
-namespace ``Querator`` with the one dimension ``service=querator``); the rest come from AWS/Lambda,
-AWS/DynamoDB and AWS/ApiGateway. Alarms notify an SNS topic when the stage configures one.
+namespace ``Querator`` with the dimensions ``service=querator`` and ``stage=<stage>``, so one stage's
+datapoints never feed another's alarms); the rest come from AWS/Lambda, AWS/DynamoDB and
+AWS/ApiGateway, per resource of the stage, except the account's concurrent executions. Alarms notify
+an SNS topic; a stage that retains data cannot be synthesized without one (``infra.config``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
@@ -34,15 +37,20 @@ Comparison = cloudwatch.ComparisonOperator
 Missing = cloudwatch.TreatMissingData
 
 
-def custom_metric(name: str, statistic: str) -> cloudwatch.Metric:
-    """A Powertools metric: namespace and the single ``service`` dimension it publishes with."""
+def custom_metric(name: str, statistic: str, stage: str) -> cloudwatch.Metric:
+    """A Powertools metric: its namespace and exactly the dimensions it is published with."""
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=name,
-        dimensions_map={"service": SERVICE_NAME},
+        dimensions_map=metric_dimensions(stage),
         statistic=statistic,
         period=PERIOD,
     )
+
+
+def metric_dimensions(stage: str) -> dict[str, str]:
+    """``service`` from Powertools, ``stage`` from ``querator.observability`` (``EnvVar.STAGE``)."""
+    return {"service": SERVICE_NAME, "stage": stage}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,21 +86,21 @@ class QueueMonitoring(Construct):
                 "OldestItemAge",
                 f"An item has waited over {config.oldest_item_age_alarm_seconds} s to be leased: "
                 "consumers are missing or too slow.",
-                custom_metric(Metric.OLDEST_ITEM_AGE, "Maximum"),
+                custom_metric(Metric.OLDEST_ITEM_AGE, "Maximum", config.stage),
                 config.oldest_item_age_alarm_seconds,
                 Comparison.GREATER_THAN_THRESHOLD,
             ),
             Signal(
                 "DeadLetterDepth",
                 "Dead-letter queues hold items: some items exhausted their attempts or expired.",
-                custom_metric(Metric.DEAD_LETTER_DEPTH, "Maximum"),
+                custom_metric(Metric.DEAD_LETTER_DEPTH, "Maximum", config.stage),
                 config.dead_letter_depth_alarm,
                 Comparison.GREATER_THAN_THRESHOLD,
             ),
             Signal(
                 "ReaperFallingBehind",
                 "Reaper runs ran out of time before finishing for three periods in a row.",
-                custom_metric(Metric.REAPER_UNFINISHED, "Sum"),
+                custom_metric(Metric.REAPER_UNFINISHED, "Sum", config.stage),
                 1,
                 evaluation_periods=3,
             ),
@@ -106,6 +114,13 @@ class QueueMonitoring(Construct):
                 1,
                 Comparison.LESS_THAN_THRESHOLD,
                 missing=Missing.BREACHING,
+            ),
+            Signal(
+                "AccountConcurrency",
+                "The account's concurrent Lambda executions near the limit: waiting leases, produce and "
+                "complete share it, and every function of every stack in the region is throttled at it.",
+                lambda_.Function.metric_all_concurrent_executions(period=PERIOD, statistic="Maximum"),
+                config.account_concurrency_alarm,
             ),
             Signal(
                 "Api5xx",
@@ -164,7 +179,7 @@ class QueueMonitoring(Construct):
                 alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
                 alarm.add_ok_action(cw_actions.SnsAction(self.topic))
             self.alarms[signal.construct_id] = alarm
-        self.dashboard = self._dashboard(config, tables, functions)
+        self.dashboard = self._dashboard(config, tables, functions, api)
 
     def _topic(self, config: StageConfig) -> sns.ITopic | None:
         if config.alarm_topic_arn:
@@ -180,22 +195,26 @@ class QueueMonitoring(Construct):
         return topic
 
     def _dashboard(
-        self, config: StageConfig, tables: QueueTables, functions: Mapping[str, ServiceFunction]
+        self,
+        config: StageConfig,
+        tables: QueueTables,
+        functions: Mapping[str, ServiceFunction],
+        api: apigw.RestApi,
     ) -> cloudwatch.Dashboard:
         dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"querator-{config.stage}")
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Queue",
                 left=[
-                    custom_metric(Metric.OLDEST_ITEM_AGE, "Maximum"),
+                    custom_metric(Metric.OLDEST_ITEM_AGE, "Maximum", config.stage),
                 ],
-                right=[custom_metric(Metric.DEAD_LETTER_DEPTH, "Maximum")],
+                right=[custom_metric(Metric.DEAD_LETTER_DEPTH, "Maximum", config.stage)],
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Items per period",
                 left=[
-                    custom_metric(name, "Sum")
+                    custom_metric(name, "Sum", config.stage)
                     for name in (
                         Metric.ITEMS_PRODUCED,
                         Metric.ITEMS_LEASED,
@@ -210,8 +229,8 @@ class QueueMonitoring(Construct):
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Reaper",
-                left=[custom_metric(Metric.REAPER_SCANNED, "Sum")],
-                right=[custom_metric(Metric.REAPER_UNFINISHED, "Sum")],
+                left=[custom_metric(Metric.REAPER_SCANNED, "Sum", config.stage)],
+                right=[custom_metric(Metric.REAPER_UNFINISHED, "Sum", config.stage)],
                 width=12,
             ),
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=12),
@@ -240,6 +259,19 @@ class QueueMonitoring(Construct):
         )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
+                title="API: client errors apart from leases that found nothing (454)",
+                left=[self.client_errors(config, api)],
+                right=[custom_metric(Metric.LEASE_EMPTY, "Sum", config.stage)],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Account concurrent executions",
+                left=[lambda_.Function.metric_all_concurrent_executions(period=PERIOD, statistic="Maximum")],
+                width=12,
+            ),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
                 title="DynamoDB consumed capacity",
                 left=[
                     tables.items.metric_consumed_write_capacity_units(period=PERIOD, label="items writes"),
@@ -252,3 +284,17 @@ class QueueMonitoring(Construct):
             ),
         )
         return dashboard
+
+    @staticmethod
+    def client_errors(config: StageConfig, api: apigw.RestApi) -> cloudwatch.MathExpression:
+        """API Gateway's 4XX count less the 454 answers of leases that waited and found nothing: an
+        empty queue is the normal state of a long-poll, not a client error."""
+        return cloudwatch.MathExpression(
+            expression="MAX([api4xx - FILL(leaseEmpty, 0), 0])",
+            using_metrics={
+                "api4xx": api.metric_client_error(period=PERIOD, statistic="Sum"),
+                "leaseEmpty": custom_metric(Metric.LEASE_EMPTY, "Sum", config.stage),
+            },
+            period=PERIOD,
+            label="4XX without lease-empty",
+        )

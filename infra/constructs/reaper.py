@@ -17,9 +17,8 @@ from infra.constructs.functions import ServiceFunction
 from infra.permissions import REAPER
 
 if TYPE_CHECKING:
-    from aws_cdk import aws_lambda as lambda_
-
     from infra.config import StageConfig
+    from infra.constructs.core_layer import CoreLayer
     from infra.constructs.table import QueueTables
 
 
@@ -32,7 +31,7 @@ class Reaper(Construct):
         construct_id: str,
         *,
         config: StageConfig,
-        layer: lambda_.ILayerVersion,
+        layer: CoreLayer,
         tables: QueueTables,
     ) -> None:
         super().__init__(scope, construct_id)

@@ -7,6 +7,11 @@ runtime ships them, and the layer would otherwise carry ~25 MB of botocore data 
 The build is skipped when a hash of the sources, the lock file, this script and the target is
 unchanged (``dist/.build-stamp.json``).
 
+The layer ships bytecode compiled by the runtime's CPython version (``compileall``, unchecked-hash
+pycs, paths rewritten to ``/opt/python``): Lambda mounts ``/opt`` read-only, so a layer without it is
+compiled again, in memory, on every cold start. The interpreter is found on this machine (pyenv,
+``PATH``, or ``QUERATOR_LAYER_PYTHON``); without one the layer is built without bytecode and says so.
+
     uv run --frozen python layers/core/build.py [--runtime python3.12] [--architecture arm64] [--force]
 """
 
@@ -47,6 +52,8 @@ LOCAL_ONLY_MODULES: Final = ("localstore", "localserver", "devserver", "testing"
 PLATFORMS: Final = {"arm64": "aarch64-manylinux_2_28", "x86_64": "x86_64-manylinux_2_28"}
 MACHINE: Final = {"arm64": "aarch64", "x86_64": "x86_64"}
 RUNTIMES: Final = ("python3.12", "python3.13")
+#: Where Lambda mounts a layer's ``python/`` folder: the path tracebacks should name.
+LAYER_MOUNT: Final = "/opt/python"
 #: What the hash covers besides the product sources.
 HASHED_FILES: Final = ("pyproject.toml", "uv.lock", "layers/core/build.py")
 
@@ -124,6 +131,48 @@ def check_binaries(target: Path, runtime: str, architecture: str) -> None:
         raise SystemExit(f"extension modules for another target: {wrong}")
 
 
+def runtime_interpreter(runtime: str) -> str | None:
+    """A CPython of the runtime's minor version on this machine (bytecode is per minor version)."""
+    version = runtime.removeprefix("python")
+    candidates = [os.environ.get("QUERATOR_LAYER_PYTHON", "")]
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        candidates.append(sys.executable)
+    pyenv = Path.home() / ".pyenv" / "versions"
+    candidates += [str(p) for p in sorted(pyenv.glob(f"{version}*/bin/python{version}"))]
+    candidates.append(shutil.which(f"python{version}") or "")
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def compile_bytecode(target: Path, runtime: str) -> bool:
+    """Compile every module for the runtime; ``False`` when no interpreter of its version is here.
+
+    Unchecked-hash pycs are used without looking at the source's mtime or hash (the layer never
+    changes once published) and make the output reproducible, so the asset hash stays stable.
+    """
+    python = runtime_interpreter(runtime)
+    if python is None:
+        print(
+            f"warning: no CPython {runtime.removeprefix('python')} here (set QUERATOR_LAYER_PYTHON): "
+            "the layer ships without bytecode and every cold start compiles it",
+            file=sys.stderr,
+        )
+        return False
+    run(
+        [
+            python, "-S", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+            "-s", str(target), "-p", LAYER_MOUNT, str(target),
+        ]
+    )  # fmt: skip
+    return True
+
+
 def build(out: Path, runtime: str, architecture: str) -> dict[str, object]:
     started = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,11 +203,14 @@ def build(out: Path, runtime: str, architecture: str) -> dict[str, object]:
         for cache in list(target.rglob("__pycache__")):
             shutil.rmtree(cache)
         check_binaries(target, runtime, architecture)
+        # After stripping: the wheels' own __pycache__ (if any) came from pip, not from the runtime.
+        bytecode = compile_bytecode(target, runtime)
         files = [p for p in target.rglob("*") if p.is_file()]
         stamp: dict[str, object] = {
             "hash": source_hash(runtime, architecture),
             "runtime": runtime,
             "architecture": architecture,
+            "bytecode": bytecode,
             "files": len(files),
             "bytes": sum(p.stat().st_size for p in files),
             "seconds": round(time.monotonic() - started, 1),

@@ -34,6 +34,9 @@ class EnvVar:
     REAPER_MARGIN: Final = "QUERATOR_REAPER_MARGIN_SECONDS"
     #: How long a process trusts a queue's catalog record on the hot path, in seconds (0: never).
     QUEUE_CACHE: Final = "QUERATOR_QUEUE_CACHE_SECONDS"
+    #: The deployed stage (``dev``, ``prod`` ...): a dimension of every metric, so one stage's
+    #: datapoints never feed another's alarms. Unset locally.
+    STAGE: Final = "QUERATOR_STAGE"
     #: The region, which Lambda sets; the local server sets it too.
     REGION: Final = "AWS_REGION"
     # Powertools reads its own variables; named here so the CDK app sets them from one place.
@@ -44,8 +47,9 @@ class EnvVar:
     POWERTOOLS_TRACE_DISABLED: Final = "POWERTOOLS_TRACE_DISABLED"
 
 
-#: Powertools service name and metrics namespace of every function. Powertools adds the one
-#: dimension ``service=<SERVICE_NAME>`` to every metric, so alarms select on exactly that.
+#: Powertools service name and metrics namespace of every function. Powertools adds the dimension
+#: ``service=<SERVICE_NAME>`` to every metric, and the functions add ``stage=<EnvVar.STAGE>``, so
+#: alarms select on exactly those two.
 SERVICE_NAME: Final = "querator"
 METRICS_NAMESPACE: Final = "Querator"
 

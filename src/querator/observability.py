@@ -10,24 +10,41 @@ from the results the service returns, never from inside it.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
-from querator.config import METRICS_NAMESPACE, SERVICE_NAME
+from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 # stderr: Lambda sends both streams to CloudWatch, and locally stdout stays free for the URL line.
 logger = Logger(service=SERVICE_NAME, stream=sys.stderr)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE_NAME)
-tracer = Tracer(service=SERVICE_NAME)
+if _stage := os.environ.get(EnvVar.STAGE):
+    # Kept across flushes: every metric of the process carries its stage (the alarms select on it).
+    metrics.set_default_dimensions(stage=_stage)
+
+
+def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Powertools' own rule for when its tracer is active: in Lambda (``LAMBDA_TASK_ROOT``), not in
+    SAM's or Chalice's emulators, and ``POWERTOOLS_TRACE_DISABLED`` not set to a true value."""
+    disabled = environ.get(EnvVar.POWERTOOLS_TRACE_DISABLED, "false").lower() in {
+        "1",
+        "true",
+        "y",
+        "yes",
+        "on",
+    }
+    emulated = environ.get("AWS_SAM_LOCAL") or environ.get("AWS_CHALICE_CLI_MODE")
+    return bool(environ.get("LAMBDA_TASK_ROOT")) and not disabled and not emulated
 
 
 def count(name: str, value: float) -> None:
@@ -58,13 +75,19 @@ def lambda_entry(
     warns on every invocation that published nothing, which most of them are.
     """
 
-    @functools.wraps(resolve)
-    @logger.inject_lambda_context(correlation_id_path=correlation_id_path, clear_state=True)
-    @tracer.capture_lambda_handler(capture_response=False)
-    def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    def flushing(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         try:
             return resolve(event, context)
         finally:
             flush()
 
-    return lambda_handler
+    traced = flushing
+    if tracing_enabled():
+        # Here, not at the top: see the module docstring. Still at import (Lambda's init phase).
+        from aws_lambda_powertools import Tracer  # noqa: PLC0415
+
+        traced = Tracer(service=SERVICE_NAME).capture_lambda_handler(capture_response=False)(flushing)
+    lambda_handler = logger.inject_lambda_context(correlation_id_path=correlation_id_path, clear_state=True)(
+        traced
+    )
+    return functools.wraps(resolve)(lambda_handler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -104,3 +105,12 @@ def test_api_gateway_may_invoke_each_route_function(synth: Synth) -> None:
     }
     route_functions = {synth.logical_id(synth.stack.functions[route.function].function) for route in ROUTES}
     assert permitted == route_functions
+
+
+def test_the_access_log_records_integration_latency_and_error_and_the_callers_arn(synth: Synth) -> None:
+    (stage,) = synth.of_type("AWS::ApiGateway::Stage").values()
+    fields = json.loads(stage["Properties"]["AccessLogSetting"]["Format"])
+    assert fields["integrationLatency"] == "$context.integrationLatency"
+    assert fields["integrationError"] == "$context.integration.error"
+    assert fields["userArn"] == "$context.identity.userArn"
+    assert {"requestId", "status", "resourcePath", "httpMethod", "responseLatency"} <= set(fields)

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Stack
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
 from infra.config import StageConfig
 from infra.constructs.api import QueueApi
+from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
 from infra.constructs.reaper import Reaper
 from infra.constructs.table import QueueTables
@@ -27,16 +27,15 @@ def prod_like(
     config = StageConfig.from_mapping(
         {
             "stage": "prod",
+            "alarmEmail": "alarms@example.com",
             **assets,
-            "reservedConcurrency": {"reaper": 1, "produce": 50},
+            "reservedConcurrency": {"reaper": 1, "produce": 50, "lease": 200},
             "provisionedConcurrency": {"lease": 2},
         }
     )
     stack = Stack(App(), "Concurrency")
     tables = QueueTables(stack, "Tables", config=config)
-    layer = lambda_.LayerVersion.from_layer_version_arn(
-        stack, "Layer", "arn:aws:lambda:us-east-1:123456789012:layer:querator:1"
-    )
+    layer = CoreLayer(stack, "Layer", config=config)
     functions = QueueFunctions(stack, "Functions", config=config, layer=layer, tables=tables)
     reaper = Reaper(stack, "Reaper", config=config, layer=layer, tables=tables)
     QueueApi(stack, "Api", config=config, functions=functions.by_name)
@@ -54,7 +53,16 @@ def test_reserved_concurrency_applies_to_the_named_functions_only(prod_like: Any
     assert (
         _props(stack, functions.by_name["produce"].function, resources)["ReservedConcurrentExecutions"] == 50
     )
-    assert "ReservedConcurrentExecutions" not in _props(stack, functions.by_name["lease"].function, resources)
+    assert "ReservedConcurrentExecutions" not in _props(stack, functions.by_name["items"].function, resources)
+
+
+def test_waiting_leases_can_be_capped_per_stage_so_they_cannot_starve_produce_and_complete(
+    prod_like: Any,
+) -> None:
+    stack, functions, _, resources = prod_like
+    assert (
+        _props(stack, functions.by_name["lease"].function, resources)["ReservedConcurrentExecutions"] == 200
+    )
 
 
 def test_a_provisioned_function_is_served_by_its_live_alias(prod_like: Any) -> None:

@@ -12,6 +12,7 @@ from infra.config import StageConfig, StageConfigError
 
 pytestmark = pytest.mark.infra
 
+TOPIC = "arn:aws:sns:eu-west-1:123456789012:querator-alarms"
 CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text(encoding="utf-8"))
 
 
@@ -25,7 +26,8 @@ def test_dev_stage_from_cdk_json_destroys_its_data_and_keeps_logs_two_weeks() ->
 
 
 def test_prod_stage_retains_data_and_reserves_one_reaper() -> None:
-    config = StageConfig.from_context(App(context={**CDK_JSON["context"], "stage": "prod"}).node)
+    context = {**CDK_JSON["context"], "stage": "prod", "alarmTopicArn": TOPIC}
+    config = StageConfig.from_context(App(context=context).node)
     assert config.stack_name == "querator-prod"
     assert config.retains_data
     assert dict(config.reserved_concurrency) == {"reaper": 1}
@@ -33,7 +35,7 @@ def test_prod_stage_retains_data_and_reserves_one_reaper() -> None:
 
 def test_command_line_strings_override_the_stage_object() -> None:
     context = {**CDK_JSON["context"], "stage": "prod", "logRetentionDays": "30", "tracing": "false",
-               "provisionedConcurrency": '{"lease": 2}'}  # fmt: skip
+               "provisionedConcurrency": '{"lease": 2}', "alarmEmail": "ops@example.com"}  # fmt: skip
     config = StageConfig.from_context(App(context=context).node)
     assert config.log_retention_days == 30
     assert config.tracing is False
@@ -41,8 +43,9 @@ def test_command_line_strings_override_the_stage_object() -> None:
 
 
 @pytest.mark.parametrize("stage", sorted(CDK_JSON["context"]["stages"]))
-def test_every_stage_in_cdk_json_parses(stage: str) -> None:
-    config = StageConfig.from_context(App(context={**CDK_JSON["context"], "stage": stage}).node)
+def test_every_stage_in_cdk_json_parses_given_an_alarm_destination(stage: str) -> None:
+    context = {**CDK_JSON["context"], "stage": stage, "alarmTopicArn": TOPIC}
+    config = StageConfig.from_context(App(context=context).node)
     assert config.stack_name == f"querator-{stage}"
 
 
@@ -54,8 +57,24 @@ def test_the_local_stage_suits_localstack() -> None:
 
 
 def test_an_unnamed_stage_is_not_a_dev_stage_unless_told() -> None:
-    assert StageConfig(stage="staging").retains_data
+    assert StageConfig(stage="staging", alarm_email="ops@example.com").retains_data
     assert not StageConfig(stage="staging", retain_data=False).retains_data
+
+
+def test_a_stage_that_retains_data_needs_an_alarm_destination_and_a_placeholder_is_none() -> None:
+    with pytest.raises(StageConfigError, match="alarmTopicArn"):
+        StageConfig(stage="staging")
+    # cdk.json's prod holds a placeholder, so a plain `cdk synth -c stage=prod` stops and says why.
+    placeholder = CDK_JSON["context"]["stages"]["prod"]["alarmTopicArn"]
+    assert placeholder.startswith("<")
+    with pytest.raises(StageConfigError, match="retains data"):
+        StageConfig.from_context(App(context={**CDK_JSON["context"], "stage": "prod"}).node)
+    # Either destination replaces it; the placeholder itself never reaches the template.
+    context = {**CDK_JSON["context"], "stage": "prod", "alarmEmail": "ops@example.com"}
+    config = StageConfig.from_context(App(context=context).node)
+    assert config.alarm_topic_arn is None
+    assert config.alarm_email == "ops@example.com"
+    assert StageConfig(stage="dev").alarm_topic_arn is None  # dev may notify nobody
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from infra.constructs.functions import REAPER_MARGIN_SECONDS
+from infra.config import StageConfig
 from infra.permissions import DYNAMODB_ACTIONS, FUNCTION_NAMES, TableRole
+from infra.timeouts import (
+    API_GATEWAY_SECONDS,
+    LEASE_CLAIM_SECONDS,
+    LEASE_WAIT_CAP_MAX,
+    REAPER_MARGIN_SECONDS,
+    limits,
+)
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
 
 if TYPE_CHECKING:
@@ -126,6 +133,33 @@ def test_a_lease_waits_less_than_its_function_runs_and_the_function_less_than_ap
     assert 20 < props["Timeout"] < 29
 
 
-def test_the_reaper_finishes_before_the_next_schedule_fires(synth: Synth) -> None:
+def test_the_reaper_finishes_within_half_its_schedule_period(synth: Synth) -> None:
+    # Half the period stays free: a late EventBridge delivery never starts a run over the last one.
     props = synth.resources[synth.logical_id(synth.stack.functions["reaper"].function)]["Properties"]
-    assert props["Timeout"] + REAPER_MARGIN_SECONDS <= 60
+    assert props["Timeout"] * 2 <= 60
+    assert props["Timeout"] > REAPER_MARGIN_SECONDS
+
+
+@pytest.mark.parametrize("minutes", [1, 2, 5, 60])
+def test_the_reaper_never_overlaps_itself_at_any_rate(minutes: int) -> None:
+    timeout = limits(StageConfig(reaper_rate_minutes=minutes))["reaper"].timeout_seconds
+    assert timeout * 2 <= minutes * 60
+    assert timeout <= 900  # Lambda's maximum
+
+
+@pytest.mark.parametrize("name", [n for n in FUNCTION_NAMES if n != "reaper"])
+def test_every_function_behind_the_api_ends_before_api_gateway_gives_up(synth: Synth, name: str) -> None:
+    props = synth.resources[synth.logical_id(synth.stack.functions[name].function)]["Properties"]
+    assert props["Timeout"] <= API_GATEWAY_SECONDS
+
+
+def test_the_longest_lease_wait_leaves_the_claims_their_time_within_api_gateways_limit() -> None:
+    longest = StageConfig(lease_wait_cap_seconds=LEASE_WAIT_CAP_MAX)
+    assert limits(longest)["lease"].timeout_seconds == LEASE_WAIT_CAP_MAX + LEASE_CLAIM_SECONDS
+    assert limits(longest)["lease"].timeout_seconds < API_GATEWAY_SECONDS
+
+
+def test_a_retry_of_a_full_batch_gets_api_gateways_whole_limit(synth: Synth) -> None:
+    # 1,000 ids, a read and a move each: 15 s was not enough at ~10 ms a request.
+    props = synth.resources[synth.logical_id(synth.stack.functions["items"].function)]["Properties"]
+    assert props["Timeout"] == API_GATEWAY_SECONDS

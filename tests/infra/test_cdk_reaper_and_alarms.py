@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from infra.permissions import FUNCTION_NAMES, REAPER
-from querator.config import METRICS_NAMESPACE, SERVICE_NAME, Metric
+from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar, Metric
 from tests.infra.conftest import ALARM_EMAIL
 
 if TYPE_CHECKING:
@@ -30,6 +31,38 @@ def _alarm_on(synth: Synth, namespace: str, metric: str, dimensions: list[dict[s
     ]
     assert len(found) == 1, f"no single alarm on {namespace}/{metric} {dimensions}"
     return found[0]
+
+
+def _dimensions(synth: Synth) -> list[dict[str, Any]]:
+    return [{"Name": "service", "Value": SERVICE_NAME}, {"Name": "stage", "Value": synth.stack.config.stage}]
+
+
+def test_every_custom_metric_an_alarm_watches_carries_the_stage(synth: Synth) -> None:
+    custom = [a for a in _alarms(synth) if a.get("Namespace") == METRICS_NAMESPACE]
+    assert len(custom) == 3
+    assert all(a["Dimensions"] == _dimensions(synth) for a in custom)
+
+
+def test_the_functions_publish_the_stage_their_alarms_select_on(synth: Synth) -> None:
+    for fn in synth.stack.functions.values():
+        variables = synth.resources[synth.logical_id(fn.function)]["Properties"]["Environment"]["Variables"]
+        assert variables[EnvVar.STAGE] == synth.stack.config.stage
+
+
+def test_the_account_concurrency_alarm_fires_before_the_limit(synth: Synth) -> None:
+    # Account-wide: the metric without dimensions.
+    (alarm,) = [a for a in _alarms(synth) if a.get("MetricName") == "ConcurrentExecutions"]
+    assert alarm["Namespace"] == "AWS/Lambda"
+    assert "Dimensions" not in alarm
+    assert alarm["Statistic"] == "Maximum"
+    assert alarm["Threshold"] == synth.stack.config.account_concurrency_alarm == 800
+
+
+def test_the_dashboard_counts_client_errors_apart_from_empty_leases(synth: Synth) -> None:
+    (dashboard,) = synth.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert "api4xx - FILL(leaseEmpty, 0)" in body
+    assert Metric.LEASE_EMPTY in body
 
 
 def test_the_schedule_invokes_the_reaper_every_minute(synth: Synth) -> None:
@@ -60,15 +93,15 @@ def test_the_schedule_invokes_the_reaper_every_minute(synth: Synth) -> None:
     ],
 )
 def test_queue_health_alarms_watch_the_powertools_metrics(synth: Synth, metric: str, statistic: str) -> None:
-    # Powertools publishes each metric with exactly the one dimension service=<SERVICE_NAME>; an
+    # The functions publish each metric with exactly service=<SERVICE_NAME> and stage=<stage>; an
     # alarm with any other dimension set would watch a metric that never receives data.
-    alarm = _alarm_on(synth, METRICS_NAMESPACE, metric, [{"Name": "service", "Value": SERVICE_NAME}])
+    alarm = _alarm_on(synth, METRICS_NAMESPACE, metric, _dimensions(synth))
     assert alarm["Statistic"] == statistic
     assert alarm["ComparisonOperator"].startswith("GreaterThan")
 
 
 def test_oldest_item_age_and_dead_letter_thresholds_are_the_stage_settings(synth: Synth) -> None:
-    service = [{"Name": "service", "Value": SERVICE_NAME}]
+    service = _dimensions(synth)
     config = synth.stack.config
     assert _alarm_on(synth, METRICS_NAMESPACE, Metric.OLDEST_ITEM_AGE, service)["Threshold"] == (
         config.oldest_item_age_alarm_seconds

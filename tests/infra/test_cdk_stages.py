@@ -7,7 +7,10 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
+from aws_cdk import App
 
+from infra.config import StageConfig, StageConfigError
+from tests.infra.conftest import ALARM_EMAIL
 from tests.infra.synth import cdk_context, fake_assets, synthesize
 
 if TYPE_CHECKING:
@@ -20,7 +23,9 @@ OTHER_STAGES = sorted(set(cdk_context()["stages"]) - {"dev"})
 
 @pytest.mark.parametrize("stage", OTHER_STAGES)
 def test_stage_synthesizes_with_nothing_unacknowledged(stage: str, tmp_path: Path) -> None:
-    synth = synthesize(tmp_path / "cdk.out", cdk_context(**fake_assets(tmp_path), stage=stage))
+    # A stage that retains data needs an alarm destination (cdk.json's prod has a placeholder).
+    context = cdk_context(**fake_assets(tmp_path), stage=stage, alarmEmail=ALARM_EMAIL)
+    synth = synthesize(tmp_path / "cdk.out", context)
     assert synth.validation_error is None
     report = json.loads((synth.outdir / "validation-report.json").read_text(encoding="utf-8"))
     assert report["pluginReports"] == []
@@ -29,3 +34,15 @@ def test_stage_synthesizes_with_nothing_unacknowledged(stage: str, tmp_path: Pat
     for table in synth.of_type("AWS::DynamoDB::Table").values():
         assert (table["DeletionPolicy"] == "Retain") == retained
     assert bool(synth.of_type("AWS::ApiGateway::Account")) == synth.stack.config.api_cloud_watch_role
+
+
+@pytest.mark.parametrize("stage", OTHER_STAGES)
+def test_a_stage_that_retains_data_refuses_to_synthesize_without_an_alarm_destination(
+    stage: str, tmp_path: Path
+) -> None:
+    context = cdk_context(**fake_assets(tmp_path), stage=stage)
+    if not StageConfig.from_context(App(context={**context, "alarmEmail": ALARM_EMAIL}).node).retains_data:
+        synthesize(tmp_path / "cdk.out", context)  # a dev stage may notify nobody
+        return
+    with pytest.raises(StageConfigError, match="alarmTopicArn"):
+        synthesize(tmp_path / "cdk.out", context)

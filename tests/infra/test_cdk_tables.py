@@ -70,7 +70,7 @@ def test_tables_outside_dev_are_retained_and_protected() -> None:
     # GIVEN the tables construct alone in a prod-stage stack (a full synth is not needed for this)
     app = App()
     stack = Stack(app, "TablesOnly")
-    QueueTables(stack, "Tables", config=StageConfig(stage="prod"))
+    QueueTables(stack, "Tables", config=StageConfig(stage="prod", alarm_email="ops@example.com"))
     # WHEN synthesized
     tables = Template.from_stack(stack).find_resources("AWS::DynamoDB::Table")
     # THEN both tables survive a stack deletion or replacement and refuse DeleteTable

@@ -56,7 +56,27 @@ def test_layer_leaves_out_the_runtime_sdk_and_everything_that_never_runs_in_lamb
         assert not (python / absent).exists(), absent
     for absent in ("testing.py", "localstore.py", "localserver.py", "spark", "cli", "cli.py"):
         assert not (python / "querator" / absent).exists(), absent
-    assert not list(python.rglob("__pycache__"))
+
+
+def test_layer_ships_bytecode_for_the_runtime_unchecked_and_named_by_its_lambda_path(
+    built_layer: Path,
+) -> None:
+    # Lambda's /opt is read-only: without these, every cold start compiles the layer again.
+    python = built_layer / "python"
+    stamp = json.loads((built_layer / STAMP_FILE).read_text(encoding="utf-8"))
+    assert stamp["bytecode"] is True
+    sources = sorted((python / "querator").rglob("*.py"))
+    assert sources
+    for source in sources:
+        pyc = source.parent / "__pycache__" / f"{source.stem}.cpython-312.pyc"
+        assert pyc.is_file(), source
+        header = pyc.read_bytes()[:16]
+        # PEP 552: flags 0b01 = hash-based, check_source bit clear = never compared with the source.
+        assert int.from_bytes(header[4:8], "little") == 1, pyc
+    # Tracebacks name the file where Lambda mounts it (a 3.12 code object is not loadable here).
+    pyc = python / "querator" / "__pycache__" / "config.cpython-312.pyc"
+    assert b"/opt/python/querator/config.py" in pyc.read_bytes()
+    assert not [p for p in python.rglob("*.pyc") if ".cpython-312." not in p.name]
 
 
 def test_layer_fits_lambdas_size_limit_and_its_stamp_describes_it(built_layer: Path) -> None:

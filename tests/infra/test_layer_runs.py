@@ -11,12 +11,8 @@ the same pinned wheels, which ``test_layer_build.py`` checks.
 from __future__ import annotations
 
 import copy
-import importlib.metadata
 import json
-import platform
-import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,46 +28,13 @@ pytestmark = pytest.mark.infra
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("lambda_driver.py")
 EVENTS = ROOT / "tests" / "events"
-RUNTIME = "python3.12"
-
-
-def _runtime_python() -> str | None:
-    """A working CPython 3.12 (a pyenv shim on PATH may exist without a usable interpreter)."""
-    candidates = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))]
-    candidates += [found] if (found := shutil.which("python3.12")) else []
-    for candidate in candidates:
-        probe = subprocess.run(  # noqa: S603 - probing a candidate interpreter
-            [candidate, "-S", "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
-        if probe.stdout.strip() == "True":
-            return candidate
-    return None
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    python = _runtime_python()
-    if python is None:
-        pytest.skip("no CPython 3.12 on this machine to stand in for the Lambda runtime")
-    root = tmp_path_factory.mktemp("lambda")
-    architecture = "arm64" if platform.machine() in {"aarch64", "arm64"} else "x86_64"
-    subprocess.run(  # noqa: S603 - the project's build script with fixed arguments
-        [sys.executable, str(ROOT / "layers/core/build.py"), "--runtime", RUNTIME,
-         "--architecture", architecture, "--out", str(root / "layer")],
-        cwd=ROOT, check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    # What the Lambda runtime provides and the layer leaves out: boto3 and its dependencies.
-    platform_tag = ("aarch64" if architecture == "arm64" else "x86_64") + "-manylinux_2_28"
-    uv = shutil.which("uv")
-    assert uv, "uv is not on PATH"
-    subprocess.run(  # noqa: S603
-        [uv, "pip", "install", "--quiet", "--only-binary", ":all:", "--python-version", "3.12",
-         "--python-platform", platform_tag, "--target", str(root / "runtime"),
-         f"boto3=={importlib.metadata.version('boto3')}"],
-        cwd=ROOT, check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    return {"python": python, "layer": str(root / "layer" / "python"), "runtime": str(root / "runtime")}
+def artifacts(lambda_runtime: tuple[str, Path], host_layer: Path) -> dict[str, str]:
+    """The runtime's Python and SDK, and the layer built for this machine (conftest, shared)."""
+    python, sdk = lambda_runtime
+    return {"python": python, "layer": str(host_layer / "python"), "runtime": str(sdk)}
 
 
 @pytest.fixture(scope="module")

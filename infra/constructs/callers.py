@@ -1,0 +1,48 @@
+"""Managed policies for the API's callers: producers, consumers, admins (``infra.permissions.Caller``).
+
+Each allows ``execute-api:Invoke`` on exactly the routes of its functions in this stage, plus the
+read-only ``queues.info`` every client reads (``SHARED_PATHS``), method and path spelled out (no
+``<api-id>/<stage>/*``, which would let a producer clear or delete queues). The stack outputs their
+ARNs; attaching them to a user, group or role is the deployer's decision (docs/deploy.md). The
+catch-all methods that answer 400/501 are in nobody's policy: an unsigned or unauthorized request to
+them gets API Gateway's 403, as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from infra.permissions import Caller, caller_routes
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_apigateway as apigw
+
+    from infra.config import StageConfig
+
+
+class CallerPolicies(Construct):
+    """One managed policy per caller (``policies`` by ``Caller``)."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: StageConfig, api: apigw.RestApi
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.policies: dict[Caller, iam.ManagedPolicy] = {}
+        for caller in Caller:
+            self.policies[caller] = iam.ManagedPolicy(
+                self,
+                caller.value.capitalize(),
+                description=f"querator {config.stage}: the API routes of a {caller.value}",
+                statements=[
+                    iam.PolicyStatement(
+                        actions=["execute-api:Invoke"],
+                        resources=[
+                            api.arn_for_execute_api(route.method, route.path, config.stage)
+                            for route in caller_routes(caller)
+                        ],
+                    )
+                ],
+            )

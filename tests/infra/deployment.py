@@ -1,0 +1,528 @@
+"""The synthesized stack deployed onto moto's CloudFormation, and its functions run as Lambda would.
+
+- ``RecordingMoto``: one moto server (every service, single-threaded so conditional writes are atomic)
+  in a thread of the test process, behind a WSGI recorder that notes every AWS call: who signed it
+  (the access key), the service and the operation, and its body.
+- ``deploy``: what ``cdk deploy`` needs in place (the bootstrap version parameter, the asset bucket
+  with every asset zipped into it), then ``create_stack`` with the template as synthesized, except
+  that resource types moto does not model are replaced by placeholders that keep their logical ids
+  and dependencies (``PLACEHOLDER_TYPES`` lists them; anything else unsupported fails the deploy).
+- ``Deployment``: each function's deployed code (the S3 object its ``Code`` points at) and its layer,
+  run by a warm ``function_worker.py`` on the runtime's Python with the environment the stack gave the
+  function and the credentials of its own role (``sts.assume_role``), so every call it makes is
+  signed by that role's access key; requests go through the API's deployed resources, methods,
+  integrations and Lambda permissions, the reaper through the schedule rule's target.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import re
+import subprocess
+import threading
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+import boto3
+from moto.cloudformation.parsing import get_model_map
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+ACCOUNT: Final = "123456789012"
+REGION: Final = "us-east-1"
+#: The CDK's default bootstrap qualifier: the template's version parameter and asset bucket use it.
+QUALIFIER: Final = "hnb659fds"
+BOOTSTRAP_VERSION: Final = "27"
+#: Resource types moto's CloudFormation does not model, which may be stood in for. They are
+#: observability and settings around the stack (alarms, the API stage's settings and the
+#: account-wide logging role, async-invoke settings); nothing the functions call at run time.
+PLACEHOLDER_TYPES: Final = frozenset(
+    {
+        "AWS::CloudWatch::Alarm",
+        "AWS::ApiGateway::Stage",
+        "AWS::ApiGateway::Account",
+        "AWS::Lambda::EventInvokeConfig",
+    }
+)
+WORKER: Final = Path(__file__).with_name("function_worker.py")
+EVENTS: Final = Path(__file__).resolve().parents[1] / "events"
+
+
+# -- the recording moto server -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One AWS request as it reached the server."""
+
+    access_key: str
+    service: str
+    operation: str
+    body: dict[str, Any]
+
+
+class _Recorder:
+    """WSGI middleware: note the call, then hand the request to moto unchanged."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(raw)
+        credential = re.search(
+            r"Credential=([^/]+)/[^/]+/[^/]+/([^/]+)/", environ.get("HTTP_AUTHORIZATION", "")
+        )
+        if credential:
+            target = environ.get("HTTP_X_AMZ_TARGET", "")
+            body: dict[str, Any] = {}
+            if target:  # JSON protocols (DynamoDB, ...): the operation is in the header
+                operation = target.rpartition(".")[2]
+                body = json.loads(raw or b"{}")
+            elif b"Action=" in raw:  # query protocols (STS, IAM, CloudWatch, ...)
+                form = parse_qs(raw.decode())
+                operation = form["Action"][0]
+                body = {k: v[0] for k, v in form.items()}
+            else:  # REST protocols: no operation name on the wire
+                operation = f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"
+            with self._lock:
+                self.calls.append(Call(credential.group(1), credential.group(2), operation, body))
+        return self.app(environ, start_response)
+
+
+class RecordingMoto:
+    """A moto server on 127.0.0.1 in a background thread, recording every signed request."""
+
+    def __init__(self) -> None:
+        class Quiet(WSGIRequestHandler):
+            def log_request(self, *args: Any, **kwargs: Any) -> None:
+                pass
+
+        self.recorder = _Recorder(DomainDispatcherApplication(create_backend_app))
+        self._server = make_server("127.0.0.1", 0, self.recorder, threaded=False, request_handler=Quiet)
+        self.endpoint = f"http://127.0.0.1:{self._server.port}"
+        self._local = threading.local()
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
+        self._thread.start()
+
+    def client(self, service: str, **credentials: str) -> Any:
+        # A session per thread: boto3's default session is not safe to share between threads.
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = boto3.session.Session()
+        return session.client(
+            service,
+            region_name=REGION,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=credentials.get("AccessKeyId", "testing"),
+            aws_secret_access_key=credentials.get("SecretAccessKey", "testing"),
+            aws_session_token=credentials.get("SessionToken"),
+        )
+
+    def calls_by(self, access_key: str) -> list[Call]:
+        return [c for c in self.recorder.calls if c.access_key == access_key]
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+# -- deploying the cloud assembly ----------------------------------------------------------------
+
+
+def with_placeholders(
+    template: dict[str, Any], supported: set[str], stack_name: str
+) -> tuple[dict[str, Any], set[str]]:
+    """The template with each resource of ``PLACEHOLDER_TYPES`` replaced by a log group (moto models
+    it, and it answers both ``Ref`` and ``Fn::GetAtt Arn``) keeping its logical id and ``DependsOn``.
+    A stage's ``Ref`` still resolves to the stage name. Returns the template and the types replaced."""
+    copy = json.loads(json.dumps(template))
+    replaced = set()
+    for logical_id, resource in copy["Resources"].items():
+        kind = resource["Type"]
+        if kind in supported:
+            continue
+        if kind not in PLACEHOLDER_TYPES:
+            raise AssertionError(f"{logical_id}: moto cannot deploy {kind} and it has no placeholder")
+        name = resource.get("Properties", {}).get("StageName")
+        stand_in: dict[str, Any] = {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {
+                "LogGroupName": name if isinstance(name, str) else f"/placeholder/{stack_name}/{logical_id}"
+            },
+        }
+        if "DependsOn" in resource:
+            stand_in["DependsOn"] = resource["DependsOn"]
+        copy["Resources"][logical_id] = stand_in
+        replaced.add(kind)
+    return copy, replaced
+
+
+def _zip_folder(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    # Level 1: the bundled assets of stage local are ~20 MB each; moto only stores them.
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(folder))
+    return buffer.getvalue()
+
+
+def _sub(text: str) -> str:
+    return text.replace("${AWS::AccountId}", ACCOUNT).replace("${AWS::Region}", REGION)
+
+
+def bootstrap(moto: RecordingMoto) -> None:
+    """What ``cdk bootstrap`` leaves in an account, as far as a deploy reads it."""
+    moto.client("ssm").put_parameter(
+        Name=f"/cdk-bootstrap/{QUALIFIER}/version", Value=BOOTSTRAP_VERSION, Type="String", Overwrite=True
+    )
+    s3 = moto.client("s3")
+    bucket = f"cdk-{QUALIFIER}-assets-{ACCOUNT}-{REGION}"
+    if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=bucket)
+
+
+def publish_assets(moto: RecordingMoto, outdir: Path, stack_name: str) -> int:
+    """Zip every asset of the assembly into the bootstrap bucket, as ``cdk deploy`` does."""
+    manifest = json.loads((outdir / f"{stack_name}.assets.json").read_text(encoding="utf-8"))
+    s3 = moto.client("s3")
+    for asset in manifest["files"].values():
+        source = outdir / asset["source"]["path"]
+        body = _zip_folder(source) if asset["source"].get("packaging") == "zip" else source.read_bytes()
+        for destination in asset["destinations"].values():
+            s3.put_object(Bucket=_sub(destination["bucketName"]), Key=destination["objectKey"], Body=body)
+    return len(manifest["files"])
+
+
+# -- the deployed stack ----------------------------------------------------------------------------
+
+
+@dataclass
+class DeployedFunction:
+    """One function as CloudFormation created it."""
+
+    name: str
+    logical_id: str
+    function_name: str
+    arn: str
+    role_arn: str
+    configuration: dict[str, Any]
+    #: Template properties moto does not keep (layers, tracing, logging config).
+    properties: dict[str, Any]
+    access_key: str = ""
+    #: Where its deployed code was unzipped (``/var/task``).
+    task_root: Path | None = None
+    log: Path | None = None
+    worker: subprocess.Popen[str] | None = None
+    import_seconds: float = 0.0
+
+    @property
+    def environment(self) -> dict[str, str]:
+        variables: dict[str, str] = self.configuration.get("Environment", {}).get("Variables", {})
+        return variables
+
+    @property
+    def tracing(self) -> bool:
+        return bool(self.properties.get("TracingConfig", {}).get("Mode") == "Active")
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str]
+    function: str
+    stdout: str
+
+
+@dataclass
+class Deployment:
+    stage: str
+    stack_name: str
+    template: dict[str, Any]
+    physical: dict[str, str]
+    outputs: dict[str, str]
+    functions: dict[str, DeployedFunction]
+    replaced: set[str]
+    moto: RecordingMoto
+    api_id: str = ""
+    api_stage: str = ""
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (function, METHOD path) of every request the API routed, for the coverage check.
+    routed: list[tuple[str, str]] = field(default_factory=list)
+
+    # -- wiring read back from the deployed resources ------------------------------------------
+
+    def by_arn(self, arn: str) -> DeployedFunction:
+        for fn in self.functions.values():
+            if arn in {fn.arn, f"{fn.arn}:live"}:
+                return fn
+        raise AssertionError(f"{arn} is no function of the stack")
+
+    def _permits(self, fn: DeployedFunction, principal: str, source_arn: str) -> bool:
+        policy = json.loads(self.moto.client("lambda").get_policy(FunctionName=fn.function_name)["Policy"])
+        for statement in policy["Statement"]:
+            if statement.get("Principal", {}).get("Service") != principal:
+                continue
+            condition = statement.get("Condition", {})
+            pattern = condition.get("ArnLike", condition.get("ArnEquals", {})).get("AWS:SourceArn")
+            if pattern is None or fnmatch.fnmatchcase(source_arn, pattern):
+                return True
+        return False
+
+    def _route(self, method: str, path: str) -> tuple[str, dict[str, Any]]:
+        """The API's resource and method for a request, as API Gateway picks them."""
+        resource = self.resources.get(path)
+        if resource is None:  # the deepest greedy {proxy+} whose parent is a prefix of the path
+            proxies = [p for p in self.resources if p.endswith("/{proxy+}")]
+            parents = [p for p in proxies if path.startswith(p.removesuffix("{proxy+}").rstrip("/") + "/")]
+            assert parents, f"the API has no resource for {path}"
+            resource = self.resources[max(parents, key=len)]
+        methods = resource.get("resourceMethods", {})
+        chosen = methods.get(method) or methods.get("ANY")
+        assert chosen is not None, f"{method} {path}: no method on {resource['path']}"
+        return resource["path"], chosen
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Reply:
+        """One signed client request, through the deployed resource, method, integration and permission."""
+        resource_path, chosen = self._route(method, path)
+        assert chosen["authorizationType"] == "AWS_IAM", f"{method} {path} is not IAM-authenticated"
+        integration = chosen["methodIntegration"]
+        assert integration["type"] == "AWS_PROXY"
+        arn = re.search(r"functions/(.+)/invocations$", integration["uri"])
+        assert arn, integration["uri"]
+        fn = self.by_arn(arn.group(1))
+        source = f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{self.api_id}/{self.api_stage}/{method}{path}"
+        assert self._permits(fn, "apigateway.amazonaws.com", source), (
+            f"{fn.name} may not be invoked by {source}"
+        )
+        self.routed.append((fn.name, f"{method} {resource_path}"))
+        event = json.loads((EVENTS / "apigw_rest_proxy.json").read_text(encoding="utf-8"))
+        event.update(resource=resource_path, path=path, httpMethod=method)
+        event["body"] = None if body is None else json.dumps(body)
+        event["headers"] = {**event["headers"], **(headers or {})}
+        event["multiValueHeaders"] = {k: [v] for k, v in event["headers"].items()}
+        context = event["requestContext"]
+        context.update(
+            resourcePath=resource_path, httpMethod=method, stage=self.api_stage, apiId=self.api_id,
+            path=f"/{self.api_stage}{path}", requestId=str(uuid.uuid4()),
+        )  # fmt: skip
+        answer = invoke(fn, event)
+        result = answer["result"]
+        text = result.get("body") or ""
+        try:
+            parsed: Any = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            parsed = text
+        headers = {k: v[-1] for k, v in (result.get("multiValueHeaders") or {}).items()}
+        headers.update(result.get("headers") or {})
+        return Reply(result["statusCode"], parsed, headers, fn.name, answer["stdout"])
+
+    def run_schedule(self) -> dict[str, Any]:
+        """Fire the stack's schedule rule once: invoke its target as EventBridge would."""
+        events = self.moto.client("events")
+        rules = [
+            r for r in events.list_rules()["Rules"] if r["Name"] == self.physical_of("AWS::Events::Rule")
+        ]
+        (rule,) = rules
+        assert rule["State"] == "ENABLED"
+        (target,) = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
+        fn = self.by_arn(target["Arn"])
+        assert self._permits(fn, "events.amazonaws.com", rule["Arn"]), f"the rule may not invoke {fn.name}"
+        event = json.loads((EVENTS / "eventbridge_scheduled.json").read_text(encoding="utf-8"))
+        event["resources"] = [rule["Arn"]]
+        answer = invoke(fn, event)
+        self.routed.append((fn.name, "schedule"))
+        return answer
+
+    def physical_of(self, resource_type: str) -> str:
+        (logical_id,) = [k for k, v in self.template["Resources"].items() if v["Type"] == resource_type]
+        return self.physical[logical_id]
+
+    def calls_of(self, name: str) -> list[Call]:
+        return self.moto.calls_by(self.functions[name].access_key)
+
+    def stop(self) -> None:
+        for fn in self.functions.values():
+            if fn.worker is not None:
+                fn.worker.stdin.close()  # type: ignore[union-attr]
+                fn.worker.wait(timeout=10)
+                fn.worker.stdout.close()  # type: ignore[union-attr]
+                fn.worker = None
+
+
+def _function_name_of(properties: dict[str, Any]) -> str:
+    """``querator <name>``: the description every ``ServiceFunction`` gets."""
+    description = str(properties.get("Description", ""))
+    assert description.startswith("querator "), description
+    return description.removeprefix("querator ")
+
+
+def deploy(moto: RecordingMoto, outdir: Path, stack_name: str, stage: str) -> Deployment:
+    """Bootstrap, publish the assets and create the stack; fail unless it is ``CREATE_COMPLETE``."""
+    template = json.loads((outdir / f"{stack_name}.template.json").read_text(encoding="utf-8"))
+    deployable, replaced = with_placeholders(template, set(get_model_map()), stack_name)
+    bootstrap(moto)
+    publish_assets(moto, outdir, stack_name)
+    cfn = moto.client("cloudformation")
+    cfn.create_stack(
+        StackName=stack_name,
+        TemplateBody=json.dumps(deployable),
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
+    )
+    (stack,) = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+    assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
+    physical = {
+        r["LogicalResourceId"]: r["PhysicalResourceId"]
+        for r in cfn.describe_stack_resources(StackName=stack_name)["StackResources"]
+        # moto leaves it out for a few types the tests never look up (AWS::IAM::Policy)
+        if "PhysicalResourceId" in r
+    }
+    lambda_ = moto.client("lambda")
+    functions = {}
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] != "AWS::Lambda::Function":
+            continue
+        configuration = lambda_.get_function_configuration(FunctionName=physical[logical_id])
+        name = _function_name_of(resource["Properties"])
+        functions[name] = DeployedFunction(
+            name=name,
+            logical_id=logical_id,
+            function_name=configuration["FunctionName"],
+            arn=configuration["FunctionArn"],
+            role_arn=configuration["Role"],
+            configuration=configuration,
+            properties=resource["Properties"],
+        )
+    deployment = Deployment(
+        stage=stage,
+        stack_name=stack_name,
+        template=template,
+        physical=physical,
+        outputs={o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])},
+        functions=functions,
+        replaced=replaced,
+        moto=moto,
+    )
+    apigw = moto.client("apigateway")
+    deployment.api_id = deployment.physical_of("AWS::ApiGateway::RestApi")
+    (api_stage,) = [
+        r["Properties"]["StageName"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::ApiGateway::Stage"
+    ]
+    deployment.api_stage = api_stage
+    items = apigw.get_resources(restApiId=deployment.api_id, embed=["methods"], limit=500)["items"]
+    deployment.resources = {r["path"]: r for r in items}
+    return deployment
+
+
+# -- running the functions -------------------------------------------------------------------------
+
+
+def _layer_folder(deployment: Deployment, fn: DeployedFunction, layers: Path) -> Path:
+    """The function's one layer, unzipped from the object its deployed ``LayerVersion`` was made of;
+    for a function that carries the layer's contents itself (``bundleLayer``), its own folder."""
+    if not fn.properties.get("Layers"):
+        assert fn.task_root is not None
+        return fn.task_root
+    (layer_ref,) = fn.properties["Layers"]
+    layer = deployment.template["Resources"][layer_ref["Ref"]]["Properties"]["Content"]
+    # One folder per layer object: stages deploying the same layer share it, as functions do in Lambda.
+    folder = layers / layer["S3Key"].removesuffix(".zip")
+    if not folder.exists():
+        _unzip(deployment.moto, _sub(layer["S3Bucket"]["Fn::Sub"]), layer["S3Key"], folder)
+    return folder / "python"
+
+
+def _unzip(moto: RecordingMoto, bucket: str, key: str, folder: Path) -> None:
+    body = moto.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        archive.extractall(folder)
+
+
+def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, layers: Path) -> None:
+    """One warm worker per function: its deployed code, the layer, its environment and role."""
+    sts = deployment.moto.client("sts")
+    for fn in deployment.functions.values():
+        code = fn.properties["Code"]
+        task_root = fn.task_root = root / fn.name
+        _unzip(deployment.moto, _sub(code["S3Bucket"]["Fn::Sub"]), code["S3Key"], task_root)
+        layer = _layer_folder(deployment, fn, layers)
+        credentials = sts.assume_role(RoleArn=fn.role_arn, RoleSessionName=fn.function_name[:64])[
+            "Credentials"
+        ]
+        fn.access_key = credentials["AccessKeyId"]
+        log_group = fn.properties.get("LoggingConfig", {}).get("LogGroup", {}).get("Ref")
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "en_US.UTF-8",
+            "TZ": ":UTC",
+            # What Lambda's runtime sets for every function.
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_EXECUTION_ENV": f"AWS_Lambda_{fn.configuration['Runtime']}",
+            "AWS_LAMBDA_FUNCTION_NAME": fn.function_name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(fn.configuration["MemorySize"]),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_LOG_GROUP_NAME": deployment.physical.get(log_group, "") if log_group else "",
+            "LAMBDA_TASK_ROOT": str(task_root),
+            "_HANDLER": fn.configuration["Handler"],
+            # A closed port: the X-Ray SDK sends segments over UDP and never waits for an answer.
+            "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:9",
+            # The function's role, as the runtime hands it over.
+            "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
+            "AWS_SESSION_TOKEN": credentials["SessionToken"],
+            # Every AWS endpoint is moto: the only way this environment differs from Lambda's.
+            "AWS_ENDPOINT_URL": deployment.moto.endpoint,
+            "QUERATOR_TEST_FUNCTION_ARN": fn.arn,
+            "QUERATOR_TEST_TIMEOUT_SECONDS": str(fn.configuration["Timeout"]),
+            **fn.environment,
+        }
+        assert fn.configuration["Handler"] == "handler.lambda_handler"
+        # The function's log (stderr), as CloudWatch would keep it: read back when an invocation fails.
+        fn.log = root / f"{fn.name}.log"
+        with fn.log.open("w") as log:
+            fn.worker = subprocess.Popen(  # noqa: S603 - the runtime's Python running the worker next to this file
+                [python, "-S", str(WORKER), str(task_root), str(layer), str(sdk)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+            )  # fmt: skip
+    for fn in deployment.functions.values():
+        ready = _read(fn)
+        fn.import_seconds = ready["import_seconds"]
+
+
+def _read(fn: DeployedFunction) -> dict[str, Any]:
+    assert fn.worker is not None and fn.worker.stdout is not None
+    line = fn.worker.stdout.readline()
+    if not line:
+        raise AssertionError(f"{fn.name} exited: {fn.worker.wait()}\n{_log_tail(fn)}")
+    answer: dict[str, Any] = json.loads(line)
+    return answer
+
+
+def _log_tail(fn: DeployedFunction) -> str:
+    return fn.log.read_text(encoding="utf-8")[-3000:] if fn.log and fn.log.exists() else ""
+
+
+def invoke(fn: DeployedFunction, event: dict[str, Any]) -> dict[str, Any]:
+    assert fn.worker is not None and fn.worker.stdin is not None
+    fn.worker.stdin.write(json.dumps({"event": event}) + "\n")
+    fn.worker.stdin.flush()
+    answer = _read(fn)
+    assert "error" not in answer, f"{fn.name} failed:\n{answer['error']}\n{_log_tail(fn)}"
+    return answer

@@ -1,0 +1,191 @@
+"""Each recorded AWS call as the IAM requests it makes, checked against the caller's deployed policy.
+
+IAM authorizes some operations through the actions of their parts: a ``TransactWriteItems`` is
+``PutItem`` / ``UpdateItem`` / ``DeleteItem`` / ``ConditionCheckItem`` on each part's table (there is no
+``dynamodb:TransactWriteItems`` action), a ``TransactGetItems`` is ``GetItem`` on each. Batch
+operations have their own actions, on every table they name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from tests.infra.deployment import ACCOUNT, REGION
+
+if TYPE_CHECKING:
+    from tests.infra.deployment import Call, DeployedFunction, Deployment
+
+_TRANSACT_PART: Final = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Request:
+    """One (action, resource) pair IAM evaluates."""
+
+    action: str
+    resource: str
+
+
+def _table(name: str) -> str:
+    return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
+
+
+def iam_requests(call: Call) -> list[Request]:
+    """What IAM checks for ``call``; fails on a call this audit cannot map (so it is never ignored)."""
+    if call.service != "dynamodb":
+        raise AssertionError(
+            f"a function called {call.service}:{call.operation}; teach the audit its resource"
+        )
+    body = call.body
+    if call.operation in {"BatchWriteItem", "BatchGetItem"}:
+        return [Request(f"dynamodb:{call.operation}", _table(t)) for t in body["RequestItems"]]
+    if call.operation in {"TransactWriteItems", "TransactGetItems"}:
+        requests = []
+        for part in body["TransactItems"]:
+            ((kind, spec),) = part.items()
+            requests.append(Request(f"dynamodb:{_TRANSACT_PART[kind]}", _table(spec["TableName"])))
+        return requests
+    resource = _table(body["TableName"])
+    if "IndexName" in body:
+        resource += f"/index/{body['IndexName']}"
+    return [Request(f"dynamodb:{call.operation}", resource)]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def role_statements(deployment: Deployment, fn: DeployedFunction) -> list[dict[str, Any]]:
+    """Every statement of the function's role: inline policies and attached managed ones."""
+    iam = deployment.moto.client("iam")
+    role = fn.role_arn.rsplit("/", 1)[1]
+    statements: list[dict[str, Any]] = []
+    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+        statements += _as_list((json.loads(document) if isinstance(document, str) else document)["Statement"])
+    for attached in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
+        policy = iam.get_policy(PolicyArn=attached["PolicyArn"])["Policy"]
+        version = iam.get_policy_version(
+            PolicyArn=attached["PolicyArn"], VersionId=policy["DefaultVersionId"]
+        )
+        document = version["PolicyVersion"]["Document"]
+        statements += _as_list((json.loads(document) if isinstance(document, str) else document)["Statement"])
+    for statement in statements:
+        # This evaluator knows Effect, Action and Resource; anything else would be misjudged.
+        unknown = set(statement) - {"Sid", "Effect", "Action", "Resource"}
+        assert not unknown, f"{fn.name}: statement with {sorted(unknown)} cannot be audited: {statement}"
+    return statements
+
+
+def _matches(pattern: str, value: str, *, case: bool) -> bool:
+    return fnmatch.fnmatchcase(value if case else value.lower(), pattern if case else pattern.lower())
+
+
+def allowed(statements: list[dict[str, Any]], request: Request) -> bool:
+    """IAM's answer for one request: an explicit Deny wins, else any Allow, else denied."""
+    verdict = False
+    for statement in statements:
+        if not any(_matches(a, request.action, case=False) for a in _as_list(statement["Action"])):
+            continue
+        if not any(_matches(r, request.resource, case=True) for r in _as_list(statement["Resource"])):
+            continue
+        if statement["Effect"] == "Deny":
+            return False
+        verdict = True
+    return verdict
+
+
+def grants(statements: list[dict[str, Any]]) -> list[Request]:
+    """Every (action, resource pattern) pair the Allow statements grant."""
+    return sorted(
+        {
+            Request(action, resource)
+            for statement in statements
+            if statement["Effect"] == "Allow"
+            for action in _as_list(statement["Action"])
+            for resource in _as_list(statement["Resource"])
+        }
+    )
+
+
+def platform_grant(deployment: Deployment, fn: DeployedFunction, grant: Request) -> bool:
+    """Grants used by Lambda itself, not by the function's code: writing the function's own log group
+    (the runtime ships its output) and X-Ray's trace uploads when the function is traced."""
+    if grant.action in {"logs:CreateLogStream", "logs:PutLogEvents"}:
+        log_group = deployment.physical[fn.properties["LoggingConfig"]["LogGroup"]["Ref"]]
+        return grant.resource.split(":log-group:")[-1].removesuffix(":*") == log_group
+    if grant.action in {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}:
+        return fn.tracing and grant.resource == "*"
+    return False
+
+
+@dataclass
+class Audit:
+    """One function's policy against what its code did."""
+
+    function: str
+    used: dict[Request, int]
+    granted: list[Request]
+    #: Requests the policy does not allow.
+    denied: list[Request]
+    #: Grants no recorded call needed (platform grants excluded).
+    unused: list[Request]
+    platform: list[Request]
+
+    def actions(self, which: str) -> list[str]:
+        pairs = self.used if which == "used" else self.granted
+        return sorted({f"{r.action} {_short(r.resource)}" for r in pairs})
+
+
+def _short(resource: str) -> str:
+    if table := re.search(r":table/.*Tables([A-Za-z]+?)[0-9A-F]{8}-", resource):
+        return table.group(1).lower()
+    if ":log-group:" in resource:
+        return "own log group"
+    return resource
+
+
+def audit(deployment: Deployment, fn: DeployedFunction) -> Audit:
+    statements = role_statements(deployment, fn)
+    used: dict[Request, int] = {}
+    for call in deployment.calls_of(fn.name):
+        for request in iam_requests(call):
+            used[request] = used.get(request, 0) + 1
+    granted = grants(statements)
+    platform = [g for g in granted if platform_grant(deployment, fn, g)]
+    unused = [
+        g
+        for g in granted
+        if g not in platform
+        and not any(
+            _matches(g.action, u.action, case=False) and _matches(g.resource, u.resource, case=True)
+            for u in used
+        )
+    ]
+    denied = sorted(r for r in used if not allowed(statements, r))
+    return Audit(fn.name, used, granted, denied, unused, platform)
+
+
+def report(stage: str, audits: list[Audit]) -> str:
+    """A table a reviewer can read: per function, the actions used and the grants left over."""
+    lines = [f"policy audit, stage {stage}: function | used (calls) | granted but unused | platform"]
+    for a in audits:
+        used = ", ".join(
+            f"{r.action.removeprefix('dynamodb:')}@{_short(r.resource)}x{n}"
+            for r, n in sorted(a.used.items())
+        )
+        unused = ", ".join(f"{r.action}@{_short(r.resource)}" for r in a.unused) or "-"
+        platform = ", ".join(sorted({r.action for r in a.platform})) or "-"
+        lines.append(f"  {a.function:8} | {used} | {unused} | {platform}")
+        lines += [f"  {a.function:8} DENIED {r.action} {r.resource}" for r in a.denied]
+    return "\n".join(lines)

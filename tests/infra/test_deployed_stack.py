@@ -1,0 +1,396 @@
+"""Every stage of ``cdk.json``, deployed onto moto's CloudFormation and driven through its own API.
+
+The template is the one the CDK app synthesizes for the stage, with the real function folders and the
+layer ``layers/core/build.py`` builds (for this machine's architecture: the functions run here). Each
+function runs from its deployed asset with the layer's contents on its path, the environment the stack
+gave it and its own role's credentials (``deployment.py``); requests reach it through the API's
+deployed resources, methods, integrations and Lambda permissions, the reaper through the schedule.
+
+Every AWS call the functions make is recorded at the (moto) server and checked against the caller's
+deployed policy, both ways: a call its policy does not allow fails, and so does a grant that no call
+needed (least privilege is measured, not written down). The audit is printed (``-s``) and, when
+``QUERATOR_POLICY_AUDIT`` names a file, written there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from infra.permissions import FUNCTION_NAMES, Caller, caller_routes
+from infra.timeouts import API_GATEWAY_SECONDS
+from querator.api.routes import ROUTES
+from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from tests.infra import iam_audit
+from tests.infra.conftest import host_architecture
+from tests.infra.deployment import (
+    ACCOUNT,
+    PLACEHOLDER_TYPES,
+    REGION,
+    Deployment,
+    RecordingMoto,
+    deploy,
+    start_functions,
+)
+from tests.infra.synth import ROOT, cdk_context, synthesize
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.infra.deployment import Reply
+
+pytestmark = [pytest.mark.infra, pytest.mark.slow]
+
+STAGES = sorted(cdk_context()["stages"])
+#: The work queue's lease: long enough for the requests that follow a lease on a busy machine (three
+#: stages share two cores), short enough to wait out twice.
+LEASE = 2.0
+#: The expire_timeout of the queues the reaper cleans up.
+SHORT = 0.5
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[RecordingMoto]:
+    with pytest.MonkeyPatch.context() as env:
+        # The test's own principal, for the few calls it makes as itself (PynamoDB reads these).
+        env.setenv("AWS_ACCESS_KEY_ID", "testing")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        server = RecordingMoto()
+        yield server
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def stages(
+    moto: RecordingMoto,
+    host_layer: Path,
+    lambda_runtime: tuple[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, tuple[Deployment, dict[str, Any]]]]:
+    """Every stage synthesized and deployed one after the other (jsii is single-threaded), then all
+    functions started and the stages' lifecycles driven side by side (their waits overlap)."""
+    deployments: dict[str, Deployment] = {}
+    layers = tmp_path_factory.getbasetemp() / "layers"
+    for stage in STAGES:
+        root = tmp_path_factory.mktemp(f"deploy-{stage}")
+        context = cdk_context(
+            stage=stage,
+            layerAssetPath=str(host_layer),
+            functionsAssetRoot=str(ROOT / "functions"),
+            # The functions run on this machine; arm64 and x86_64 layers differ only in the wheels' platform.
+            architecture=host_architecture(),
+            # cdk.json's prod holds a placeholder: a stage that retains data must name where alarms go.
+            alarmTopicArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:querator-alarms",
+        )
+        started = time.monotonic()
+        synth = synthesize(root / "cdk.out", context)
+        assert synth.validation_error is None, synth.validation_error
+        synthesized = time.monotonic()
+        deployments[stage] = deploy(moto, root / "cdk.out", synth.stack.stack_name, stage)
+        print(
+            f"\nstage {stage}: synth {synthesized - started:.1f} s,"
+            f" create_stack {time.monotonic() - synthesized:.1f} s"
+        )
+    python, sdk = lambda_runtime
+    started = time.monotonic()
+    for stage, deployment in deployments.items():
+        start_functions(deployment, python, sdk, tmp_path_factory.mktemp(f"lambda-{stage}"), layers)
+    print(f"{len(deployments) * len(FUNCTION_NAMES)} cold starts: {time.monotonic() - started:.1f} s")
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
+        replies = dict(zip(deployments, pool.map(drive, deployments.values()), strict=True))
+    print(f"{len(deployments)} lifecycles side by side: {time.monotonic() - started:.1f} s")
+    yield {stage: (deployments[stage], replies[stage]) for stage in deployments}
+    for deployment in deployments.values():
+        deployment.stop()
+
+
+@pytest.fixture(scope="module", params=STAGES)
+def deployed(
+    request: pytest.FixtureRequest, stages: dict[str, tuple[Deployment, dict[str, Any]]]
+) -> Deployment:
+    return stages[request.param][0]
+
+
+@pytest.fixture(scope="module")
+def lifecycle(deployed: Deployment, stages: dict[str, tuple[Deployment, dict[str, Any]]]) -> dict[str, Any]:
+    return stages[deployed.stage][1]
+
+
+def drive(d: Deployment) -> dict[str, Any]:
+    """create → produce → lease → complete → renew → retry → dead-letter → stats → clear → delete, and
+    a reaper run, through the deployed API; returns every reply by step name."""
+    r: dict[str, Any] = {}
+    tag = uuid.uuid4().hex[:6]
+    dead, work, expiring, doomed, gone = (
+        f"{n}-{tag}" for n in ("dead", "work", "expiring", "doomed", "gone")
+    )
+
+    def post(step: str, path: str, body: dict[str, Any], **headers: str) -> Reply:
+        r[step] = reply = d.request("POST", path, body, headers)
+        return reply
+
+    def lease(step: str, queue: str, batch: int = 10) -> Reply:
+        body = {"queue_name": queue, "batch_size": batch, "client_id": "deployed", "request_timeout": "0s"}
+        return post(step, "/v1/queue.lease", body)
+
+    r["health"] = d.request("GET", "/health")
+    r["openapi"] = d.request("GET", "/openapi.json")
+    r["docs"] = d.request("GET", "/docs")
+    r["wrong_method"] = d.request("GET", "/v1/queue.produce")
+    r["unknown_path"] = d.request("POST", "/v1/queue.nope", {})
+    post(
+        "create_dead",
+        "/v1/queues.create",
+        {"queue_name": dead, "lease_timeout": "1m", "expire_timeout": "24h"},
+    )
+    post("create_work", "/v1/queues.create",
+         {"queue_name": work, "lease_timeout": f"{int(LEASE * 1000)}ms", "expire_timeout": "1h",
+          "max_attempts": 2, "dead_queue": dead})  # fmt: skip
+    for name, dead_queue in ((expiring, dead), (doomed, "")):
+        post(f"create_{name.split('-')[0]}", "/v1/queues.create",
+             {"queue_name": name, "lease_timeout": f"{int(SHORT * 1000)}ms",
+              "expire_timeout": f"{int(SHORT * 1000)}ms", "dead_queue": dead_queue})  # fmt: skip
+    post(
+        "create_gone",
+        "/v1/queues.create",
+        {"queue_name": gone, "lease_timeout": "1m", "expire_timeout": "1h"},
+    )
+    post("update", "/v1/queues.update", {"queue_name": work, "reference": "deployed"})
+    post("info", "/v1/queues.info", {"queue_name": work})
+    post("list", "/v1/queues.list", {"pivot": f"dead-{tag}", "limit": 2})
+
+    # produce: a batch, then a keyed request and its retry
+    post(
+        "produce",
+        "/v1/queue.produce",
+        {"queue_name": work, "items": [{"utf8": "a"}, {"utf8": "b"}, {"utf8": "c"}]},
+    )
+    post("produce_keyed", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "d"}]},
+         **{"Idempotency-Key": f"key-{tag}"})  # fmt: skip
+    post("produce_replayed", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "d"}]},
+         **{"Idempotency-Key": f"key-{tag}"})  # fmt: skip
+
+    # lease two, complete one, renew and then retry the other (back at the tail under a new id)
+    first, second = (i["id"] for i in lease("lease", work, batch=2).body["items"])
+    partition = r["lease"].body.get("partition", 0)
+    post("complete", "/v1/queue.complete", {"queue_name": work, "partition": partition, "ids": [first]})
+    post("renew", "/v1/queue.renew",
+         {"queue_name": work, "partition": partition, "ids": [second], "lease_timeout": "30s"})  # fmt: skip
+    post("retry", "/v1/queue.retry", {"queue_name": work, "partition": partition, "items": [{"id": second}]})
+
+    # lease the rest; send one to the dead-letter queue, let the other leases run out twice
+    held = lease("lease_rest", work).body["items"]
+    requeued_b = [i["id"] for i in held if i["bytes"] == "Yg=="]
+    dead_b = {"queue_name": work, "partition": partition, "items": [{"id": requeued_b[0], "dead": True}]}
+    post("retry_dead", "/v1/queue.retry", dead_b)
+    time.sleep(LEASE + 0.2)
+    lease("lease_again", work)  # the expired leases go back to the tail, and are leased again
+    time.sleep(LEASE + 0.2)
+    lease("lease_exhausted", work)  # out of attempts: dead-lettered by the lease, nothing left: 454
+    post("stats_dead", "/v1/queue.stats", {"queue_name": dead})
+
+    # storage inspection and maintenance
+    post("items_list", "/v1/storage/items.list", {"queue_name": dead, "partition": 0})
+    post("scheduled_list", "/v1/storage/scheduled.list", {"queue_name": work, "partition": 0})
+    source = {"source_id": f"src-{tag}", "payload": "eA=="}
+    post("import", "/v1/storage/items.import", {"queue_name": work, "partition": 0, "items": [source]})
+    post("import_again", "/v1/storage/items.import", {"queue_name": work, "partition": 0, "items": [source]})
+    imported = [i["id"] for i in r["import"].body["items"]]
+    post("items_delete", "/v1/storage/items.delete", {"queue_name": work, "partition": 0, "ids": imported})
+    post("produce_more", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "e"}, {"utf8": "f"}]})
+    lease("lease_one", work, batch=1)
+    post("clear", "/v1/queue.clear", {"queue_name": work, "queue": True})
+    post("clear_destructive", "/v1/queue.clear", {"queue_name": work, "queue": True, "destructive": True})
+    post("stats_work", "/v1/queue.stats", {"queue_name": work})
+
+    # the reaper: items that outlived expire_timeout while nobody leased, and a delete cut short
+    post("produce_expiring", "/v1/queue.produce", {"queue_name": expiring, "items": [{"utf8": "x"}]})
+    post("produce_doomed", "/v1/queue.produce", {"queue_name": doomed, "items": [{"utf8": "y"}]})
+    post("produce_gone", "/v1/queue.produce", {"queue_name": gone, "items": [{"utf8": "z"}]})
+    interrupt_delete(d, gone)
+    time.sleep(SHORT + 0.1)
+    r["reaper"] = d.run_schedule()
+    post("stats_dead_after_reaper", "/v1/queue.stats", {"queue_name": dead})
+    post("stats_doomed", "/v1/queue.stats", {"queue_name": doomed})
+    post("info_gone", "/v1/queues.info", {"queue_name": gone})
+
+    # delete: a dead-letter queue in use is refused; a queue goes with its items (each delete waits
+    # out the queue cache's second, so the other queues stay)
+    post("delete_dead_refused", "/v1/queues.delete", {"queue_name": dead})
+    post("produce_last", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "g"}]})
+    post("delete_work", "/v1/queues.delete", {"queue_name": work})
+    post("info_deleted", "/v1/queues.info", {"queue_name": work})
+    return r
+
+
+def interrupt_delete(d: Deployment, queue: str) -> None:
+    """A ``queues.delete`` that stopped after marking the queue: the reaper finishes it. Done with the
+    product's own catalog adapter, as the test's (not a function's) principal."""
+    catalog = DynamoDBQueueCatalog(d.outputs["CatalogTableName"], host=d.moto.endpoint, region=REGION)
+    catalog.mark_deleting(queue)
+
+
+def _total(reply: Reply) -> int:
+    return sum(p.get("total", 0) for q in reply.body["logicalQueues"] for p in q["partitions"])
+
+
+# -- the deployment -------------------------------------------------------------------------------
+
+
+def test_the_stack_comes_up_with_only_unmodelled_observability_stood_in_for(deployed: Deployment) -> None:
+    assert deployed.replaced <= PLACEHOLDER_TYPES
+    assert set(deployed.functions) == set(FUNCTION_NAMES)
+    assert deployed.outputs["ApiUrl"].endswith(f"/{deployed.stage}/")
+    tables = {deployed.outputs["ItemsTableName"], deployed.outputs["CatalogTableName"]}
+    assert tables <= set(deployed.moto.client("dynamodb").list_tables()["TableNames"])
+    for fn in deployed.functions.values():
+        assert fn.environment["QUERATOR_ITEMS_TABLE"] == deployed.outputs["ItemsTableName"]
+        assert fn.environment["QUERATOR_CATALOG_TABLE"] == deployed.outputs["CatalogTableName"]
+
+
+def test_deployed_time_limits_fit_api_gateway_and_the_reapers_schedule(deployed: Deployment) -> None:
+    behind_api = {route.function for route in ROUTES}
+    for fn in deployed.functions.values():
+        if fn.name in behind_api:
+            assert fn.configuration["Timeout"] <= API_GATEWAY_SECONDS, fn.name
+    events = deployed.moto.client("events")
+    rule = events.describe_rule(Name=deployed.physical_of("AWS::Events::Rule"))
+    minutes = int(re.fullmatch(r"rate\((\d+) minutes?\)", rule["ScheduleExpression"]).group(1))  # type: ignore[union-attr]
+    # Half the period stays free: a late delivery never starts a run over the previous one.
+    assert deployed.functions["reaper"].configuration["Timeout"] * 2 <= minutes * 60
+
+
+def test_a_bundling_stage_ships_the_layer_inside_each_function_and_the_others_attach_it(
+    deployed: Deployment,
+) -> None:
+    bundles = bool(cdk_context()["stages"][deployed.stage].get("bundleLayer"))
+    for fn in deployed.functions.values():
+        assert fn.task_root is not None
+        # LocalStack Community accepts layers but never mounts them (stage local).
+        assert (fn.task_root / "querator" / "__init__.py").is_file() == bundles, fn.name
+        assert len(fn.properties.get("Layers", [])) == (0 if bundles else 1), fn.name
+        assert (fn.task_root / "handler.py").is_file()
+
+
+# -- the lifecycle --------------------------------------------------------------------------------
+
+
+def test_the_deployed_functions_serve_the_whole_lifecycle(lifecycle: dict[str, Any]) -> None:
+    r = lifecycle
+    failed = {
+        step: (reply.status, reply.body)
+        for step, reply in r.items()
+        if step != "reaper" and reply.status != 200 and step not in EXPECTED_ERRORS
+    }
+    assert failed == {}
+    for step, status in EXPECTED_ERRORS.items():
+        assert r[step].status == status, (step, r[step].body)
+    assert r["health"].function == "meta"
+    assert r["produce_replayed"].headers.get("Idempotency-Replayed") == "true"
+    assert r["produce_keyed"].headers.get("Idempotency-Replayed") == "false"
+    assert r["complete"].body.get("failed") in (None, [])
+    assert len(r["lease_rest"].body["items"]) == 3  # c, d and the retried b
+    assert len(r["lease_again"].body["items"]) == 2  # c and d, requeued by the lease itself
+    # b by retry(dead=true); c and d once out of attempts
+    assert _total(r["stats_dead"]) == 3
+    assert r["import_again"].body["items"] == []
+    assert _total(r["stats_work"]) == 0
+    reaped = r["reaper"]["result"]
+    assert reaped["dead_lettered"] == 1  # the expiring queue's item, into the dead-letter queue
+    assert reaped["deleted"] == 1  # the doomed queue's item: no dead-letter queue
+    assert reaped["queues_deleted"] == 1
+    assert reaped["finished"] is True
+    assert _total(r["stats_dead_after_reaper"]) == 4
+    assert _total(r["stats_doomed"]) == 0
+
+
+#: Steps whose contract answer is an error.
+EXPECTED_ERRORS = {
+    "wrong_method": 400,
+    "unknown_path": 501,
+    "lease_exhausted": 454,
+    "info_gone": 400,
+    "delete_dead_refused": 400,
+    "info_deleted": 400,
+}
+
+
+def test_every_metric_the_functions_publish_carries_their_stage(
+    deployed: Deployment, lifecycle: dict[str, Any]
+) -> None:
+    printed = "".join(r.stdout if hasattr(r, "stdout") else r["stdout"] for r in lifecycle.values())
+    emf = [json.loads(line) for line in printed.splitlines() if line.startswith('{"_aws"')]
+    names = set()
+    for blob in emf:
+        for directive in blob["_aws"]["CloudWatchMetrics"]:
+            assert directive["Namespace"] == "Querator"
+            # One dimension set, in any order: CloudWatch identifies a metric by the set.
+            assert [sorted(d) for d in directive["Dimensions"]] == [["service", "stage"]], directive
+            names |= {m["Name"] for m in directive["Metrics"]}
+        assert (blob["service"], blob["stage"]) == ("querator", deployed.stage)
+    # The lifecycle publishes these at least; the alarms select on the same two dimensions.
+    assert {"ItemsProduced", "ItemsLeased", "ItemsCompleted", "LeaseEmpty", "OldestItemAgeSeconds"} <= names
+
+
+def test_every_route_and_the_schedule_reached_their_function_through_the_deployed_wiring(
+    deployed: Deployment, lifecycle: dict[str, Any]
+) -> None:
+    routed = set(deployed.routed)
+    for route in ROUTES:
+        assert (route.function, f"{route.method} {route.path}") in routed
+    assert ("reaper", "schedule") in routed
+
+
+# -- least privilege, both ways -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def audits(deployed: Deployment, lifecycle: dict[str, Any]) -> dict[str, iam_audit.Audit]:
+    found = {name: iam_audit.audit(deployed, fn) for name, fn in deployed.functions.items()}
+    text = iam_audit.report(deployed.stage, list(found.values()))
+    print("\n" + text)
+    if target := os.environ.get("QUERATOR_POLICY_AUDIT"):
+        with Path(target).open("a", encoding="utf-8") as out:
+            out.write(f"{datetime.now(UTC):%Y-%m-%d %H:%M} {text}\n")
+    return found
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_every_call_a_function_makes_is_allowed_by_its_deployed_policy(
+    audits: dict[str, iam_audit.Audit], name: str
+) -> None:
+    assert audits[name].used, f"{name} made no AWS call at all: the scenario misses it"
+    assert audits[name].denied == []
+
+
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_every_grant_of_a_function_is_used_by_its_code(audits: dict[str, iam_audit.Audit], name: str) -> None:
+    assert audits[name].unused == []
+
+
+@pytest.mark.parametrize("caller", list(Caller))
+def test_each_deployed_caller_policy_allows_its_routes_and_nothing_else(
+    deployed: Deployment, caller: Caller
+) -> None:
+    iam = deployed.moto.client("iam")
+    arn = deployed.outputs[f"{caller.value.capitalize()}PolicyArn"]
+    version = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
+    document = iam.get_policy_version(PolicyArn=arn, VersionId=version)["PolicyVersion"]["Document"]
+    statements = (json.loads(document) if isinstance(document, str) else document)["Statement"]
+    prefix = f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{deployed.api_id}/{deployed.stage}"
+    for route in ROUTES:
+        request = iam_audit.Request("execute-api:Invoke", f"{prefix}/{route.method}{route.path}")
+        assert iam_audit.allowed(statements, request) == (route in caller_routes(caller)), route
+    # The catch-alls that answer 400 / 501 are in no caller's policy.
+    for other in ("GET/v1/queue.produce", "POST/v1/queue.nope"):
+        assert not iam_audit.allowed(statements, iam_audit.Request("execute-api:Invoke", f"{prefix}/{other}"))
