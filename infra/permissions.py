@@ -65,35 +65,41 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
             items=("BatchWriteItem", "PutItem", "UpdateItem"),
             catalog=("GetItem",),
         ),
-        # Query a page, claim by conditional update; an expired lease found on the way is moved
-        # (read, then a Delete + Put transaction) or deleted.
+        # One Query for the partition's head row and the lease records due, one for candidates;
+        # the lease record (put), claims and the head row (updates); expired leases are read back
+        # in batches and moved (a Delete + Put transaction) or deleted, and their records dropped.
         Function.LEASE: _grants(
-            items=("Query", "GetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
-        # complete (conditional delete), retry (read, then move or delete), renew (update)
+        # complete (conditional delete, reading the head row when a scheduled item came due), retry
+        # (batched read, then move or delete), renew (a lease record, then updates); the head row's
+        # counters after each.
         Function.ITEMS: _grants(
-            items=("GetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
         Function.QUEUES: _grants(
             catalog=("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query"),
-            # queues.delete purges the queue's items: a keys-only Query and batched deletes
+            # queues.delete purges the queue's rows: a keys-only Query and batched deletes
             items=("Query", "BatchWriteItem"),
         ),
-        # stats and listings read; clear deletes (conditional, or batched when destructive); storage
-        # import and delete write in batches. It never puts or updates a single item.
+        # stats (a batched read of the head rows), listings; clear (conditional deletes, putting
+        # expired leases back first), storage import (batched writes) and delete; the head row's
+        # counters after each.
         Function.ADMIN: _grants(
-            items=("Query", "DeleteItem", "BatchWriteItem"),
+            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem"),
             catalog=("GetItem",),
         ),
         # health, openapi
         Function.META: _grants(catalog=("Query",)),
-        # Reads every queue and its bookmark, dead-letters (read, then move or delete), finishes
-        # interrupted queue deletes (purge, remove the record). It updates nothing in place.
+        # Reads every queue and its bookmark; per partition the head row and due lease records, the
+        # head of the waiting items, the sweep behind the cursor: expired leases and stragglers are
+        # read back in batches and moved or deleted; marks, counters and recounts update the head
+        # row; interrupted queue deletes are purged and their records removed.
         REAPER: _grants(
             catalog=("Query", "GetItem", "PutItem", "DeleteItem"),
-            items=("Query", "GetItem", "PutItem", "DeleteItem", "BatchWriteItem"),
+            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem"),
         ),
     }
 )

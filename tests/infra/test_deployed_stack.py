@@ -20,7 +20,7 @@ import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,8 +131,8 @@ def drive(d: Deployment) -> dict[str, Any]:
     a reaper run, through the deployed API; returns every reply by step name."""
     r: dict[str, Any] = {}
     tag = uuid.uuid4().hex[:6]
-    dead, work, expiring, doomed, gone = (
-        f"{n}-{tag}" for n in ("dead", "work", "expiring", "doomed", "gone")
+    dead, work, expiring, doomed, gone, scheduled = (
+        f"{n}-{tag}" for n in ("dead", "work", "expiring", "doomed", "gone", "scheduled")
     )
 
     def post(step: str, path: str, body: dict[str, Any], **headers: str) -> Reply:
@@ -165,6 +165,11 @@ def drive(d: Deployment) -> dict[str, Any]:
         "/v1/queues.create",
         {"queue_name": gone, "lease_timeout": "1m", "expire_timeout": "1h"},
     )
+    post("create_scheduled", "/v1/queues.create",
+         {"queue_name": scheduled, "lease_timeout": "1m", "expire_timeout": "1h"})  # fmt: skip
+    soon = (datetime.now(UTC) + timedelta(seconds=LEASE)).isoformat().replace("+00:00", "Z")
+    post("produce_scheduled", "/v1/queue.produce",
+         {"queue_name": scheduled, "items": [{"utf8": "s", "enqueue_at": soon}]})  # fmt: skip
     post("update", "/v1/queues.update", {"queue_name": work, "reference": "deployed"})
     post("info", "/v1/queues.info", {"queue_name": work})
     post("list", "/v1/queues.list", {"pivot": f"dead-{tag}", "limit": 2})
@@ -198,6 +203,9 @@ def drive(d: Deployment) -> dict[str, Any]:
     time.sleep(LEASE + 0.2)
     lease("lease_exhausted", work)  # out of attempts: dead-lettered by the lease, nothing left: 454
     post("stats_dead", "/v1/queue.stats", {"queue_name": dead})
+    # a scheduled item completed once due: the complete reads the partition's schedule mark
+    due = [i["id"] for i in lease("lease_scheduled", scheduled).body["items"]]
+    post("complete_scheduled", "/v1/queue.complete", {"queue_name": scheduled, "partition": 0, "ids": due})
 
     # storage inspection and maintenance
     post("items_list", "/v1/storage/items.list", {"queue_name": dead, "partition": 0})
@@ -206,6 +214,14 @@ def drive(d: Deployment) -> dict[str, Any]:
     post("import", "/v1/storage/items.import", {"queue_name": work, "partition": 0, "items": [source]})
     post("import_again", "/v1/storage/items.import", {"queue_name": work, "partition": 0, "items": [source]})
     imported = [i["id"] for i in r["import"].body["items"]]
+    # an imported lease gets its lease record, so it comes back when it runs out like any other
+    until = (datetime.now(UTC) + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    leased_import = {"payload": "eQ==", "lease_deadline": until, "attempts": 1}
+    post(
+        "import_leased",
+        "/v1/storage/items.import",
+        {"queue_name": work, "partition": 0, "items": [leased_import]},
+    )
     post("items_delete", "/v1/storage/items.delete", {"queue_name": work, "partition": 0, "ids": imported})
     post("produce_more", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "e"}, {"utf8": "f"}]})
     lease("lease_one", work, batch=1)
@@ -303,6 +319,7 @@ def test_the_deployed_functions_serve_the_whole_lifecycle(lifecycle: dict[str, A
     assert len(r["lease_again"].body["items"]) == 2  # c and d, requeued by the lease itself
     # b by retry(dead=true); c and d once out of attempts
     assert _total(r["stats_dead"]) == 3
+    assert [i["bytes"] for i in r["lease_scheduled"].body["items"]] == ["cw=="]  # "s", once due
     assert r["import_again"].body["items"] == []
     assert _total(r["stats_work"]) == 0
     reaped = r["reaper"]["result"]
