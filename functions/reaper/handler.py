@@ -34,6 +34,10 @@ def reap(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "deleted": report.deleted,
         "skipped": report.skipped,
         "queues_deleted": report.queues_deleted,
+        "recovered": report.recovered,
+        "requeued": report.requeued,
+        "stragglers": report.stragglers,
+        "recounted": report.recounted,
         "finished": report.finished,
     }
     # A run that changed nothing is the common case (every minute); log it only at debug level.

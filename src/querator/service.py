@@ -116,7 +116,8 @@ class ReapReport:
     #: False when the time budget ran out first; the next run resumes from a bookmark.
     finished: bool = True
     counts_by_reason: dict[str, int] = field(default_factory=dict)
-    #: Age of the oldest due, un-leased item this run read (how far behind consumers are).
+    #: Age of the oldest waiting item of every queue that is not a dead-letter queue (how far behind
+    #: consumers are); dead-letter queues report ``dead_letter_depth`` instead.
     oldest_item_age: timedelta = timedelta(0)
     #: Items stored in queues that serve as another queue's dead-letter queue (from their counters).
     dead_letter_depth: int = 0
@@ -1055,7 +1056,7 @@ class QueueService:
             head, due = self._store.head(queue.name, partition, now=now, records=_RECORDS_PER_CALL)
         if is_dead_queue:
             report.dead_letter_depth += max(head.items, 0)
-        self._reap_head(queue, partition, head, now, report, stop_at)
+        self._reap_head(queue, partition, head, now, report, stop_at, is_dead_queue=is_dead_queue)
         self._sweep(queue, partition, head, now, report, stop_at)
         if head.recount is not None or (
             head.recounted_at is not None and now - head.recounted_at >= self._recount_period
@@ -1075,8 +1076,11 @@ class QueueService:
         now: datetime,
         report: ReapReport,
         stop_at: datetime,
+        *,
+        is_dead_queue: bool = False,
     ) -> None:
-        """Dead-letter the waiting items that outlived ``expire_timeout``; note the oldest one's age.
+        """Dead-letter the waiting items that outlived ``expire_timeout``; note the oldest one's age
+        (not in dead-letter queues: an old dead letter is not a consumer falling behind).
 
         An item expires ``expire_timeout`` after it became visible, which is what its id sorts by,
         so everything expired is at the head of the range from the cursor: reading stops at the
@@ -1092,7 +1096,7 @@ class QueueService:
                 queue.name, partition, start=start, end=end, limit=limit, available_at=now
             )
             report.scanned += len(page.items)
-            if first and page.items:
+            if first and page.items and not is_dead_queue:
                 report.oldest_item_age = max(report.oldest_item_age, now - page.items[0].created_at)
             first = False
             found = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from querator.domain.model import QueueUpdate
+from querator.domain.model import QueueUpdate, RetryRequest
 from querator.testing import FakeClock
 from tests.contract.helpers import LEASE, items, make_queue, payloads
 
@@ -95,3 +95,24 @@ def test_partitions_added_by_update_are_leased_and_produced_to(service):
     service.update_queue(QueueUpdate(name="jobs", partitions=3))
     receipts = [service.produce("jobs", items("x")) for _ in range(3)]
     assert {r.partition for r in receipts} == {0, 1, 2}
+
+
+def test_the_oldest_item_age_is_of_source_queues_and_dead_letters_count_as_depth(service, clock):
+    make_queue(service, "dlq", expire_timeout=timedelta(days=7))
+    make_queue(
+        service, dead_queue="dlq", lease_timeout=timedelta(minutes=1), expire_timeout=timedelta(hours=2)
+    )
+    service.produce("jobs", items("old"))
+    service.retry(
+        "jobs",
+        0,
+        [RetryRequest(id=service.lease("jobs", batch_size=1, client_id="c").items[0].id, dead=True)],
+    )
+    clock.advance(timedelta(hours=1))  # the dead letter is an hour old
+    service.produce("jobs", items("fresh"))
+    clock.advance(timedelta(minutes=5))
+
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.oldest_item_age == timedelta(minutes=5)  # "fresh"; not the hour-old dead letter
+    assert report.dead_letter_depth == 1
