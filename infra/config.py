@@ -36,7 +36,7 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -142,9 +142,6 @@ class StageConfig:
 
     def function_asset_path(self, function: str) -> str:
         return str(Path(self.functions_asset_root) / function)
-
-    def with_overrides(self, **changes: Any) -> StageConfig:
-        return replace(self, **changes)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> StageConfig:

@@ -30,19 +30,11 @@ class TableRole(StrEnum):
     CATALOG = "catalog"
 
 
-#: The scheduled function; not an HTTP route, so not in ``routes.Function``.
-REAPER: Final = "reaper"
+#: The scheduled function (it serves no route).
+REAPER: Final = Function.REAPER
 
 #: Every function the stack deploys: the route-serving ones and the reaper.
-FUNCTION_NAMES: Final[tuple[str, ...]] = (
-    Function.PRODUCE,
-    Function.LEASE,
-    Function.ITEMS,
-    Function.QUEUES,
-    Function.ADMIN,
-    Function.META,
-    REAPER,
-)
+FUNCTION_NAMES: Final[tuple[str, ...]] = tuple(Function)
 
 _Grants = MappingProxyType[TableRole, frozenset[str]]
 

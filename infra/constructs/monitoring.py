@@ -20,6 +20,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from querator.api.routes import Function
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, Metric
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class QueueMonitoring(Construct):
                 "ReaperNotRunning",
                 "The reaper was not invoked: the schedule is disabled or failing.",
                 # Two schedule periods at least, so one late run is not an alarm.
-                functions["reaper"].function.metric_invocations(
+                functions[Function.REAPER].function.metric_invocations(
                     period=Duration.minutes(max(10, 2 * config.reaper_rate_minutes)), statistic="Sum"
                 ),
                 1,

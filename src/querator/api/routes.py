@@ -7,6 +7,7 @@ method, the Lambda function that serves it and its body limit are written down o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
@@ -19,17 +20,19 @@ LARGE_BODY_LIMIT: Final = 5_000_000
 SMALL_BODY_LIMIT: Final = 262_144
 
 
-class Function:
-    """Names of the Lambda functions; each serves the routes whose ``function`` it is."""
+class Function(StrEnum):
+    """Names of the Lambda functions, in one place for the route table, the stack and the tests."""
 
-    PRODUCE: Final = "produce"
-    LEASE: Final = "lease"
+    PRODUCE = "produce"
+    LEASE = "lease"
     #: complete, retry, renew: short calls on leased items.
-    ITEMS: Final = "items"
-    QUEUES: Final = "queues"
+    ITEMS = "items"
+    QUEUES = "queues"
     #: stats, clear and storage inspection: rare, and each bounded (docs/adr/0050-engine-v2.md).
-    ADMIN: Final = "admin"
-    META: Final = "meta"
+    ADMIN = "admin"
+    META = "meta"
+    #: Scheduled, not an HTTP route: no route names it.
+    REAPER = "reaper"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
