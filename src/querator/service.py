@@ -72,8 +72,14 @@ _REAPER_FIRST_PAGE = 10
 _LOSSES_BEFORE_RESCAN = 3
 #: Re-reads of a page lost to other consumers before a lease moves on to the next partition.
 _MAX_RESCANS = 3
-#: Claims of one lease in flight at once, reached by doubling from one while nothing is lost.
+#: Claims of one lease in flight at once, reached by doubling from one while nothing is lost:
+#: one more in flight per this many candidates (a lease of 10 claims one at a time, of 128 or more
+#: 16 at a time).
 _WAVE_MAX = 16
+_ITEMS_PER_CONCURRENT_CLAIM = 8
+#: Candidates a lease may jump among after a lost race: at least this many, or twice its batch (its
+#: lease record lists them all, and putting an expired lease back reads each of them once).
+_MIN_POOL = 8
 #: Lease records a lease call (or the reaper, per read) puts back at most.
 _RECORDS_PER_CALL = 25
 #: The cursor never passes ids younger than this: a write minted that recently may still be on its
@@ -507,19 +513,27 @@ class QueueService:
                 self._settle_states(queue, partition, settle, now, report)
                 if report.skipped:
                     first_open = _min_id(first_open, settle[0][0].id)
-            chosen: list[ItemState] = []
-            for state in candidates:
-                size = _reply_bytes(state)
-                if len(claimed) + len(chosen) >= batch_size or (
-                    (claimed or chosen) and reply_bytes + size > MAX_REPLY_BYTES
-                ):
-                    break
-                chosen.append(state)
-                reply_bytes += size
-            won, untried, contended = self._claim(queue, partition, chosen, lease_deadline, now, stop_at)
+            # The pool: more candidates than wanted, so that after a lost race a consumer can jump
+            # to one its competitors are not claiming (each loss is a charged write), but few enough
+            # that the lease record listing them stays a small write.
+            wanted = batch_size - len(claimed)
+            pool = candidates[: max(2 * wanted, _MIN_POOL)]
+            # The first item is taken whatever its size (a lease returns at least one); after it the
+            # reply must stay under the cap.
+            won: list[Item] = []
+            untried: set[str] = set()
+            contended = False
+            if pool:
+                first = _reply_bytes(pool[0])
+                room = MAX_REPLY_BYTES - reply_bytes if claimed else max(MAX_REPLY_BYTES, first)
+                won, untried, contended = self._claim(
+                    queue, partition, pool, wanted, room, lease_deadline, now, stop_at
+                )
             claimed += won
-            reply_bytes -= sum(_reply_bytes(s) for s in chosen if s.id in untried)
-            leftover = [s.id for s in candidates if s.id in untried or s not in chosen]
+            won_ids = {item.id for item in won}
+            reply_bytes += sum(_reply_bytes(s) for s in pool if s.id in won_ids)
+            pooled = {s.id for s in pool}
+            leftover = [s.id for s in candidates if s.id in untried or s.id not in pooled]
             if leftover:
                 first_open = _min_id(first_open, min(leftover))
             if contended and not claimed and rescans < _MAX_RESCANS:
@@ -545,43 +559,58 @@ class QueueService:
         queue: QueueInfo,
         partition: int,
         candidates: list[ItemState],
+        wanted: int,
+        max_bytes: int,
         lease_deadline: datetime,
         now: datetime,
         stop_at: datetime,
     ) -> tuple[list[Item], set[str], bool]:
-        """Claim ``candidates`` (oldest first) in waves of concurrent conditional writes.
+        """Claim up to ``wanted`` of ``candidates`` (oldest first) in waves of concurrent conditional
+        writes, never more than ``max_bytes`` of reply.
 
         Files one lease record for the candidates first, so a claim is never without a record that
         brings it back when its lease runs out, even if this process dies right after the claim.
 
         Returns the items won, the ids not tried, and whether it stopped because of contention.
         Alone, a consumer claims strictly oldest first and never loses; its waves double from 1 to
-        ``_WAVE_MAX`` claims in flight. A lost race means other consumers are claiming from the same
-        page, so the rest of it is going stale, and every further loss is a charged write: after a
-        loss the wave drops back to one claim taken from a random point of the remaining candidates;
-        the call stops after two losses in a row once it has won something (the contract returns as
-        soon as one item is leased) and gives the page up after ``_LOSSES_BEFORE_RESCAN`` losses in
-        a row with nothing won. Measured in docs/adr/0050-engine-v2.md.
+        one claim in flight per ``_ITEMS_PER_CONCURRENT_CLAIM`` candidates, at most ``_WAVE_MAX``.
+        A lost race means other consumers are claiming from the same page, so the rest of it is
+        going stale, and every further loss is a charged write: after a loss the wave drops back to
+        one claim taken from a random point of the remaining candidates; the call stops after two
+        losses in a row once it has won something (the contract returns as soon as one item is
+        leased) and gives the page up after ``_LOSSES_BEFORE_RESCAN`` losses in a row with nothing
+        won. Measured in docs/adr/0050-engine-v2.md.
         """
         pending = [s.id for s in candidates]
         if not pending:
             return [], set(), False
+        sizes = {s.id: _reply_bytes(s) for s in candidates}
         self._store.record_lease(queue.name, partition, pending, deadline=lease_deadline)
+        # Small leases claim one at a time, as concurrent consumers of the same page lose least that
+        # way (every loss is a charged write); large ones need concurrency to fit their deadline.
+        wave_max = max(1, min(_WAVE_MAX, wanted // _ITEMS_PER_CONCURRENT_CLAIM))
         won: list[Item] = []
+        room = max_bytes
         wave = 1
         losses = 0
         at = 0
-        while pending and self._clock.now() < stop_at:
-            size = min(wave, len(pending))
-            if at + size > len(pending):
+        while pending and len(won) < wanted and self._clock.now() < stop_at:
+            if at + min(wave, len(pending)) > len(pending):
                 at = 0
-            batch = pending[at : at + size]
-            del pending[at : at + size]
+            batch: list[str] = []
+            while at < len(pending) and len(batch) < min(wave, wanted - len(won)):
+                if sizes[pending[at]] > room:
+                    break
+                room -= sizes[pending[at]]
+                batch.append(pending.pop(at))
+            if not batch:
+                break  # the reply is full: the rest stays unclaimed
             got = self._store.claim(queue.name, partition, batch, lease_deadline=lease_deadline, now=now)
             won += got
+            room += sum(sizes[i] for i in batch) - sum(sizes[i.id] for i in got)
             if len(got) == len(batch):
                 losses = 0
-                wave = min(wave * 2, _WAVE_MAX)
+                wave = min(wave * 2, wave_max)
                 continue
             losses += len(batch) - len(got)
             if (won and losses > 1) or losses >= _LOSSES_BEFORE_RESCAN:
