@@ -22,6 +22,7 @@ from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import WRITE_CONCURRENCY, DynamoDBItemStore
+from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -40,6 +41,7 @@ __all__ = [
     "build_service",
     "dynamodb_client",
     "local_spark_session",
+    "memory_service",
     "moto_server_process",
     "serve_process",
 ]
@@ -110,6 +112,11 @@ def build_service(
         clock=clock,
         ids=ids,
     )
+
+
+def memory_service(*, clock: Any, ids: IdFactory | None = None) -> QueueService:
+    """A service over a fresh in-memory store and catalog: no moto, no sockets."""
+    return QueueService(catalog=InMemoryQueueCatalog(), store=InMemoryItemStore(), clock=clock, ids=ids)
 
 
 def _is_server(client: DynamoDBClient) -> bool:

@@ -1,4 +1,4 @@
-"""Unit: the service under random operation sequences (hypothesis stateful testing, moto in-process).
+"""Unit: the service under random operation sequences (hypothesis stateful testing, in-memory store).
 
 A model of what the queue must hold is kept beside the service; after every step the service's
 storage must agree with it: nothing lost, nothing doubled, no item under two live leases, attempts
@@ -14,12 +14,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from moto import mock_aws
 
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo, RetryRequest
 from querator.service import QueueService
-from querator.testing import FakeClock, build_service, dynamodb_client
+from querator.testing import FakeClock, memory_service
 
 LEASE = timedelta(seconds=30)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -29,14 +28,16 @@ _shared: dict[str, QueueService] = {}
 _machine_numbers = itertools.count()
 
 
+#: No network: the in-memory store is the reference implementation of the ports.
+pytestmark = pytest.mark.disable_socket
+
+
 @pytest.fixture(autouse=True, scope="module")
 def shared_store():
-    """One moto and one pair of tables for all examples (each example uses its own queues):
-    creating them per example made this test take a minute."""
-    with mock_aws():
-        _shared["service"] = build_service(dynamodb_client(), clock=FakeClock(START))
-        yield
-        _shared.clear()
+    """One store for all examples (each example uses its own queues)."""
+    _shared["service"] = memory_service(clock=FakeClock(START))
+    yield
+    _shared.clear()
 
 
 class QueueMachine(RuleBasedStateMachine):
