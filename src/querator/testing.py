@@ -23,9 +23,11 @@ from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import WRITE_CONCURRENCY, DynamoDBItemStore
 from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog
+from querator.storage.sqlite import SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from pyspark.sql import SparkSession
@@ -44,6 +46,7 @@ __all__ = [
     "memory_service",
     "moto_server_process",
     "serve_process",
+    "sqlite_service",
 ]
 
 #: moto's fake credentials, never real ones.
@@ -117,6 +120,14 @@ def build_service(
 def memory_service(*, clock: Any, ids: IdFactory | None = None) -> QueueService:
     """A service over a fresh in-memory store and catalog: no moto, no sockets."""
     return QueueService(catalog=InMemoryQueueCatalog(), store=InMemoryItemStore(), clock=clock, ids=ids)
+
+
+def sqlite_service(path: str | Path, *, clock: Any, ids: IdFactory | None = None) -> QueueService:
+    """A service over the SQLite database at ``path`` (created when missing)."""
+    database = SQLiteDatabase(path)
+    return QueueService(
+        catalog=SQLiteQueueCatalog(database), store=SQLiteItemStore(database), clock=clock, ids=ids
+    )
 
 
 def _is_server(client: DynamoDBClient) -> bool:
