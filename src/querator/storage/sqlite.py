@@ -159,6 +159,10 @@ class SQLiteDatabase:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
         self._local = threading.local()
+        self._lock = threading.Lock()
+        #: Every connection opened, so ``close`` can end them all (the last close folds the WAL back
+        #: into the file and removes it).
+        self._connections: list[sqlite3.Connection] = []
         self._check_and_create()
 
     # -- opening -----------------------------------------------------------------------------------
@@ -198,12 +202,26 @@ class SQLiteDatabase:
             connection.close()
             raise DatabaseFileError(f"cannot write {path}: {exc}") from exc
         self._local.connection = connection
+        self._connections.append(connection)
 
     def _check_existing(self) -> None:
-        """Read the file's identity and version without writing anything (a read-only connection)."""
+        """Read the file's identity and version without writing anything, not even beside it."""
         path = self.path
         try:
-            probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            with path.open("rb") as file:
+                header = file.read(100)
+        except OSError as exc:
+            raise DatabaseFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+            raise DatabaseFileError(
+                f"{path} is not a Querator database (not a SQLite file); refusing to touch it"
+            )
+        # Without a write-ahead log beside it the file is whole, and "immutable" reads it without
+        # creating the -shm / -wal files a read-only connection would otherwise leave behind.
+        whole = not path.with_name(f"{path.name}-wal").exists()
+        uri = f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if whole else ''}"
+        try:
+            probe = sqlite3.connect(uri, uri=True)
         except sqlite3.Error as exc:
             raise DatabaseFileError(f"cannot open {path}: {exc}") from exc
         try:
@@ -226,8 +244,9 @@ class SQLiteDatabase:
             )
 
     def _connect(self) -> sqlite3.Connection:
-        # Autocommit mode: this module opens and ends every transaction itself.
-        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+        # Autocommit mode: this module opens and ends every transaction itself. A connection is used
+        # by the thread that opened it only; ``close`` may end it from another once work has stopped.
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         connection.execute("PRAGMA synchronous = NORMAL")
         return connection
@@ -236,6 +255,8 @@ class SQLiteDatabase:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = self._local.connection = self._connect()
+            with self._lock:
+                self._connections.append(connection)
         return connection
 
     # -- transactions ------------------------------------------------------------------------------
@@ -261,11 +282,12 @@ class SQLiteDatabase:
             raise
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their threads end)."""
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
+        """Close every connection; call once nothing uses the database any more."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
             connection.close()
-            self._local.connection = None
+        self._local = threading.local()
 
 
 class _SQLiteRows:
