@@ -9,6 +9,7 @@ so tests start moto (or set ``AWS_ENDPOINT_URL_DYNAMODB``) first and call ``rese
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import boto3
@@ -45,11 +46,20 @@ def get_client() -> DynamoDBClient:
     return boto3.client("dynamodb", region_name=settings.region, config=_CLIENT_CONFIG)
 
 
-#: How to close what ``open_stores`` opened (files); ``reset`` does.
+#: How to close the stores ``get_service`` opened (files); ``reset`` does.
 _opened: list[Callable[[], None]] = []
 
 
-def open_stores(url: str, settings: Settings | None = None) -> tuple[QueueCatalog, ItemStore]:
+@dataclass(frozen=True)
+class Stores:
+    """A catalog and an item store over one backing store, and how to close it (files)."""
+
+    catalog: QueueCatalog
+    store: ItemStore
+    close: Callable[[], None] = lambda: None
+
+
+def open_stores(url: str, settings: Settings | None = None) -> Stores:
     """The catalog and item store a store URL names (``querator.config.parse_store``).
 
     ``memory`` is new and empty on every call; ``sqlite:PATH`` opens (or creates) the file;
@@ -65,7 +75,7 @@ def open_stores(url: str, settings: Settings | None = None) -> tuple[QueueCatalo
     if kind == StoreKind.MEMORY:
         from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog  # noqa: PLC0415
 
-        return InMemoryQueueCatalog(), InMemoryItemStore()
+        return Stores(InMemoryQueueCatalog(), InMemoryItemStore())
     if kind == StoreKind.SQLITE:
         from querator.storage.sqlite import (  # noqa: PLC0415 - only the local server and embedded use it
             DatabaseFileError,
@@ -78,23 +88,23 @@ def open_stores(url: str, settings: Settings | None = None) -> tuple[QueueCatalo
             database = SQLiteDatabase(path)
         except DatabaseFileError as exc:
             raise ConfigurationError(str(exc)) from exc
-        _opened.append(database.close)
-        return SQLiteQueueCatalog(database), SQLiteItemStore(database)
+        return Stores(SQLiteQueueCatalog(database), SQLiteItemStore(database), database.close)
     settings = settings or load_settings()
     client = get_client()
     catalog = DynamoDBQueueCatalog(
         settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
     )
-    return catalog, DynamoDBItemStore(client, settings.items_table)
+    return Stores(catalog, DynamoDBItemStore(client, settings.items_table))
 
 
 @functools.cache
 def get_service() -> QueueService:
     """The process's queue service, built on first use."""
     settings = load_settings()
-    catalog, store = open_stores(settings.store, settings)
+    stores = open_stores(settings.store, settings)
+    _opened.append(stores.close)
     return QueueService(
-        catalog=catalog, store=store, clock=SystemClock(), queue_cache_ttl=settings.queue_cache
+        catalog=stores.catalog, store=stores.store, clock=SystemClock(), queue_cache_ttl=settings.queue_cache
     )
 
 
