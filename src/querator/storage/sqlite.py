@@ -7,9 +7,10 @@ from the ``ItemStore`` port or the DynamoDB reference:
   items by ``(queue, partition, id)``, so a range read is an index range, O(log n + k)
   (``WITHOUT ROWID``: the primary key is the clustered index, no second lookup).
 - Every port call is one transaction; writes start with ``BEGIN IMMEDIATE``, so a guarded write's
-  check and write cannot interleave with another writer, in this process (threads, each with its
-  own connection) or another one on the machine (the file lock). ``busy_timeout`` makes a writer
-  wait for the lock instead of failing. WAL lets readers run beside the writer.
+  check and write cannot interleave with another writer, in this process (threads, each transaction
+  on a pooled connection of its own) or another one on the machine (the file lock).
+  ``busy_timeout`` makes a writer wait for the lock instead of failing. WAL lets readers run beside
+  the writer.
 - ``synchronous=NORMAL`` in WAL mode: a committed write survives the process being killed; the last
   writes before a power cut may be lost (this is a development and embedded store).
 - The file is identified by ``PRAGMA application_id`` and carries its schema version in
@@ -49,6 +50,8 @@ APPLICATION_ID = 0x51525452
 SCHEMA_VERSION = 1
 #: How long a writer waits for another's lock before the call fails (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
+#: Connections kept open between transactions (more are opened under load and closed after).
+_IDLE_CONNECTIONS = 8
 _ID_LENGTH = 30
 
 _SCHEMA = """
@@ -158,11 +161,10 @@ class SQLiteDatabase:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
-        self._local = threading.local()
         self._lock = threading.Lock()
-        #: Every connection opened, so ``close`` can end them all (the last close folds the WAL back
-        #: into the file and removes it).
-        self._connections: list[sqlite3.Connection] = []
+        #: Connections not in a transaction. A pool rather than one per thread: the local server runs
+        #: each HTTP connection on a new thread, and per-thread connections would pile up.
+        self._idle: list[sqlite3.Connection] = []
         self._check_and_create()
 
     # -- opening -----------------------------------------------------------------------------------
@@ -201,8 +203,7 @@ class SQLiteDatabase:
                 connection.execute("ROLLBACK")
             connection.close()
             raise DatabaseFileError(f"cannot write {path}: {exc}") from exc
-        self._local.connection = connection
-        self._connections.append(connection)
+        self._idle.append(connection)
 
     def _check_existing(self) -> None:
         """Read the file's identity and version without writing anything, not even beside it."""
@@ -244,20 +245,25 @@ class SQLiteDatabase:
             )
 
     def _connect(self) -> sqlite3.Connection:
-        # Autocommit mode: this module opens and ends every transaction itself. A connection is used
-        # by the thread that opened it only; ``close`` may end it from another once work has stopped.
+        # Autocommit mode: this module opens and ends every transaction itself. A connection serves
+        # one transaction at a time, in whichever thread took it from the pool.
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         connection.execute("PRAGMA synchronous = NORMAL")
         return connection
 
-    def _connection(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = self._local.connection = self._connect()
-            with self._lock:
-                self._connections.append(connection)
-        return connection
+    def _checkout(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _checkin(self, connection: sqlite3.Connection) -> None:
+        with self._lock:
+            if len(self._idle) < _IDLE_CONNECTIONS:
+                self._idle.append(connection)
+                return
+        connection.close()
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -265,11 +271,11 @@ class SQLiteDatabase:
     def transaction(self, *, write: bool, operation: str = "store") -> Iterator[sqlite3.Connection]:
         """One transaction; ``write`` takes the write lock first (``BEGIN IMMEDIATE``)."""
         try:
-            connection = self._connection()
-            connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            connection = self._checkout()
         except sqlite3.Error as exc:
             raise _store_error(exc, operation) from exc
         try:
+            connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield connection
             connection.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -280,14 +286,16 @@ class SQLiteDatabase:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
             raise
+        finally:
+            self._checkin(connection)
 
     def close(self) -> None:
-        """Close every connection; call once nothing uses the database any more."""
+        """Close the idle connections (the last one to close folds the write-ahead log back into the
+        file); call once nothing uses the database any more."""
         with self._lock:
-            connections, self._connections = self._connections, []
+            connections, self._idle = self._idle, []
         for connection in connections:
             connection.close()
-        self._local = threading.local()
 
 
 class _SQLiteRows:
