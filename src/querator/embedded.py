@@ -35,7 +35,7 @@ from querator.bootstrap import open_stores
 from querator.client.client import Client
 from querator.client.transport import Reply, Transport
 from querator.clock import SystemClock
-from querator.config import DEFAULT_LEASE_WAIT_CAP, Settings
+from querator.config import DEFAULT_LEASE_WAIT_CAP
 from querator.domain.errors import QueratorError
 from querator.service import QueueService
 
@@ -125,9 +125,9 @@ class Embedded(Client):
         lease_wait_cap: timedelta = DEFAULT_LEASE_WAIT_CAP,
         **client_options: Any,
     ) -> None:
+        # First: a bad store URL or file raises before anything else is made.
+        self._stores = open_stores(store)
         super().__init__(f"embedded:{store}", **client_options)
-        settings = Settings(store=store, lease_wait_cap=lease_wait_cap)
-        self._stores = open_stores(store, settings)
         self.service = QueueService(
             catalog=self._stores.catalog, store=self._stores.store, clock=SystemClock()
         )
