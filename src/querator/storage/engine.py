@@ -62,6 +62,14 @@ class Rows(Protocol):
 
     def put_idempotency(self, queue: str, record: IdempotencyRecord, expires_s: int) -> None: ...
 
+    def drop_expired_idempotency(self, now_s: int, limit: int) -> None:
+        """Delete up to ``limit`` idempotency records that expired before ``now_s``, oldest first."""
+        ...
+
+
+#: Expired idempotency records deleted with each new one.
+_EXPIRED_PER_WRITE = 4
+
 
 def state_of(item: Item) -> ItemState:
     size = item.reply_size()
@@ -446,6 +454,9 @@ class SortedRowsStore:
         self, queue: str, record: IdempotencyRecord, *, stale_before: datetime, expires_at: datetime
     ) -> tuple[bool, IdempotencyRecord | None]:
         with self._write() as rows:
+            # What DynamoDB's TTL does: a few expired records go with each new one, so they never pile
+            # up faster than they are written.
+            rows.drop_expired_idempotency(int(record.started_at.timestamp()), _EXPIRED_PER_WRITE)
             found = rows.idempotency(queue, record.key)
             previous = None if found is None else found[0]
             # A retry finds the first request's record unless it belongs to an earlier queue of the

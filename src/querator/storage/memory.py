@@ -11,6 +11,7 @@ Everything is lost when the process ends.
 from __future__ import annotations
 
 import bisect
+import heapq
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -47,6 +48,8 @@ class _MemoryRows:
     def __init__(self) -> None:
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._idem: dict[tuple[str, str], tuple[IdempotencyRecord, int]] = {}
+        #: (expiry, queue, key) of every record written; stale entries are skipped when popped.
+        self._idem_expiry: list[tuple[int, str, str]] = []
 
     def _get(self, queue: str, partition: int) -> _Partition | None:
         return self._partitions.get((queue, partition))
@@ -140,12 +143,23 @@ class _MemoryRows:
         if partition == 0:
             for key in [k for k in self._idem if k[0] == queue]:
                 del self._idem[key]
+            self._idem_expiry = [e for e in self._idem_expiry if e[1] != queue]
+            heapq.heapify(self._idem_expiry)
 
     def idempotency(self, queue: str, key: str) -> tuple[IdempotencyRecord, int] | None:
         return self._idem.get((queue, key))
 
     def put_idempotency(self, queue: str, record: IdempotencyRecord, expires_s: int) -> None:
         self._idem[queue, record.key] = (record, expires_s)
+        heapq.heappush(self._idem_expiry, (expires_s, queue, record.key))
+
+    def drop_expired_idempotency(self, now_s: int, limit: int) -> None:
+        while limit and self._idem_expiry and self._idem_expiry[0][0] < now_s:
+            expires, queue, key = heapq.heappop(self._idem_expiry)
+            found = self._idem.get((queue, key))
+            if found is not None and found[1] == expires:
+                del self._idem[queue, key]
+                limit -= 1
 
 
 class InMemoryItemStore(SortedRowsStore):

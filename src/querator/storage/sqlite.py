@@ -83,6 +83,7 @@ CREATE TABLE idempotency (
     expires_s INTEGER NOT NULL,
     PRIMARY KEY (queue, key)
 ) WITHOUT ROWID;
+CREATE INDEX idempotency_expiry ON idempotency (expires_s);
 CREATE TABLE queues (
     name TEXT PRIMARY KEY, lease_us INTEGER NOT NULL, expire_us INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, dead_queue TEXT NOT NULL, reference TEXT NOT NULL,
@@ -463,6 +464,13 @@ class _SQLiteRows:
             queue_created_at=utc_from_timestamp_us(created),
         )
         return record, expires
+
+    def drop_expired_idempotency(self, now_s: int, limit: int) -> None:
+        self._c.execute(
+            "DELETE FROM idempotency WHERE (queue, key) IN"
+            " (SELECT queue, key FROM idempotency WHERE expires_s < ? ORDER BY expires_s LIMIT ?)",
+            (now_s, limit),
+        )
 
     def put_idempotency(self, queue: str, record: IdempotencyRecord, expires_s: int) -> None:
         self._c.execute(
