@@ -88,8 +88,13 @@ class ConfigurationError(RuntimeError):
 
 
 class StoreKind:
+    """The kinds of store a store URL names (``parse_store``)."""
+
+    #: The items and catalog tables (AWS, or ``AWS_ENDPOINT_URL_DYNAMODB``).
     DYNAMODB: Final = "dynamodb"
+    #: One SQLite file on this machine: ``sqlite:PATH``.
     SQLITE: Final = "sqlite"
+    #: This process's memory.
     MEMORY: Final = "memory"
 
 
