@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from contextlib import contextmanager
@@ -163,11 +164,21 @@ def moto_server_process() -> Iterator[str]:
 def serve_process(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """``querator serve --port 0`` in a child process, exactly as a user starts it; yields its URL.
 
-    The child gets its own embedded store unless ``env`` sets ``AWS_ENDPOINT_URL_DYNAMODB``. It is
-    stopped with SIGTERM (by its PID) and must exit by itself.
+    The child gets its own store (the default, a SQLite file, in a data directory of its own, deleted
+    afterwards) unless ``args`` name a ``--store`` or ``env`` sets ``AWS_ENDPOINT_URL_DYNAMODB``. It
+    is stopped with SIGTERM (by its PID) and must exit by itself.
     """
-    child_env = {**os.environ, **(env or {})}
-    if env is None or "AWS_ENDPOINT_URL_DYNAMODB" not in env:
+    with tempfile.TemporaryDirectory(prefix="querator-serve-") as data:
+        yield from _serve_child(
+            args,
+            {"XDG_DATA_HOME": data, **(env or {})},
+            endpoint=bool(env and "AWS_ENDPOINT_URL_DYNAMODB" in env),
+        )
+
+
+def _serve_child(args: tuple[str, ...], env: dict[str, str], *, endpoint: bool) -> Iterator[str]:
+    child_env = {**os.environ, **env}
+    if not endpoint:
         child_env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
     child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
         [sys.executable, "-m", "querator.cli", "serve", "--port", "0", "--quiet", *args],

@@ -137,9 +137,15 @@ def _scheduled(item: Item, now: datetime) -> bool:
     return item.enqueue_at is not None and item.enqueue_at > now
 
 
-def _counted_scheduled(item: Item, schedule_mark: str, now: datetime) -> bool:
-    """Still counted as scheduled: the schedule pass has not reached its id yet."""
-    return item.enqueue_at is not None and (item.id >= visible_bound(now) or item.id >= schedule_mark)
+def _counted_scheduled(item: Item, schedule_mark: str) -> bool:
+    """Still counted as scheduled: the schedule pass has not reached its id yet.
+
+    The mark is read in the same transaction as the delete, so it alone decides. (The reference also
+    counts ids at or above ``visible_bound(now)``, for the mark it may not read; with a caller's
+    ``now`` older than a schedule pass that ran meanwhile, that counts an item the pass already
+    took off: a drift the transaction avoids.)
+    """
+    return item.enqueue_at is not None and item.id >= schedule_mark
 
 
 def _guard_holds(item: Item | None, guard: Guard, now: datetime) -> bool:
@@ -370,7 +376,7 @@ class SortedRowsStore:
                     item.created_at,
                     sign=-1,
                     leased=item.lease_deadline is not None,
-                    scheduled=_counted_scheduled(item, mark, now),
+                    scheduled=_counted_scheduled(item, mark),
                 )
             if counts.items:
                 rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
@@ -401,7 +407,7 @@ class SortedRowsStore:
                     item.created_at,
                     sign=-1,
                     leased=item.lease_deadline is not None,
-                    scheduled=_counted_scheduled(item, mark, now),
+                    scheduled=_counted_scheduled(item, mark),
                 )
                 deltas.setdefault(target, _Counts()).add(
                     move.replacement.created_at,
