@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,6 +13,16 @@ from querator.testing import FakeClock, moto_server_process, serve_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``querator serve`` keeps its data under the user's data directory by default: the servers the
+    tests start (which inherit this environment) keep theirs in a directory of this session."""
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="querator-tests-data-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ.get("XDG_DATA_HOME", ""), ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

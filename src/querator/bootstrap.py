@@ -1,26 +1,33 @@
-"""Composition root: settings → boto3 client → storage adapters → ``QueueService``.
+"""Composition root: settings → storage adapters → ``QueueService``.
 
-The only module that knows which adapters are in use. ``get_service`` is cached so a warm Lambda
-reuses its client and its connections; nothing here runs at import time, so tests start moto (or
-set ``AWS_ENDPOINT_URL_DYNAMODB``) first and call ``get_service.cache_clear()`` between cases.
+The only module that knows which adapters are in use: DynamoDB in AWS (``QUERATOR_STORE`` unset),
+SQLite or memory for ``querator serve`` and ``querator.embedded`` (``open_stores``). ``get_service``
+is cached so a warm Lambda reuses its client and its connections; nothing here runs at import time,
+so tests start moto (or set ``AWS_ENDPOINT_URL_DYNAMODB``) first and call ``reset()`` between cases.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config
 
 from querator.clock import SystemClock
-from querator.config import load_settings
+from querator.config import ConfigurationError, StoreKind, load_settings, parse_store
 from querator.service import QueueService
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_dynamodb import DynamoDBClient
+
+    from querator.config import Settings
+    from querator.ports import ItemStore, QueueCatalog
 
 #: Standard retry mode backs off on throttling; a Lambda serves one request at a time, but the local
 #: server runs requests on threads that share this client, hence the larger pool.
@@ -39,23 +46,73 @@ def get_client() -> DynamoDBClient:
     return boto3.client("dynamodb", region_name=settings.region, config=_CLIENT_CONFIG)
 
 
+#: How to close the stores ``get_service`` opened (files); ``reset`` does.
+_opened: list[Callable[[], None]] = []
+
+
+@dataclass(frozen=True)
+class Stores:
+    """A catalog and an item store over one backing store, and how to close it (files)."""
+
+    catalog: QueueCatalog
+    store: ItemStore
+    close: Callable[[], None] = lambda: None
+
+
+def open_stores(url: str, settings: Settings | None = None) -> Stores:
+    """The catalog and item store a store URL names (``querator.config.parse_store``).
+
+    ``memory`` is new and empty on every call; ``sqlite:PATH`` opens (or creates) the file;
+    ``dynamodb`` uses the tables of ``settings`` (default: the environment's).
+
+    Raises
+    ------
+    ConfigurationError
+        An unknown URL, or a file that cannot be a Querator database (not one, a newer schema, not
+        writable); the message is one line and the file was not changed.
+    """
+    kind, path = parse_store(url)
+    if kind == StoreKind.MEMORY:
+        from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog  # noqa: PLC0415
+
+        return Stores(InMemoryQueueCatalog(), InMemoryItemStore())
+    if kind == StoreKind.SQLITE:
+        from querator.storage.sqlite import (  # noqa: PLC0415 - only the local server and embedded use it
+            DatabaseFileError,
+            SQLiteDatabase,
+            SQLiteItemStore,
+            SQLiteQueueCatalog,
+        )
+
+        try:
+            database = SQLiteDatabase(path)
+        except DatabaseFileError as exc:
+            raise ConfigurationError(str(exc)) from exc
+        return Stores(SQLiteQueueCatalog(database), SQLiteItemStore(database), database.close)
+    settings = settings or load_settings()
+    client = get_client()
+    catalog = DynamoDBQueueCatalog(
+        settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
+    )
+    return Stores(catalog, DynamoDBItemStore(client, settings.items_table))
+
+
 @functools.cache
 def get_service() -> QueueService:
     """The process's queue service, built on first use."""
     settings = load_settings()
-    client = get_client()
+    stores = open_stores(settings.store, settings)
+    _opened.append(stores.close)
     return QueueService(
-        catalog=DynamoDBQueueCatalog(
-            settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
-        ),
-        store=DynamoDBItemStore(client, settings.items_table),
-        clock=SystemClock(),
-        queue_cache_ttl=settings.queue_cache,
+        catalog=stores.catalog, store=stores.store, clock=SystemClock(), queue_cache_ttl=settings.queue_cache
     )
 
 
 def reset() -> None:
-    """Forget the cached settings, client and service (tests; the local server after a restart)."""
+    """Forget the cached settings, client and service and close the files they opened (tests; the
+    local server when it starts and stops)."""
+    while _opened:
+        _opened.pop()()
     get_service.cache_clear()
     get_client.cache_clear()
     load_settings.cache_clear()

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 class EnvVar:
     """Names of the environment variables the product reads."""
 
+    #: Where items and queues live: ``dynamodb`` (the default: the tables below), ``sqlite:PATH``
+    #: (one file on this machine) or ``memory`` (this process only); see ``parse_store``.
+    STORE: Final = "QUERATOR_STORE"
     #: The items table (``querator.storage.dynamodb.schema``).
     ITEMS_TABLE: Final = "QUERATOR_ITEMS_TABLE"
     #: The queue catalog table.
@@ -88,13 +91,42 @@ class ConfigurationError(RuntimeError):
     """The environment does not configure the product; raised at cold start."""
 
 
+class StoreKind:
+    """The kinds of store a store URL names (``parse_store``)."""
+
+    #: The items and catalog tables (AWS, or ``AWS_ENDPOINT_URL_DYNAMODB``).
+    DYNAMODB: Final = "dynamodb"
+    #: One SQLite file on this machine: ``sqlite:PATH``.
+    SQLITE: Final = "sqlite"
+    #: This process's memory.
+    MEMORY: Final = "memory"
+
+
+def parse_store(url: str) -> tuple[str, str]:
+    """``(kind, path)`` of a store URL: ``dynamodb``, ``memory`` or ``sqlite:PATH`` (path "" otherwise).
+
+    Raises
+    ------
+    ConfigurationError
+        Any other URL; the message says which ones exist.
+    """
+    if url in (StoreKind.DYNAMODB, StoreKind.MEMORY):
+        return url, ""
+    if url.startswith(f"{StoreKind.SQLITE}:") and url.removeprefix(f"{StoreKind.SQLITE}:").strip():
+        return StoreKind.SQLITE, url.removeprefix(f"{StoreKind.SQLITE}:")
+    raise ConfigurationError(f"unsupported store {url!r}: use sqlite:PATH, memory or dynamodb")
+
+
 class Settings(BaseModel):
     """Everything a function needs from its environment."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    items_table: str = Field(min_length=3, max_length=255)
-    catalog_table: str = Field(min_length=3, max_length=255)
+    #: A store URL (``parse_store``); the deployed functions use DynamoDB.
+    store: str = StoreKind.DYNAMODB
+    #: Required for the DynamoDB store only.
+    items_table: str = Field(default="", max_length=255)
+    catalog_table: str = Field(default="", max_length=255)
     region: str | None = None
     lease_wait_cap: timedelta = Field(default=DEFAULT_LEASE_WAIT_CAP, gt=timedelta(0))
     reaper_margin: timedelta = Field(default=DEFAULT_REAPER_MARGIN, ge=timedelta(0))
@@ -109,12 +141,18 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
     ConfigurationError
         A table name is missing, or a value does not parse; the message names the variable.
     """
+    store = environ.get(EnvVar.STORE) or StoreKind.DYNAMODB
+    kind, _ = parse_store(store)
     missing = [name for name in (EnvVar.ITEMS_TABLE, EnvVar.CATALOG_TABLE) if not environ.get(name)]
-    if missing:
+    if missing and kind == StoreKind.DYNAMODB:
         raise ConfigurationError(f"missing environment variable(s): {', '.join(missing)}")
+    for name in (EnvVar.ITEMS_TABLE, EnvVar.CATALOG_TABLE):
+        if kind == StoreKind.DYNAMODB and len(environ[name]) < 3:
+            raise ConfigurationError(f"{name}={environ[name]!r} is not a table name (3 characters or more)")
     values: dict[str, object] = {
-        "items_table": environ[EnvVar.ITEMS_TABLE],
-        "catalog_table": environ[EnvVar.CATALOG_TABLE],
+        "store": store,
+        "items_table": environ.get(EnvVar.ITEMS_TABLE, ""),
+        "catalog_table": environ.get(EnvVar.CATALOG_TABLE, ""),
         "region": environ.get(EnvVar.REGION) or None,
     }
     seconds = (

@@ -3,8 +3,10 @@
 Each HTTP request becomes an API Gateway REST (v1) proxy event and goes to the ``lambda_handler`` of
 the function that serves its route in AWS (``routes.Route.function``), so the local server runs the
 same code path as the deployed stack. A background thread invokes the reaper handler with a
-scheduled event every ``reaper_interval`` seconds. The store is ``AWS_ENDPOINT_URL_DYNAMODB`` when
-set, otherwise an embedded single-threaded moto server (``querator.localstore``) started here.
+scheduled event every ``reaper_interval`` seconds. The store is a store URL
+(``querator.config.parse_store``) handed to the handlers' composition root through
+``QUERATOR_STORE``: ``sqlite:PATH`` or ``memory``; for ``dynamodb``, ``AWS_ENDPOINT_URL_DYNAMODB``
+when set, otherwise an embedded single-threaded moto server (``querator.localstore``) started here.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from urllib.parse import parse_qsl
 from querator import bootstrap
 from querator.api import routes
 from querator.api.errors import body_too_large, error_response, unknown_path
-from querator.config import EnvVar, load_settings
+from querator.config import EnvVar, StoreKind, load_settings, parse_store
 from querator.localstore import LOOPBACK
 from querator.storage.dynamodb import schema
 
@@ -249,13 +251,25 @@ class LocalServer:
     """The HTTP server, the reaper thread and (unless a store is configured) the embedded store."""
 
     def __init__(
-        self, *, host: str = LOOPBACK, port: int = DEFAULT_PORT, reaper_interval: float = 1.0
+        self,
+        *,
+        host: str = LOOPBACK,
+        port: int = DEFAULT_PORT,
+        reaper_interval: float = 1.0,
+        store: str = StoreKind.DYNAMODB,
     ) -> None:
         self._host, self._port, self._reaper_interval = host, port, reaper_interval
+        #: The store URL the handlers use.
+        self.store_url = store
         self._store: Any = None
         self._httpd: ThreadingHTTPServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    @property
+    def embedded_dynamodb(self) -> bool:
+        """True when this server started the in-memory DynamoDB-compatible store itself."""
+        return self._store is not None
 
     @property
     def url(self) -> str:
@@ -272,12 +286,13 @@ class LocalServer:
         OSError
             The port cannot be bound (``errno.EADDRINUSE``: another server has it); nothing was
             started.
+        ConfigurationError
+            The store URL is not one, or its file cannot be a Querator database (left untouched).
         """
         # Bound first: a busy port fails before the embedded store starts.
         self._httpd = _HTTPServer((self._host, self._port), _RequestHandler)
         try:
             self._configure_store()
-            bootstrap.reset()
             _RequestHandler.handlers = {
                 function: load_handler(function) for function in {route.function for route in routes.ROUTES}
             }
@@ -304,6 +319,13 @@ class LocalServer:
         # process, may be another request's; locally the request line says what happened, so only
         # warnings and errors come through unless POWERTOOLS_LOG_LEVEL says otherwise.
         os.environ.setdefault(EnvVar.POWERTOOLS_LOG_LEVEL, "WARNING")
+        kind, _ = parse_store(self.store_url)
+        os.environ[EnvVar.STORE] = self.store_url
+        if kind != StoreKind.DYNAMODB:
+            # Opened now, so a bad file is refused before the server says it is listening.
+            bootstrap.reset()
+            bootstrap.get_service()
+            return
         if not os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"):
             from querator.localstore import EmbeddedDynamoDB  # noqa: PLC0415 - needs the "local" extra
 
@@ -337,6 +359,8 @@ class LocalServer:
             thread.join(timeout=10)
         if self._store is not None:
             self._store.stop()
+        # Closes the store's file (a SQLite file is whole again, without its write-ahead log).
+        bootstrap.reset()
 
     def __enter__(self) -> LocalServer:
         return self.start()

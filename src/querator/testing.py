@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from contextlib import contextmanager
@@ -22,9 +23,12 @@ from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import WRITE_CONCURRENCY, DynamoDBItemStore
+from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog
+from querator.storage.sqlite import SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from pyspark.sql import SparkSession
@@ -40,8 +44,10 @@ __all__ = [
     "build_service",
     "dynamodb_client",
     "local_spark_session",
+    "memory_service",
     "moto_server_process",
     "serve_process",
+    "sqlite_service",
 ]
 
 #: moto's fake credentials, never real ones.
@@ -112,6 +118,19 @@ def build_service(
     )
 
 
+def memory_service(*, clock: Any, ids: IdFactory | None = None) -> QueueService:
+    """A service over a fresh in-memory store and catalog: no moto, no sockets."""
+    return QueueService(catalog=InMemoryQueueCatalog(), store=InMemoryItemStore(), clock=clock, ids=ids)
+
+
+def sqlite_service(path: str | Path, *, clock: Any, ids: IdFactory | None = None) -> QueueService:
+    """A service over the SQLite database at ``path`` (created when missing)."""
+    database = SQLiteDatabase(path)
+    return QueueService(
+        catalog=SQLiteQueueCatalog(database), store=SQLiteItemStore(database), clock=clock, ids=ids
+    )
+
+
 def _is_server(client: DynamoDBClient) -> bool:
     """True when ``client`` talks to a server on this machine, not to moto's in-process mock."""
     return str(client.meta.endpoint_url).startswith("http://127.0.0.1")
@@ -145,11 +164,21 @@ def moto_server_process() -> Iterator[str]:
 def serve_process(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """``querator serve --port 0`` in a child process, exactly as a user starts it; yields its URL.
 
-    The child gets its own embedded store unless ``env`` sets ``AWS_ENDPOINT_URL_DYNAMODB``. It is
-    stopped with SIGTERM (by its PID) and must exit by itself.
+    The child gets its own store (the default, a SQLite file, in a data directory of its own, deleted
+    afterwards) unless ``args`` name a ``--store`` or ``env`` sets ``AWS_ENDPOINT_URL_DYNAMODB``. It
+    is stopped with SIGTERM (by its PID) and must exit by itself.
     """
-    child_env = {**os.environ, **(env or {})}
-    if env is None or "AWS_ENDPOINT_URL_DYNAMODB" not in env:
+    with tempfile.TemporaryDirectory(prefix="querator-serve-") as data:
+        yield from _serve_child(
+            args,
+            {"XDG_DATA_HOME": data, **(env or {})},
+            endpoint=bool(env and "AWS_ENDPOINT_URL_DYNAMODB" in env),
+        )
+
+
+def _serve_child(args: tuple[str, ...], env: dict[str, str], *, endpoint: bool) -> Iterator[str]:
+    child_env = {**os.environ, **env}
+    if not endpoint:
         child_env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
     child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
         [sys.executable, "-m", "querator.cli", "serve", "--port", "0", "--quiet", *args],

@@ -9,7 +9,7 @@ import pytest
 from moto import mock_aws
 
 from benchmarks.meter import CostMeter
-from querator.testing import build_service, dynamodb_client
+from querator.testing import build_service, dynamodb_client, memory_service, sqlite_service
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -20,9 +20,17 @@ if TYPE_CHECKING:
     from querator.testing import FakeClock
 
 
-@pytest.fixture(params=["moto", "moto_server"])
+#: Every store the suite runs on; ``metered`` tests (DynamoDB's units) run on the DynamoDB ones only.
+STORES = ["memory", "sqlite", "moto", "moto_server"]
+
+
+@pytest.fixture(params=STORES)
 def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueService]:
-    if request.param == "moto":
+    if request.param == "memory":
+        yield memory_service(clock=clock)
+    elif request.param == "sqlite":
+        yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock)
+    elif request.param == "moto":
         with mock_aws():
             yield build_service(dynamodb_client(), clock=clock)
     else:

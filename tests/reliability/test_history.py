@@ -1,7 +1,8 @@
 """Concurrent produce / lease / complete / retry / expiry on one partition, checked against the model.
 
 Two producers and four consumers run against one queue partition on a single-threaded moto server
-(conditional writes are atomic there, as on DynamoDB) with 2-second leases and the real clock.
+(conditional writes are atomic there, as on DynamoDB), on a SQLite file and in memory, with 2-second
+leases and the real clock.
 Consumers complete most items, retry some now, send some to the dead-letter queue, and abandon some
 so their leases run out (an item abandoned three times is dead-lettered: ``max_attempts`` 3).
 Every call is recorded; ``tests.reliability.history.check`` verifies the FIFO-with-leases model.
@@ -21,7 +22,7 @@ import pytest
 from querator.clock import SystemClock
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo, RetryRequest
-from querator.testing import build_service, dynamodb_client
+from querator.testing import build_service, dynamodb_client, memory_service, sqlite_service
 from tests.reliability.history import Event, History, check, now
 
 if TYPE_CHECKING:
@@ -117,9 +118,18 @@ def identities_in(service: QueueService, queue: str) -> list[str]:
     return [item.payload.decode() for item in service._store.iter_items(queue, 0)]  # type: ignore[attr-defined]
 
 
-def test_concurrent_history_satisfies_the_fifo_with_leases_model(moto_server: str) -> None:
+@pytest.mark.parametrize("store", ["moto_server", "sqlite", "memory"])
+def test_concurrent_history_satisfies_the_fifo_with_leases_model(
+    store: str, request: pytest.FixtureRequest, tmp_path
+) -> None:
     # GIVEN one partition with short leases, a dead-letter queue and max_attempts 3
-    service = build_service(dynamodb_client(moto_server, max_pool=16), clock=SystemClock())
+    if store == "moto_server":
+        moto_server = request.getfixturevalue("moto_server")
+        service = build_service(dynamodb_client(moto_server, max_pool=16), clock=SystemClock())
+    elif store == "sqlite":
+        service = sqlite_service(tmp_path / "history.db", clock=SystemClock())
+    else:
+        service = memory_service(clock=SystemClock())
     queue, dead = "history", "history-dead"
     make_queues(service, queue, dead)
     history = History()

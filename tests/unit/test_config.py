@@ -6,7 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from querator.config import DEFAULT_LEASE_WAIT_CAP, ConfigurationError, EnvVar, settings_from
+from querator.config import (
+    DEFAULT_LEASE_WAIT_CAP,
+    ConfigurationError,
+    EnvVar,
+    StoreKind,
+    parse_store,
+    settings_from,
+)
 
 TABLES = {EnvVar.ITEMS_TABLE: "items-prod", EnvVar.CATALOG_TABLE: "queues-prod"}
 
@@ -37,3 +44,16 @@ def test_tunables_have_defaults_and_parse_seconds():
 def test_a_bad_wait_cap_is_refused(raw):
     with pytest.raises(ConfigurationError, match=r"LEASE_WAIT_CAP|lease_wait_cap"):
         settings_from({**TABLES, EnvVar.LEASE_WAIT_CAP: raw})
+
+
+def test_a_store_url_is_parsed_and_other_stores_need_no_table_names():
+    assert parse_store("memory") == (StoreKind.MEMORY, "")
+    assert parse_store("dynamodb") == (StoreKind.DYNAMODB, "")
+    assert parse_store("sqlite:/srv/q.db") == (StoreKind.SQLITE, "/srv/q.db")
+    for bad in ("postgres://localhost/q", "sqlite:", "sqlite", "MEMORY", ""):
+        with pytest.raises(ConfigurationError, match="unsupported store"):
+            parse_store(bad)
+    assert settings_from({EnvVar.STORE: "sqlite:q.db"}).store == "sqlite:q.db"
+    assert settings_from(TABLES).store == StoreKind.DYNAMODB
+    with pytest.raises(ConfigurationError, match="unsupported store"):
+        settings_from({**TABLES, EnvVar.STORE: "redis://x"})

@@ -11,32 +11,32 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from moto import mock_aws
 
 from querator.domain.model import NewItem, QueueInfo
-from querator.testing import FakeClock, build_service, dynamodb_client
+from querator.testing import FakeClock, memory_service
 
 ITEMS = 40
 STOLEN = 35
 
+pytestmark = pytest.mark.disable_socket
+
 
 @pytest.fixture
 def service():
-    with mock_aws():
-        service = build_service(dynamodb_client(), clock=FakeClock())
-        service._rng = random.Random(7)
-        placeholder = datetime(2000, 1, 1, tzinfo=UTC)
-        service.create_queue(
-            QueueInfo(
-                name="busy",
-                lease_timeout=timedelta(minutes=1),
-                expire_timeout=timedelta(hours=1),
-                created_at=placeholder,
-                updated_at=placeholder,
-            )
+    service = memory_service(clock=FakeClock())
+    service._rng = random.Random(7)
+    placeholder = datetime(2000, 1, 1, tzinfo=UTC)
+    service.create_queue(
+        QueueInfo(
+            name="busy",
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(hours=1),
+            created_at=placeholder,
+            updated_at=placeholder,
         )
-        service.produce("busy", [NewItem(payload=f"{n:02d}".encode()) for n in range(ITEMS)])
-        yield service
+    )
+    service.produce("busy", [NewItem(payload=f"{n:02d}".encode()) for n in range(ITEMS)])
+    return service
 
 
 def test_lost_races_on_a_stale_page_cost_at_most_three_failed_writes(service):

@@ -9,13 +9,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from moto import mock_aws
 
 from querator.domain.errors import QueueDeletingError, QueueNotFoundError
 from querator.domain.model import NewItem, QueueUpdate
 from querator.service import DEFAULT_QUEUE_CACHE_TTL, QueueService
-from querator.testing import FakeClock, build_service, dynamodb_client
+from querator.testing import FakeClock, memory_service
 from tests.contract.helpers import make_queue
+
+pytestmark = pytest.mark.disable_socket
 
 
 @pytest.fixture
@@ -25,8 +26,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def here(clock):
-    with mock_aws():
-        yield build_service(dynamodb_client(), clock=clock)
+    return memory_service(clock=clock)
 
 
 @pytest.fixture

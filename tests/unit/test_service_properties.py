@@ -1,4 +1,5 @@
-"""Unit: the service under random operation sequences (hypothesis stateful testing, moto in-process).
+"""Unit: the service under random operation sequences (hypothesis stateful testing), on the in-memory
+store and on a SQLite file.
 
 A model of what the queue must hold is kept beside the service; after every step the service's
 storage must agree with it: nothing lost, nothing doubled, no item under two live leases, attempts
@@ -14,12 +15,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from moto import mock_aws
 
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo, RetryRequest
 from querator.service import QueueService
-from querator.testing import FakeClock, build_service, dynamodb_client
+from querator.testing import FakeClock, memory_service, sqlite_service
 
 LEASE = timedelta(seconds=30)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -29,21 +29,26 @@ _shared: dict[str, QueueService] = {}
 _machine_numbers = itertools.count()
 
 
+#: No network: the in-memory store is the reference implementation of the ports.
+pytestmark = pytest.mark.disable_socket
+
+
 @pytest.fixture(autouse=True, scope="module")
-def shared_store():
-    """One moto and one pair of tables for all examples (each example uses its own queues):
-    creating them per example made this test take a minute."""
-    with mock_aws():
-        _shared["service"] = build_service(dynamodb_client(), clock=FakeClock(START))
-        yield
-        _shared.clear()
+def shared_store(tmp_path_factory):
+    """One store of each kind for all examples (each example uses its own queues)."""
+    _shared["memory"] = memory_service(clock=FakeClock(START))
+    _shared["sqlite"] = sqlite_service(tmp_path_factory.mktemp("props") / "q.db", clock=FakeClock(START))
+    yield
+    _shared.clear()
 
 
 class QueueMachine(RuleBasedStateMachine):
+    store = "memory"
+
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock(START)
-        shared = _shared["service"]
+        shared = _shared[self.store]
         self.service = QueueService(catalog=shared._catalog, store=shared._store, clock=self.clock)
         n = next(_machine_numbers)
         self.q, self.dlq = f"q{n}", f"dlq{n}"
@@ -143,3 +148,11 @@ QueueMachine.TestCase.settings = settings(
     max_examples=25, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
 )
 TestQueueLifecycle = QueueMachine.TestCase
+
+
+class SQLiteQueueMachine(QueueMachine):
+    store = "sqlite"
+
+
+SQLiteQueueMachine.TestCase.settings = QueueMachine.TestCase.settings
+TestQueueLifecycleOnSQLite = SQLiteQueueMachine.TestCase

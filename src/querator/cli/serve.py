@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from querator.config import ConfigurationError, StoreKind, parse_store
 from querator.localserver import DEFAULT_PORT, REQUEST_LOGGER, LocalServer
 from querator.localstore import LOOPBACK
 
@@ -21,8 +24,18 @@ def register(commands: Any) -> None:
         "serve",
         help="run the service locally (embedded store and reaper)",
         description=(
-            "Run the HTTP API on 127.0.0.1 with the real Lambda handlers, an embedded DynamoDB-"
-            "compatible store (or AWS_ENDPOINT_URL_DYNAMODB when set) and the reaper."
+            "Run the HTTP API on 127.0.0.1 with the real Lambda handlers, the reaper and a store: by"
+            f" default a SQLite file that keeps queues and items across restarts ({default_database_path()})."
+        ),
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help=(
+            "where queues and items live: sqlite:PATH (one file; default"
+            f" sqlite:{default_database_path()}), memory (lost when the server stops) or dynamodb (an"
+            " embedded DynamoDB-compatible store in memory, or AWS_ENDPOINT_URL_DYNAMODB when set, which is"
+            " also the default then)"
         ),
     )
     parser.add_argument("--host", default=LOOPBACK, help=f"address to bind (default {LOOPBACK})")
@@ -53,8 +66,19 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    store = args.store or (
+        StoreKind.DYNAMODB
+        if os.environ.get("AWS_ENDPOINT_URL_DYNAMODB")
+        else f"{StoreKind.SQLITE}:{default_database_path()}"
+    )
     try:
-        server = LocalServer(host=args.host, port=args.port, reaper_interval=args.reaper_interval).start()
+        parse_store(store)
+        server = LocalServer(
+            host=args.host, port=args.port, reaper_interval=args.reaper_interval, store=store
+        ).start()
+    except ConfigurationError as exc:
+        print(f"querator serve: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
@@ -64,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    where = _describe(store, embedded=server.embedded_dynamodb)
+    print(f"querator serve: {where}", file=sys.stderr, flush=True)  # noqa: T201
     try:
         # The first line of stdout is the URL, so scripts and tests can start it with --port 0.
         print(f"Querator listening on {server.url}", flush=True)  # noqa: T201
@@ -72,6 +98,30 @@ def run(args: argparse.Namespace) -> int:
         server.stop()
     print("Querator stopped", file=sys.stderr, flush=True)  # noqa: T201
     return 0
+
+
+def default_database_path() -> Path:
+    """``$XDG_DATA_HOME/querator/querator.db``, or under ``~/.local/share`` when it is not set."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "querator" / "querator.db"
+
+
+def _describe(store: str, *, embedded: bool) -> str:
+    """Where the data lives and how long it lasts: the start-up line on stderr."""
+    kind, path = parse_store(store)
+    if kind == StoreKind.SQLITE:
+        return (
+            f"data in {Path(path).expanduser().resolve()} (kept across restarts; stop the server and delete"
+            " the file to wipe it)"
+        )
+    if kind == StoreKind.MEMORY:
+        return "WARNING: --store memory is EPHEMERAL: every queue and item is lost when the server stops"
+    if embedded:
+        return (
+            "WARNING: --store dynamodb without AWS_ENDPOINT_URL_DYNAMODB is an embedded DynamoDB-compatible"
+            " store (moto) in memory: every queue and item is lost when the server stops"
+        )
+    return f"data in DynamoDB at {os.environ.get('AWS_ENDPOINT_URL_DYNAMODB') or 'AWS'}"
 
 
 def _log_requests(*, quiet: bool) -> None:

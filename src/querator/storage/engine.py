@@ -1,0 +1,486 @@
+"""Storage layer: the ``ItemStore`` port's semantics over sorted rows, shared by the embedded stores.
+
+The in-memory and SQLite stores differ only in where rows live (``Rows``); what each port method
+means (guards, counters, marks, lease records, idempotency) is written once here, after the
+DynamoDB store, which is the reference (docs/adr/0060-embedded-stores.md). Every port method runs
+in one transaction of the backing store, so each guarded write is atomic, and the head row's
+counters change in the same transaction as the items (no drift, unlike DynamoDB's separate write).
+Every read is a key range of what the caller needs: O(log n + k), never O(what the partition holds),
+except ``iter_items`` and ``source_ids``, as in the reference.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
+
+from querator.domain.ids import ITEMS_END, visible_bound
+from querator.domain.model import Item, ItemState, timestamp_us
+from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+    from contextlib import AbstractContextManager
+    from datetime import datetime
+
+    from querator.ports import Move
+
+
+class Rows(Protocol):
+    """One transaction's view of a store's rows; ranges are ``[start, end)`` in id order."""
+
+    def head(self, queue: str, partition: int) -> PartitionHead: ...
+
+    def write_head(self, queue: str, partition: int, head: PartitionHead) -> None: ...
+
+    def item(self, queue: str, partition: int, item_id: str) -> Item | None: ...
+
+    def put(self, queue: str, partition: int, item: Item) -> None: ...
+
+    def remove(self, queue: str, partition: int, item_id: str) -> None: ...
+
+    def items(self, queue: str, partition: int, start: str, end: str, limit: int) -> list[Item]: ...
+
+    def states(self, queue: str, partition: int, start: str, end: str, limit: int) -> list[ItemState]: ...
+
+    def records_due(self, queue: str, partition: int, below: str, limit: int) -> list[LeaseRecord]:
+        """Lease records with keys below ``below``, in key (deadline) order."""
+        ...
+
+    def put_record(self, queue: str, partition: int, record: LeaseRecord) -> None: ...
+
+    def drop_record(self, queue: str, partition: int, key: str) -> None: ...
+
+    def purge(self, queue: str, partition: int, limit: int) -> int:
+        """Delete up to ``limit`` rows of the partition (items, lease records, head); how many."""
+        ...
+
+    def idempotency(self, queue: str, key: str) -> tuple[IdempotencyRecord, int] | None:
+        """The record and its expiry (epoch seconds)."""
+        ...
+
+    def put_idempotency(self, queue: str, record: IdempotencyRecord, expires_s: int) -> None: ...
+
+    def drop_expired_idempotency(self, now_s: int, limit: int) -> None:
+        """Delete up to ``limit`` idempotency records that expired before ``now_s``, oldest first."""
+        ...
+
+
+#: Expired idempotency records deleted with each new one.
+_EXPIRED_PER_WRITE = 4
+
+
+def state_of(item: Item) -> ItemState:
+    size = item.reply_size()
+    return ItemState(
+        id=item.id,
+        attempts=item.attempts,
+        lease_deadline=item.lease_deadline,
+        expire_deadline=item.expire_deadline,
+        created_at=item.created_at,
+        enqueue_at=item.enqueue_at,
+        # As the reference stores it: only sizes from the threshold on (``ItemState.payload_size``).
+        payload_size=size if size >= 1024 else 0,
+    )
+
+
+def lease_record_key(deadline: datetime) -> str:
+    """The deadline in 14 hex digits of microseconds (like an id's time) and a unique suffix."""
+    return f"{timestamp_us(deadline):014x}{secrets.token_hex(8)}"
+
+
+def lease_records_due(now: datetime) -> str:
+    """The first lease record key whose deadline is after ``now``."""
+    return f"{timestamp_us(now) + 1:014x}"
+
+
+def after(key: str) -> str:
+    """The smallest key that sorts after ``key`` among fixed-length keys."""
+    return f"{key}0"
+
+
+@dataclass(slots=True)
+class _Counts:
+    items: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    created: int = 0
+    leased_created: int = 0
+    scheduled_created: int = 0
+
+    def add(self, created: datetime, *, sign: int, leased: bool, scheduled: bool) -> None:
+        seconds = timestamp_us(created) // 1_000_000
+        self.items += sign
+        self.created += sign * seconds
+        if leased:
+            self.leased += sign
+            self.leased_created += sign * seconds
+        if scheduled:
+            self.scheduled += sign
+            self.scheduled_created += sign * seconds
+
+    def applied(self, head: PartitionHead) -> PartitionHead:
+        return replace(
+            head,
+            items=head.items + self.items,
+            leased=head.leased + self.leased,
+            scheduled=head.scheduled + self.scheduled,
+            created_sum=head.created_sum + self.created,
+            leased_created_sum=head.leased_created_sum + self.leased_created,
+            scheduled_created_sum=head.scheduled_created_sum + self.scheduled_created,
+        )
+
+
+def _scheduled(item: Item, now: datetime) -> bool:
+    """Counted as scheduled when written: produced or retried for a time still ahead."""
+    return item.enqueue_at is not None and item.enqueue_at > now
+
+
+def _counted_scheduled(item: Item, schedule_mark: str) -> bool:
+    """Still counted as scheduled: the schedule pass has not reached its id yet.
+
+    The mark is read in the same transaction as the delete, so it alone decides. (The reference also
+    counts ids at or above ``visible_bound(now)``, for the mark it may not read; with a caller's
+    ``now`` older than a schedule pass that ran meanwhile, that counts an item the pass already
+    took off: a drift the transaction avoids.)
+    """
+    return item.enqueue_at is not None and item.id >= schedule_mark
+
+
+def _guard_holds(item: Item | None, guard: Guard, now: datetime) -> bool:
+    """``guard`` (``querator.ports.Guard``) on the item as it is now; the same races as the
+    reference's condition expressions (``storage.dynamodb.expressions``)."""
+    if guard is Guard.ANY:
+        return True
+    if item is None:
+        return False
+    if guard is Guard.NEVER_LEASED:
+        return item.lease_deadline is None
+    if guard is Guard.LEASE_VALID:
+        return item.lease_deadline is not None and item.lease_deadline > now
+    if guard is Guard.LEASE_EXPIRED:
+        return item.lease_deadline is not None and item.lease_deadline <= now
+    return item.lease_deadline is None or item.lease_deadline <= now  # NOT_VALIDLY_LEASED
+
+
+class SortedRowsStore:
+    """``ItemStore`` over ``Rows``; subclasses provide ``_read`` and ``_write`` transactions."""
+
+    def _read(self) -> AbstractContextManager[Rows]:
+        raise NotImplementedError
+
+    def _write(self) -> AbstractContextManager[Rows]:
+        raise NotImplementedError
+
+    # -- writes of new items ---------------------------------------------------------------------
+
+    def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
+        with self._write() as rows:
+            for item in items:
+                rows.put(queue, partition, item)
+            self._count_added(rows, queue, partition, items, now)
+
+    def put_absent(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> list[str]:
+        with self._write() as rows:
+            written = []
+            for item in items:
+                # A put never replaces a live item (the reference's PUT_ABSENT_CONDITION).
+                if rows.item(queue, partition, item.id) is None:
+                    rows.put(queue, partition, item)
+                    written.append(item)
+            self._count_added(rows, queue, partition, written, now)
+        return [item.id for item in written]
+
+    @staticmethod
+    def _count_added(rows: Rows, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
+        counts = _Counts()
+        for item in items:
+            counts.add(
+                item.created_at,
+                sign=1,
+                leased=item.lease_deadline is not None,
+                scheduled=_scheduled(item, now),
+            )
+        if counts.items:
+            head = rows.head(queue, partition)
+            # The schedule mark starts at the partition's first write (as in the reference).
+            mark = head.schedule_mark or visible_bound(now)
+            rows.write_head(queue, partition, replace(counts.applied(head), schedule_mark=mark))
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def head(
+        self, queue: str, partition: int, *, now: datetime, records: int = 0
+    ) -> tuple[PartitionHead, list[LeaseRecord]]:
+        with self._read() as rows:
+            due = rows.records_due(queue, partition, lease_records_due(now), records) if records else []
+            return rows.head(queue, partition), due
+
+    def heads(self, queue: str, partitions: Sequence[int]) -> list[PartitionHead]:
+        with self._read() as rows:
+            return [rows.head(queue, p) for p in partitions]
+
+    def scan(
+        self,
+        queue: str,
+        partition: int,
+        *,
+        start: str,
+        end: str,
+        limit: int,
+        available_at: datetime | None = None,
+        never_leased: bool = False,
+        scheduled_only: bool = False,
+    ) -> Page:
+        if start >= end:
+            return Page(read_to=end)
+        with self._read() as rows:
+            # One more than the limit tells whether the range ended (DynamoDB may say "not done" on
+            # an exact fit; the caller reads an empty page then, here it need not).
+            read = rows.states(queue, partition, start, end, limit + 1)
+        done = len(read) <= limit
+        read = read[:limit]
+        found = [
+            s
+            for s in read
+            if (available_at is None or s.lease_deadline is None or s.lease_deadline <= available_at)
+            and (not never_leased or s.lease_deadline is None)
+            and (not scheduled_only or s.enqueue_at is not None)
+        ]
+        return Page(items=found, read_to=end if done else after(read[-1].id), done=done)
+
+    def states(self, queue: str, partition: int, ids: Sequence[str]) -> list[ItemState]:
+        with self._read() as rows:
+            found = (rows.item(queue, partition, i) for i in dict.fromkeys(ids))
+            return [state_of(item) for item in found if item is not None]
+
+    def get_many(self, queue: str, partition: int, ids: Sequence[str]) -> dict[str, Item]:
+        with self._read() as rows:
+            found = (rows.item(queue, partition, i) for i in dict.fromkeys(ids))
+            return {item.id: item for item in found if item is not None}
+
+    def get(self, queue: str, partition: int, item_id: str) -> Item | None:
+        with self._read() as rows:
+            return rows.item(queue, partition, item_id)
+
+    def list_items(
+        self,
+        queue: str,
+        partition: int,
+        *,
+        limit: int,
+        pivot: str = "",
+        lower: str = "",
+        upper: str = "",
+        max_bytes: int | None = None,
+    ) -> list[Item]:
+        start, end = max(pivot, lower), upper or ITEMS_END
+        if start >= end:
+            return []
+        with self._read() as rows:
+            found = rows.items(queue, partition, start, end, limit)
+        if max_bytes is None:
+            return found
+        kept: list[Item] = []
+        size = 0
+        for item in found:
+            size += len(item.payload)
+            if kept and size > max_bytes:
+                break
+            kept.append(item)
+        return kept
+
+    def iter_items(self, queue: str, partition: int, *, page_size: int = 500) -> Iterator[Item]:
+        pivot = ""
+        while True:
+            page = self.list_items(queue, partition, limit=page_size + 1, pivot=pivot)
+            yield from page[:page_size]
+            if len(page) <= page_size:
+                return
+            pivot = page[page_size].id
+
+    def source_ids(self, queue: str, partition: int) -> set[str]:
+        return {item.source_id for item in self.iter_items(queue, partition) if item.source_id}
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def record_lease(self, queue: str, partition: int, ids: Sequence[str], *, deadline: datetime) -> str:
+        key = lease_record_key(deadline)
+        with self._write() as rows:
+            rows.put_record(queue, partition, LeaseRecord(key=key, deadline=deadline, ids=list(ids)))
+        return key
+
+    def drop_lease_record(self, queue: str, partition: int, key: str) -> None:
+        with self._write() as rows:
+            rows.drop_record(queue, partition, key)
+
+    def claim(
+        self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
+    ) -> list[Item]:
+        won: list[Item] = []
+        with self._write() as rows:
+            for item_id in ids:
+                item = rows.item(queue, partition, item_id)
+                # An id is leased at most once (of two racing consumers only the first wins); an
+                # item past its expire deadline is the reaper's (the reference's CLAIM_CONDITION).
+                if item is None or item.lease_deadline is not None or item.expire_deadline <= now:
+                    continue
+                leased = replace(item, lease_deadline=lease_deadline, attempts=item.attempts + 1)
+                rows.put(queue, partition, leased)
+                won.append(leased)
+        return won
+
+    def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
+        counts = _Counts()
+        for item in items:
+            counts.add(item.created_at, sign=1, leased=True, scheduled=False)
+        counts.items = counts.created = 0
+        if not items and cursor is None:
+            return
+        with self._write() as rows:
+            head = counts.applied(rows.head(queue, partition))
+            rows.write_head(queue, partition, head if cursor is None else replace(head, cursor=cursor))
+
+    def renew(
+        self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
+    ) -> list[str]:
+        failed = []
+        with self._write() as rows:
+            for item_id in ids:
+                item = rows.item(queue, partition, item_id)
+                if item is None or not _guard_holds(item, Guard.LEASE_VALID, now):
+                    failed.append(item_id)
+                    continue
+                rows.put(queue, partition, replace(item, lease_deadline=lease_deadline))
+        return failed
+
+    # -- removals and moves ----------------------------------------------------------------------
+
+    def delete(
+        self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
+    ) -> list[str]:
+        failed = []
+        counts = _Counts()
+        with self._write() as rows:
+            mark = rows.head(queue, partition).schedule_mark
+            for item_id in dict.fromkeys(ids):
+                item = rows.item(queue, partition, item_id)
+                if not _guard_holds(item, guard, now):
+                    failed.append(item_id)
+                    continue
+                if item is None:
+                    continue  # Guard.ANY: gone already is fine
+                rows.remove(queue, partition, item_id)
+                counts.add(
+                    item.created_at,
+                    sign=-1,
+                    leased=item.lease_deadline is not None,
+                    scheduled=_counted_scheduled(item, mark),
+                )
+            if counts.items:
+                rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
+        return failed
+
+    def move(
+        self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
+    ) -> list[bool]:
+        done = []
+        deltas: dict[tuple[str, int], _Counts] = {}
+        with self._write() as rows:
+            mark = rows.head(queue, partition).schedule_mark
+            for move in moves:
+                item = rows.item(queue, partition, move.item.id)
+                target = (move.target_queue, move.target_partition)
+                # Delete in the guarded state and put where nothing lives, or neither (a transaction).
+                if (
+                    not _guard_holds(item, guard, now)
+                    or item is None
+                    or rows.item(*target, move.replacement.id)
+                ):
+                    done.append(False)
+                    continue
+                rows.remove(queue, partition, item.id)
+                rows.put(*target, move.replacement)
+                done.append(True)
+                deltas.setdefault((queue, partition), _Counts()).add(
+                    item.created_at,
+                    sign=-1,
+                    leased=item.lease_deadline is not None,
+                    scheduled=_counted_scheduled(item, mark),
+                )
+                deltas.setdefault(target, _Counts()).add(
+                    move.replacement.created_at,
+                    sign=1,
+                    leased=move.replacement.lease_deadline is not None,
+                    scheduled=_scheduled(move.replacement, now),
+                )
+            for (target_queue, target_partition), counts in deltas.items():
+                head = counts.applied(rows.head(target_queue, target_partition))
+                if (target_queue, target_partition) != (queue, partition) and not head.schedule_mark:
+                    head = replace(head, schedule_mark=visible_bound(now))
+                rows.write_head(target_queue, target_partition, head)
+        return done
+
+    def purge_page(self, queue: str, partition: int, *, limit: int) -> int:
+        with self._write() as rows:
+            return rows.purge(queue, partition, limit)
+
+    # -- the reaper's marks ----------------------------------------------------------------------
+
+    def pass_schedule(
+        self, queue: str, partition: int, *, old_mark: str, new_mark: str, now: datetime
+    ) -> int:
+        with self._write() as rows:
+            head = rows.head(queue, partition)
+            # Of two reapers that counted the same range, the second finds the mark moved.
+            if head.schedule_mark != old_mark:
+                return 0
+            came = _Counts()
+            start = old_mark
+            while start < new_mark:
+                read = rows.states(queue, partition, start, new_mark, 1000)
+                for state in read:
+                    if state.enqueue_at is not None:
+                        came.add(state.created_at, sign=-1, leased=False, scheduled=True)
+                if len(read) < 1000:
+                    break
+                start = after(read[-1].id)
+            came.items = came.created = 0
+            rows.write_head(queue, partition, replace(came.applied(head), schedule_mark=new_mark))
+        return -came.scheduled
+
+    def set_sweep(self, queue: str, partition: int, mark: str) -> None:
+        with self._write() as rows:
+            rows.write_head(queue, partition, replace(rows.head(queue, partition), sweep=mark))
+
+    # -- idempotent produce ----------------------------------------------------------------------
+
+    def begin_idempotent(
+        self, queue: str, record: IdempotencyRecord, *, stale_before: datetime, expires_at: datetime
+    ) -> tuple[bool, IdempotencyRecord | None]:
+        with self._write() as rows:
+            # What DynamoDB's TTL does: a few expired records go with each new one, so they never pile
+            # up faster than they are written.
+            rows.drop_expired_idempotency(int(record.started_at.timestamp()), _EXPIRED_PER_WRITE)
+            found = rows.idempotency(queue, record.key)
+            previous = None if found is None else found[0]
+            # A retry finds the first request's record unless it belongs to an earlier queue of the
+            # same name, expired, or its writer died while pending (the reference's IDEM_BEGIN).
+            if found is not None and previous is not None:
+                live = (
+                    previous.queue_created_at == record.queue_created_at
+                    and found[1] >= int(record.started_at.timestamp())
+                    and (previous.done or previous.started_at >= stale_before)
+                )
+                if live:
+                    return False, previous
+            rows.put_idempotency(queue, record, int(expires_at.timestamp()))
+        return True, previous
+
+    def finish_idempotent(self, queue: str, key: str, *, partition: int, ids: Sequence[str]) -> None:
+        with self._write() as rows:
+            found = rows.idempotency(queue, key)
+            if found is not None:
+                done = replace(found[0], done=True, partition=partition, ids=list(ids))
+                rows.put_idempotency(queue, done, found[1])

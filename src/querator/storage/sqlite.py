@@ -1,0 +1,614 @@
+"""Storage layer: the SQLite store and catalog, one file on this machine (stdlib ``sqlite3``).
+
+For ``querator serve`` (its default store) and ``querator.embedded``. Adapter notes, where it differs
+from the ``ItemStore`` port or the DynamoDB reference:
+
+- The port's semantics are ``storage.engine``'s, over tables keyed like the reference's rows:
+  items by ``(queue, partition, id)``, so a range read is an index range, O(log n + k)
+  (``WITHOUT ROWID``: the primary key is the clustered index, no second lookup).
+- Every port call is one transaction; writes start with ``BEGIN IMMEDIATE``, so a guarded write's
+  check and write cannot interleave with another writer, in this process (threads, each transaction
+  on a pooled connection of its own) or another one on the machine (the file lock).
+  ``busy_timeout`` makes a writer wait for the lock instead of failing. WAL lets readers run beside
+  the writer.
+- ``synchronous=NORMAL`` in WAL mode: a committed write survives the process being killed; the last
+  writes before a power cut may be lost (this is a development and embedded store).
+- The file is identified by ``PRAGMA application_id`` and carries its schema version in
+  ``querator_meta``. ``SQLiteDatabase`` checks both on a read-only connection before writing
+  anything, so a file that is not a Querator database, or one from a newer Querator, is refused and
+  left as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from querator.domain.errors import (
+    ConflictError,
+    QueueAlreadyExistsError,
+    QueueNotFoundError,
+    StoreThrottledError,
+    StoreUnavailableError,
+)
+from querator.domain.model import Item, ItemState, QueueInfo, timestamp_us, utc_from_timestamp_us
+from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead
+from querator.storage.engine import SortedRowsStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from datetime import datetime
+
+#: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
+APPLICATION_ID = 0x51525452
+#: The schema this code writes. A file with a higher version was written by a newer Querator.
+SCHEMA_VERSION = 1
+#: How long a writer waits for another's lock before the call fails (milliseconds).
+BUSY_TIMEOUT_MS = 10_000
+#: Connections kept open between transactions (more are opened under load and closed after).
+_IDLE_CONNECTIONS = 8
+_ID_LENGTH = 30
+
+_SCHEMA = """
+CREATE TABLE querator_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE items (
+    queue TEXT NOT NULL, part INTEGER NOT NULL, id TEXT NOT NULL,
+    attempts INTEGER NOT NULL, lease_us INTEGER, expire_us INTEGER NOT NULL,
+    created_us INTEGER NOT NULL, enqueue_us INTEGER, size INTEGER NOT NULL,
+    payload BLOB NOT NULL, reference TEXT NOT NULL, encoding TEXT NOT NULL, kind TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    PRIMARY KEY (queue, part, id)
+) WITHOUT ROWID;
+CREATE TABLE heads (
+    queue TEXT NOT NULL, part INTEGER NOT NULL,
+    cursor TEXT NOT NULL, sweep TEXT NOT NULL, schedule_mark TEXT NOT NULL,
+    items INTEGER NOT NULL, leased INTEGER NOT NULL, scheduled INTEGER NOT NULL,
+    created_sum INTEGER NOT NULL, leased_created_sum INTEGER NOT NULL,
+    scheduled_created_sum INTEGER NOT NULL,
+    PRIMARY KEY (queue, part)
+) WITHOUT ROWID;
+CREATE TABLE lease_records (
+    queue TEXT NOT NULL, part INTEGER NOT NULL, key TEXT NOT NULL,
+    deadline_us INTEGER NOT NULL, ids TEXT NOT NULL,
+    PRIMARY KEY (queue, part, key)
+) WITHOUT ROWID;
+CREATE TABLE idempotency (
+    queue TEXT NOT NULL, key TEXT NOT NULL, part INTEGER NOT NULL, ids TEXT NOT NULL,
+    done INTEGER NOT NULL, started_us INTEGER NOT NULL, queue_created_us INTEGER NOT NULL,
+    expires_s INTEGER NOT NULL,
+    PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+CREATE INDEX idempotency_expiry ON idempotency (expires_s);
+CREATE TABLE queues (
+    name TEXT PRIMARY KEY, lease_us INTEGER NOT NULL, expire_us INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL, dead_queue TEXT NOT NULL, reference TEXT NOT NULL,
+    partitions INTEGER NOT NULL, created_us INTEGER NOT NULL, updated_us INTEGER NOT NULL,
+    deleting INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+_SELECT_QUEUE = (
+    "SELECT name, lease_us, expire_us, max_attempts, dead_queue, reference, partitions, created_us,"
+    " updated_us, deleting FROM queues WHERE name = ?"
+)
+# Statements below are built from these constant column lists (never from values: those are bound),
+# hence the S608 waivers.
+_STATE_COLUMNS = "id, attempts, lease_us, expire_us, created_us, enqueue_us, size"
+_ITEM_COLUMNS = f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id"
+_HEAD_COLUMNS = (
+    "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
+    " scheduled_created_sum"
+)
+
+
+class DatabaseFileError(Exception):
+    """The file cannot be used as a Querator database; nothing was written to it."""
+
+
+def _us(value: datetime | None) -> int | None:
+    return None if value is None else timestamp_us(value)
+
+
+def _time(value: int | None) -> datetime | None:
+    return None if value is None else utc_from_timestamp_us(value)
+
+
+def _state(row: Any) -> ItemState:
+    return ItemState(
+        id=row[0],
+        attempts=row[1],
+        lease_deadline=_time(row[2]),
+        expire_deadline=utc_from_timestamp_us(row[3]),
+        created_at=utc_from_timestamp_us(row[4]),
+        enqueue_at=_time(row[5]),
+        payload_size=row[6],
+    )
+
+
+def _item(row: Any) -> Item:
+    return Item(
+        id=row[0],
+        attempts=row[1],
+        lease_deadline=_time(row[2]),
+        expire_deadline=utc_from_timestamp_us(row[3]),
+        created_at=utc_from_timestamp_us(row[4]),
+        enqueue_at=_time(row[5]),
+        payload=bytes(row[7]),
+        reference=row[8],
+        encoding=row[9],
+        kind=row[10],
+        source_id=row[11],
+    )
+
+
+def _store_error(exc: sqlite3.Error, operation: str) -> Exception:
+    """A driver error as the domain's store error; a lock held too long is a throttle (retry)."""
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+        return StoreThrottledError(f"the database was busy too long for {operation}; retry")
+    return StoreUnavailableError(f"{operation} failed: {exc}")
+
+
+class SQLiteDatabase:
+    """One Querator database file: checked on open, a connection per thread.
+
+    Raises ``DatabaseFileError`` when the path cannot hold a database, the file is not a Querator
+    database, or its schema is newer than this code's; the file is then left untouched.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self._lock = threading.Lock()
+        #: Connections not in a transaction. A pool rather than one per thread: the local server runs
+        #: each HTTP connection on a new thread, and per-thread connections would pile up.
+        self._idle: list[sqlite3.Connection] = []
+        self._check_and_create()
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    def _check_and_create(self) -> None:
+        path = self.path
+        if path.is_dir():
+            raise DatabaseFileError(f"{path} is a directory, not a database file")
+        if path.exists() and path.stat().st_size > 0:
+            self._check_existing()
+        else:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DatabaseFileError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+        try:
+            connection = self._connect()
+        except sqlite3.Error as exc:
+            raise DatabaseFileError(f"cannot open {path}: {exc}") from exc
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+                connection.execute(
+                    "INSERT INTO querator_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+                connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+            connection.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.Error as exc:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            connection.close()
+            raise DatabaseFileError(f"cannot write {path}: {exc}") from exc
+        self._idle.append(connection)
+
+    def _check_existing(self) -> None:
+        """Read the file's identity and version without writing anything, not even beside it."""
+        path = self.path
+        try:
+            with path.open("rb") as file:
+                header = file.read(100)
+        except OSError as exc:
+            raise DatabaseFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+            raise DatabaseFileError(
+                f"{path} is not a Querator database (not a SQLite file); refusing to touch it"
+            )
+        # Without a write-ahead log beside it the file is whole, and "immutable" reads it without
+        # creating the -shm / -wal files a read-only connection would otherwise leave behind.
+        whole = not path.with_name(f"{path.name}-wal").exists()
+        uri = f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if whole else ''}"
+        try:
+            probe = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as exc:
+            raise DatabaseFileError(f"cannot open {path}: {exc}") from exc
+        try:
+            application_id = probe.execute("PRAGMA application_id").fetchone()[0]
+            tables = probe.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            version = 0
+            if application_id == APPLICATION_ID:
+                row = probe.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else 0
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseFileError(f"{path} is not a Querator database ({exc})") from exc
+        finally:
+            probe.close()
+        if application_id != APPLICATION_ID and (application_id != 0 or tables):
+            raise DatabaseFileError(f"{path} is not a Querator database; refusing to touch it")
+        if version > SCHEMA_VERSION:
+            raise DatabaseFileError(
+                f"{path} has schema version {version}, newer than this Querator's ({SCHEMA_VERSION});"
+                " upgrade Querator to open it"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        # Autocommit mode: this module opens and ends every transaction itself. A connection serves
+        # one transaction at a time, in whichever thread took it from the pool.
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA synchronous = NORMAL")
+        return connection
+
+    def _checkout(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _checkin(self, connection: sqlite3.Connection) -> None:
+        with self._lock:
+            if len(self._idle) < _IDLE_CONNECTIONS:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    # -- transactions ------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, write: bool, operation: str = "store") -> Iterator[sqlite3.Connection]:
+        """One transaction; ``write`` takes the write lock first (``BEGIN IMMEDIATE``)."""
+        try:
+            connection = self._checkout()
+        except sqlite3.Error as exc:
+            raise _store_error(exc, operation) from exc
+        try:
+            connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            yield connection
+            connection.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise _store_error(exc, operation) from exc
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        finally:
+            self._checkin(connection)
+
+    def close(self) -> None:
+        """Close the idle connections (the last one to close folds the write-ahead log back into the
+        file); call once nothing uses the database any more."""
+        with self._lock:
+            connections, self._idle = self._idle, []
+        for connection in connections:
+            connection.close()
+
+
+class _SQLiteRows:
+    """``engine.Rows`` on one connection inside a transaction."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._c = connection
+
+    def head(self, queue: str, partition: int) -> PartitionHead:
+        row = self._c.execute(
+            f"SELECT {_HEAD_COLUMNS} FROM heads WHERE queue = ? AND part = ?",  # noqa: S608
+            (queue, partition),
+        ).fetchone()
+        if row is None:
+            return PartitionHead()
+        return PartitionHead(
+            cursor=row[0],
+            sweep=row[1],
+            schedule_mark=row[2],
+            items=row[3],
+            leased=row[4],
+            scheduled=row[5],
+            created_sum=row[6],
+            leased_created_sum=row[7],
+            scheduled_created_sum=row[8],
+        )
+
+    def write_head(self, queue: str, partition: int, head: PartitionHead) -> None:
+        self._c.execute(
+            f"INSERT OR REPLACE INTO heads (queue, part, {_HEAD_COLUMNS})"  # noqa: S608
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                queue,
+                partition,
+                head.cursor,
+                head.sweep,
+                head.schedule_mark,
+                head.items,
+                head.leased,
+                head.scheduled,
+                head.created_sum,
+                head.leased_created_sum,
+                head.scheduled_created_sum,
+            ),
+        )
+
+    def item(self, queue: str, partition: int, item_id: str) -> Item | None:
+        row = self._c.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM items WHERE queue = ? AND part = ? AND id = ?",  # noqa: S608
+            (queue, partition, item_id),
+        ).fetchone()
+        return None if row is None else _item(row)
+
+    def put(self, queue: str, partition: int, item: Item) -> None:
+        size = item.reply_size()
+        self._c.execute(
+            f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                queue,
+                partition,
+                item.id,
+                item.attempts,
+                _us(item.lease_deadline),
+                timestamp_us(item.expire_deadline),
+                timestamp_us(item.created_at),
+                _us(item.enqueue_at),
+                size if size >= 1024 else 0,
+                item.payload,
+                item.reference,
+                item.encoding,
+                item.kind,
+                item.source_id,
+            ),
+        )
+
+    def remove(self, queue: str, partition: int, item_id: str) -> None:
+        self._c.execute(
+            "DELETE FROM items WHERE queue = ? AND part = ? AND id = ?", (queue, partition, item_id)
+        )
+
+    def items(self, queue: str, partition: int, start: str, end: str, limit: int) -> list[Item]:
+        rows = self._c.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM items WHERE queue = ? AND part = ? AND id >= ? AND id < ?"  # noqa: S608
+            " ORDER BY id LIMIT ?",
+            (queue, partition, start, end, limit),
+        )
+        return [_item(row) for row in rows]
+
+    def states(self, queue: str, partition: int, start: str, end: str, limit: int) -> list[ItemState]:
+        rows = self._c.execute(
+            f"SELECT {_STATE_COLUMNS} FROM items WHERE queue = ? AND part = ? AND id >= ? AND id < ?"  # noqa: S608
+            " ORDER BY id LIMIT ?",
+            (queue, partition, start, end, limit),
+        )
+        return [_state(row) for row in rows]
+
+    def records_due(self, queue: str, partition: int, below: str, limit: int) -> list[LeaseRecord]:
+        rows = self._c.execute(
+            "SELECT key, deadline_us, ids FROM lease_records WHERE queue = ? AND part = ? AND key < ?"
+            " ORDER BY key LIMIT ?",
+            (queue, partition, below, limit),
+        )
+        return [
+            LeaseRecord(
+                key=key,
+                deadline=utc_from_timestamp_us(deadline),
+                ids=[ids[i : i + _ID_LENGTH] for i in range(0, len(ids), _ID_LENGTH)],
+            )
+            for key, deadline, ids in rows
+        ]
+
+    def put_record(self, queue: str, partition: int, record: LeaseRecord) -> None:
+        self._c.execute(
+            "INSERT OR REPLACE INTO lease_records VALUES (?, ?, ?, ?, ?)",
+            (queue, partition, record.key, timestamp_us(record.deadline), "".join(record.ids)),
+        )
+
+    def drop_record(self, queue: str, partition: int, key: str) -> None:
+        self._c.execute(
+            "DELETE FROM lease_records WHERE queue = ? AND part = ? AND key = ?", (queue, partition, key)
+        )
+
+    def purge(self, queue: str, partition: int, limit: int) -> int:
+        removed = 0
+        for table, column in (("items", "id"), ("lease_records", "key")):
+            keys = [
+                row[0]
+                for row in self._c.execute(
+                    f"SELECT {column} FROM {table} WHERE queue = ? AND part = ? ORDER BY {column} LIMIT ?",  # noqa: S608
+                    (queue, partition, limit - removed),
+                )
+            ]
+            if keys:
+                self._c.execute(
+                    f"DELETE FROM {table} WHERE queue = ? AND part = ? AND {column} <= ?",  # noqa: S608
+                    (queue, partition, keys[-1]),
+                )
+                removed += len(keys)
+            if removed >= limit:
+                return removed
+        removed += self._c.execute(
+            "DELETE FROM heads WHERE queue = ? AND part = ?", (queue, partition)
+        ).rowcount
+        if partition == 0 and removed < limit:
+            # Idempotency records have no partition; the queue's go with its first partition.
+            self._c.execute("DELETE FROM idempotency WHERE queue = ?", (queue,))
+        return removed
+
+    def idempotency(self, queue: str, key: str) -> tuple[IdempotencyRecord, int] | None:
+        row = self._c.execute(
+            "SELECT part, ids, done, started_us, queue_created_us, expires_s FROM idempotency"
+            " WHERE queue = ? AND key = ?",
+            (queue, key),
+        ).fetchone()
+        if row is None:
+            return None
+        part, ids, done, started, created, expires = row
+        record = IdempotencyRecord(
+            key=key,
+            partition=part,
+            ids=[ids[i : i + _ID_LENGTH] for i in range(0, len(ids), _ID_LENGTH)],
+            done=bool(done),
+            started_at=utc_from_timestamp_us(started),
+            queue_created_at=utc_from_timestamp_us(created),
+        )
+        return record, expires
+
+    def drop_expired_idempotency(self, now_s: int, limit: int) -> None:
+        self._c.execute(
+            "DELETE FROM idempotency WHERE (queue, key) IN"
+            " (SELECT queue, key FROM idempotency WHERE expires_s < ? ORDER BY expires_s LIMIT ?)",
+            (now_s, limit),
+        )
+
+    def put_idempotency(self, queue: str, record: IdempotencyRecord, expires_s: int) -> None:
+        self._c.execute(
+            "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                queue,
+                record.key,
+                record.partition,
+                "".join(record.ids),
+                int(record.done),
+                timestamp_us(record.started_at),
+                timestamp_us(record.queue_created_at),
+                expires_s,
+            ),
+        )
+
+
+class SQLiteItemStore(SortedRowsStore):
+    """``ItemStore`` in a ``SQLiteDatabase``; safe across threads and processes on one machine."""
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        self._db = database
+
+    @contextmanager
+    def _read(self) -> Iterator[_SQLiteRows]:
+        with self._db.transaction(write=False) as connection:
+            yield _SQLiteRows(connection)
+
+    @contextmanager
+    def _write(self) -> Iterator[_SQLiteRows]:
+        with self._db.transaction(write=True) as connection:
+            yield _SQLiteRows(connection)
+
+
+_QUEUE_COLUMNS = (
+    "name, lease_us, expire_us, max_attempts, dead_queue, reference, partitions, created_us, updated_us,"
+    " deleting"
+)
+
+
+def _queue_row(info: QueueInfo) -> tuple[Any, ...]:
+    return (
+        info.name,
+        info.lease_timeout // timedelta(microseconds=1),
+        info.expire_timeout // timedelta(microseconds=1),
+        info.max_attempts,
+        info.dead_queue,
+        info.reference,
+        info.partitions,
+        timestamp_us(info.created_at),
+        timestamp_us(info.updated_at),
+        int(info.deleting),
+    )
+
+
+def _queue_info(row: Any) -> QueueInfo:
+    return QueueInfo(
+        name=row[0],
+        lease_timeout=timedelta(microseconds=row[1]),
+        expire_timeout=timedelta(microseconds=row[2]),
+        max_attempts=row[3],
+        dead_queue=row[4],
+        reference=row[5],
+        partitions=row[6],
+        created_at=utc_from_timestamp_us(row[7]),
+        updated_at=utc_from_timestamp_us(row[8]),
+        deleting=bool(row[9]),
+    )
+
+
+class SQLiteQueueCatalog:
+    """``QueueCatalog`` in a ``SQLiteDatabase`` (the ``queues`` table; the bookmark in the meta table)."""
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        self._db = database
+
+    def create(self, info: QueueInfo) -> None:
+        with self._db.transaction(write=True, operation="queues.create") as c:
+            # Two creates of one name race: the write lock orders them, the second finds the first.
+            if c.execute("SELECT 1 FROM queues WHERE name = ?", (info.name,)).fetchone():
+                raise QueueAlreadyExistsError(f"queue '{info.name}' already exists")
+            c.execute(
+                f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",  # noqa: S608
+                _queue_row(info),
+            )
+
+    def get(self, name: str) -> QueueInfo:
+        with self._db.transaction(write=False, operation="queues.info") as c:
+            row = c.execute(_SELECT_QUEUE, (name,)).fetchone()
+        if row is None:
+            raise QueueNotFoundError(f"queue '{name}' does not exist", queue=name)
+        return _queue_info(row)
+
+    def list(self, *, pivot: str, limit: int) -> list[QueueInfo]:
+        with self._db.transaction(write=False, operation="queues.list") as c:
+            rows = c.execute(
+                f"SELECT {_QUEUE_COLUMNS} FROM queues WHERE name >= ? ORDER BY name LIMIT ?",  # noqa: S608
+                (pivot, limit),
+            ).fetchall()
+        return [_queue_info(row) for row in rows]
+
+    def iterate(self) -> Iterator[QueueInfo]:
+        pivot = ""
+        while True:
+            page = self.list(pivot=pivot, limit=101)
+            yield from page[:100]
+            if len(page) <= 100:
+                return
+            pivot = page[100].name
+
+    def replace(self, info: QueueInfo, *, expected_updated_at: datetime) -> None:
+        with self._db.transaction(write=True, operation="queues.update") as c:
+            # Optimistic concurrency: the second of two updates that read the same version fails.
+            changed = c.execute(
+                f"UPDATE queues SET ({_QUEUE_COLUMNS}) = (?,?,?,?,?,?,?,?,?,?)"  # noqa: S608
+                " WHERE name = ? AND updated_us = ?",
+                (*_queue_row(info), info.name, timestamp_us(expected_updated_at)),
+            ).rowcount
+        if not changed:
+            raise ConflictError(f"queue '{info.name}' changed or was deleted meanwhile")
+
+    def mark_deleting(self, name: str) -> QueueInfo:
+        with self._db.transaction(write=True, operation="queues.delete") as c:
+            row = c.execute(_SELECT_QUEUE, (name,)).fetchone()
+            if row is None:
+                raise QueueNotFoundError(f"queue '{name}' does not exist", queue=name)
+            c.execute("UPDATE queues SET deleting = 1 WHERE name = ?", (name,))
+        return replace(_queue_info(row), deleting=True)
+
+    def remove(self, name: str) -> None:
+        with self._db.transaction(write=True, operation="queues.delete") as c:
+            c.execute("DELETE FROM queues WHERE name = ?", (name,))
+
+    def load_bookmark(self) -> str | None:
+        with self._db.transaction(write=False, operation="reaper") as c:
+            row = c.execute("SELECT value FROM querator_meta WHERE key = 'reaper_bookmark'").fetchone()
+        return row[0] if row and row[0] else None
+
+    def save_bookmark(self, bookmark: str | None) -> None:
+        with self._db.transaction(write=True, operation="reaper") as c:
+            c.execute("INSERT OR REPLACE INTO querator_meta VALUES ('reaper_bookmark', ?)", (bookmark or "",))

@@ -1,0 +1,151 @@
+"""The SQLite database file: refused when it is not ours or newer, never changed then; shared safely.
+
+The port's behaviour on SQLite is the contract suite's (``tests/contract``, param ``sqlite``); these
+are what only a file has: identity, schema version, reopening, and several processes at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from querator.domain.model import NewItem, QueueInfo
+from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase
+from querator.testing import FakeClock, sqlite_service
+
+pytestmark = pytest.mark.disable_socket
+
+PLACEHOLDER = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def make_queue(service, name="jobs", lease=timedelta(minutes=5)):
+    return service.create_queue(
+        QueueInfo(
+            name=name,
+            lease_timeout=lease,
+            expire_timeout=timedelta(hours=1),
+            created_at=PLACEHOLDER,
+            updated_at=PLACEHOLDER,
+        )
+    )
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_left_as_it_was(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("my notes, not a database\n" * 100)
+    before = digest(path)
+    with pytest.raises(DatabaseFileError, match="not a Querator database"):
+        SQLiteDatabase(path)
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_another_applications_sqlite_database_is_refused_and_left_as_it_was(tmp_path):
+    path = tmp_path / "other.db"
+    other = sqlite3.connect(path)
+    other.execute("CREATE TABLE items (x)")
+    other.execute("INSERT INTO items VALUES (1)")
+    other.commit()
+    other.close()
+    before = digest(path)
+    with pytest.raises(DatabaseFileError, match="not a Querator database"):
+        SQLiteDatabase(path)
+    assert digest(path) == before
+
+
+def test_a_database_of_a_newer_schema_is_refused_and_left_as_it_was(tmp_path):
+    path = tmp_path / "querator.db"
+    SQLiteDatabase(path).close()
+    newer = sqlite3.connect(path)
+    newer.execute(
+        "UPDATE querator_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+    )
+    newer.commit()
+    newer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    newer.close()
+    before = digest(path)
+    with pytest.raises(DatabaseFileError, match=f"schema version {SCHEMA_VERSION + 1}, newer"):
+        SQLiteDatabase(path)
+    assert digest(path) == before
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_path_that_cannot_hold_a_database_is_refused(tmp_path, where):
+    (tmp_path / "plain").write_text("x")
+    path = tmp_path if where == "a directory" else tmp_path / "plain" / "querator.db"
+    with pytest.raises(DatabaseFileError):
+        SQLiteDatabase(path)
+
+
+def test_an_empty_file_becomes_a_database_and_reopening_keeps_queues_items_and_leases(tmp_path):
+    path = tmp_path / "querator.db"
+    path.touch()
+    clock = FakeClock()
+    first = sqlite_service(path, clock=clock)
+    make_queue(first)
+    first.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
+    leased = first.lease("jobs", batch_size=1, client_id="c").items
+
+    again = sqlite_service(path, clock=clock)
+    assert again.get_queue("jobs").name == "jobs"
+    assert [i.payload for i in again.list_items("jobs", 0)] == [b"a", b"b"]
+    # The lease taken through the first opening is still valid through the second.
+    assert again.complete("jobs", 0, [leased[0].id]).applied == [leased[0].id]
+
+
+_WORKER = textwrap.dedent(
+    """
+    import sys, threading
+    from querator.clock import SystemClock
+    from querator.domain.errors import NothingToLeaseError
+    from querator.testing import sqlite_service
+
+    service = sqlite_service(sys.argv[1], clock=SystemClock())
+    won, lock = [], threading.Lock()
+
+    def work():
+        while True:
+            try:
+                lease = service.lease("jobs", batch_size=3, client_id=threading.current_thread().name)
+            except NothingToLeaseError:
+                return
+            with lock:
+                won.extend(item.payload.decode() for item in lease.items)
+
+    threads = [threading.Thread(target=work, name=f"t{n}") for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("\\n".join(won))
+    """
+)
+
+
+def test_processes_and_threads_sharing_one_file_never_lease_an_item_twice(tmp_path):
+    path = tmp_path / "querator.db"
+    service = sqlite_service(path, clock=FakeClock(datetime.now(UTC) - timedelta(seconds=5)))
+    make_queue(service)
+    expected = {f"item-{n}" for n in range(150)}
+    service.produce("jobs", [NewItem(payload=p.encode()) for p in sorted(expected)])
+    workers = [
+        subprocess.Popen(  # noqa: S603 - our own script
+            [sys.executable, "-c", _WORKER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=120)[0] for w in workers]
+    assert all(w.returncode == 0 for w in workers)
+    won = [line for out in outputs for line in out.splitlines() if line]
+    assert len(won) == len(set(won)), "an item was leased twice"
+    assert set(won) == expected
