@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from querator.domain.ids import ITEMS_END, visible_bound
 from querator.domain.model import Item, ItemState, timestamp_us
-from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead
+from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -121,8 +121,20 @@ class _Counts:
             self.scheduled_created += sign * seconds
 
     def applied(self, head: PartitionHead) -> PartitionHead:
+        changed = any(
+            (
+                self.items,
+                self.leased,
+                self.scheduled,
+                self.created,
+                self.leased_created,
+                self.scheduled_created,
+            )
+        )
         return replace(
             head,
+            # A recount under way learns of every counter change by the version (as in the reference).
+            version=head.version + 1 if changed else head.version,
             items=head.items + self.items,
             leased=head.leased + self.leased,
             scheduled=head.scheduled + self.scheduled,
@@ -206,7 +218,11 @@ class SortedRowsStore:
             head = rows.head(queue, partition)
             # The schedule mark starts at the partition's first write (as in the reference).
             mark = head.schedule_mark or visible_bound(now)
-            rows.write_head(queue, partition, replace(counts.applied(head), schedule_mark=mark))
+            # ... and so does the clock of its first recount, a recount period later.
+            recounted = head.recounted_at or now
+            rows.write_head(
+                queue, partition, replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted)
+            )
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -453,6 +469,34 @@ class SortedRowsStore:
     def set_sweep(self, queue: str, partition: int, mark: str) -> None:
         with self._write() as rows:
             rows.write_head(queue, partition, replace(rows.head(queue, partition), sweep=mark))
+
+    def save_recount(self, queue: str, partition: int, recount: Recount | None) -> None:
+        with self._write() as rows:
+            rows.write_head(queue, partition, replace(rows.head(queue, partition), recount=recount))
+
+    def finish_recount(self, queue: str, partition: int, recount: Recount, *, now: datetime) -> bool:
+        with self._write() as rows:
+            head = rows.head(queue, partition)
+            if head.version != recount.version:
+                # A write overtook the recount: its deltas are in the counters, not in the recount.
+                rows.write_head(queue, partition, replace(head, recount=None))
+                return False
+            rows.write_head(
+                queue,
+                partition,
+                replace(
+                    head,
+                    items=recount.items,
+                    leased=recount.leased,
+                    scheduled=recount.scheduled,
+                    created_sum=recount.created_sum,
+                    leased_created_sum=recount.leased_created_sum,
+                    scheduled_created_sum=recount.scheduled_created_sum,
+                    recount=None,
+                    recounted_at=now,
+                ),
+            )
+            return True
 
     # -- idempotent produce ----------------------------------------------------------------------
 

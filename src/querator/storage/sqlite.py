@@ -21,10 +21,11 @@ from the ``ItemStore`` port or the DynamoDB reference:
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from querator.domain.errors import (
     StoreUnavailableError,
 )
 from querator.domain.model import Item, ItemState, QueueInfo, timestamp_us, utc_from_timestamp_us
-from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead
+from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead, Recount
 from querator.storage.engine import SortedRowsStore
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ CREATE TABLE heads (
     items INTEGER NOT NULL, leased INTEGER NOT NULL, scheduled INTEGER NOT NULL,
     created_sum INTEGER NOT NULL, leased_created_sum INTEGER NOT NULL,
     scheduled_created_sum INTEGER NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0, recount TEXT, recounted_us INTEGER,
     PRIMARY KEY (queue, part)
 ) WITHOUT ROWID;
 CREATE TABLE lease_records (
@@ -102,7 +104,7 @@ _STATE_COLUMNS = "id, attempts, lease_us, expire_us, created_us, enqueue_us, siz
 _ITEM_COLUMNS = f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id"
 _HEAD_COLUMNS = (
     "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
-    " scheduled_created_sum"
+    " scheduled_created_sum, version, recount, recounted_us"
 )
 
 
@@ -322,12 +324,15 @@ class _SQLiteRows:
             created_sum=row[6],
             leased_created_sum=row[7],
             scheduled_created_sum=row[8],
+            version=row[9],
+            recount=None if row[10] is None else Recount(**json.loads(row[10])),
+            recounted_at=None if row[11] is None else utc_from_timestamp_us(row[11]),
         )
 
     def write_head(self, queue: str, partition: int, head: PartitionHead) -> None:
         self._c.execute(
             f"INSERT OR REPLACE INTO heads (queue, part, {_HEAD_COLUMNS})"  # noqa: S608
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 queue,
                 partition,
@@ -340,6 +345,9 @@ class _SQLiteRows:
                 head.created_sum,
                 head.leased_created_sum,
                 head.scheduled_created_sum,
+                head.version,
+                None if head.recount is None else json.dumps(asdict(head.recount)),
+                None if head.recounted_at is None else timestamp_us(head.recounted_at),
             ),
         )
 
