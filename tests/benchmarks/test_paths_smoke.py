@@ -59,9 +59,10 @@ def test_the_reaper_path_costs_the_move_plus_its_bookmark(results: dict[str, Pat
     reaped = results["dead (reaper)"]
     # 4 per item, then per lease record the reaper settles: the record (1) and the counters of the
     # source and the dead-letter queue (2). The same run also drops the records of the other paths'
-    # last leases, which came due with the clock (their items are gone: 1 each, under 2 per item).
+    # last leases, which came due with the clock, and may move their sweep marks (1 each, under
+    # 3 per item of this path).
     assert reaped.per_item("write_units", "reap") > 4.0 + 3 * CALLS / COUNT
-    assert reaped.per_item("write_units", "reap") < 4.0 + 3 * CALLS / COUNT + 2.0
+    assert reaped.per_item("write_units", "reap") < 4.0 + 3 * CALLS / COUNT + 3.0
 
 
 def test_importtime_parser_reads_the_cumulative_column() -> None:

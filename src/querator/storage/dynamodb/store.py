@@ -613,7 +613,7 @@ class DynamoDBItemStore:
                     state.created_at,
                     sign=-1,
                     leased=state.lease_deadline is not None,
-                    scheduled=_counted_scheduled(state, mark, now),
+                    scheduled=_counted_scheduled(state, mark),
                 )
             self._update_head(queue, partition, counts, operation="delete")
         return [item_id for item_id, _, ok in results if not ok]
@@ -621,11 +621,14 @@ class DynamoDBItemStore:
     def _schedule_mark_if_needed(
         self, queue: str, partition: int, states: Iterable[ItemState], now: datetime
     ) -> str:
-        """The schedule mark, read only when an item that was scheduled is already due."""
-        bound = visible_bound(now)
-        if any(s.enqueue_at is not None and s.id < bound for s in states):
+        """The schedule mark, read only when an item that was scheduled is among ``states``.
+
+        Read rather than guessed from ``now``: a schedule pass with a later clock may have taken
+        the item off the scheduled count already, and must not see it taken off twice.
+        """
+        if any(s.enqueue_at is not None for s in states):
             return self.head(queue, partition, now=now)[0].schedule_mark
-        return bound
+        return visible_bound(now)
 
     def move(
         self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
@@ -679,7 +682,7 @@ class DynamoDBItemStore:
                 source.created_at,
                 sign=-1,
                 leased=source.lease_deadline is not None,
-                scheduled=_counted_scheduled(_state_of(source), mark, now),
+                scheduled=_counted_scheduled(_state_of(source), mark),
             )
             target = m.replacement
             deltas[m.target_queue, m.target_partition].add(
@@ -886,9 +889,9 @@ def _scheduled(item: Item, now: datetime) -> bool:
     return item.enqueue_at is not None and item.enqueue_at > now
 
 
-def _counted_scheduled(state: ItemState, schedule_mark: str, now: datetime) -> bool:
+def _counted_scheduled(state: ItemState, schedule_mark: str) -> bool:
     """Still counted as scheduled: the schedule pass has not reached its id yet."""
-    return state.enqueue_at is not None and (state.id >= visible_bound(now) or state.id >= schedule_mark)
+    return state.enqueue_at is not None and state.id >= schedule_mark
 
 
 def _state_of(item: Item) -> ItemState:
