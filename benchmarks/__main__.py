@@ -11,9 +11,9 @@ refreshes the generated part of ``docs/capacity.md`` from the measured units. Th
 4. contention: failed conditional writes per leased item with 1-16 consumers and 1 or 4
    partitions (``benchmarks.contention``);
 5. cold start: import time of each handler against ``import boto3`` (``benchmarks.coldstart``);
-6. the capacity model fed with the measured units (``benchmarks.capacity``);
-7. what used to grow with a queue's contents: a lease behind N valid leases, the reaper and stats
-   over N stored items, expiry to leasable (``benchmarks.engine``).
+6. what used to grow with a queue's contents: a lease behind N valid leases, the reaper and stats
+   over N stored items, expiry to leasable (``benchmarks.engine``);
+7. the capacity model fed with the measured units (``benchmarks.capacity``).
 
 Every store is a single-threaded moto server on 127.0.0.1: units are exact (computed from AWS's
 rules), timings are not AWS's. Exits 1 if any run delivered an item twice or lost one.
@@ -191,7 +191,7 @@ def run(sizes: Sizes) -> tuple[list[str], list[capacity.Inputs], bool]:
     )
     sections.append(
         section(
-            "7. At depth: lease behind valid leases, reaper and stats over stored items",
+            "6. At depth: lease behind valid leases, reaper and stats over stored items",
             engine.format_report(engine_report),
             time.perf_counter() - started,
         )
@@ -242,13 +242,13 @@ def main(argv: list[str] | None = None) -> int:
             "capacity model built from these units is in [capacity.md](capacity.md).",
             "",
             *sections,
-            "## 6. Capacity model inputs and results",
+            "## 7. Capacity model inputs and results",
             "",
             capacity_block,
             "",
         ]
     )
-    print(f"## 6. Capacity model\n\n{capacity_block}\n")
+    print(f"## 7. Capacity model\n\n{capacity_block}\n")
     print(f"total {total:.0f} s")
     if not args.no_write:
         DOCS.mkdir(exist_ok=True)
