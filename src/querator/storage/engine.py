@@ -12,12 +12,13 @@ except ``iter_items`` and ``source_ids``, as in the reference.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from querator.domain.ids import ITEMS_END, visible_bound
 from querator.domain.model import Item, ItemState, timestamp_us
 from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
+from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -100,66 +101,6 @@ def after(key: str) -> str:
     return f"{key}0"
 
 
-@dataclass(slots=True)
-class _Counts:
-    items: int = 0
-    leased: int = 0
-    scheduled: int = 0
-    created: int = 0
-    leased_created: int = 0
-    scheduled_created: int = 0
-
-    def add(self, created: datetime, *, sign: int, leased: bool, scheduled: bool) -> None:
-        seconds = timestamp_us(created) // 1_000_000
-        self.items += sign
-        self.created += sign * seconds
-        if leased:
-            self.leased += sign
-            self.leased_created += sign * seconds
-        if scheduled:
-            self.scheduled += sign
-            self.scheduled_created += sign * seconds
-
-    def applied(self, head: PartitionHead) -> PartitionHead:
-        changed = any(
-            (
-                self.items,
-                self.leased,
-                self.scheduled,
-                self.created,
-                self.leased_created,
-                self.scheduled_created,
-            )
-        )
-        return replace(
-            head,
-            # A recount under way learns of every counter change by the version (as in the reference).
-            version=head.version + 1 if changed else head.version,
-            items=head.items + self.items,
-            leased=head.leased + self.leased,
-            scheduled=head.scheduled + self.scheduled,
-            created_sum=head.created_sum + self.created,
-            leased_created_sum=head.leased_created_sum + self.leased_created,
-            scheduled_created_sum=head.scheduled_created_sum + self.scheduled_created,
-        )
-
-
-def _scheduled(item: Item, now: datetime) -> bool:
-    """Counted as scheduled when written: produced or retried for a time still ahead."""
-    return item.enqueue_at is not None and item.enqueue_at > now
-
-
-def _counted_scheduled(item: Item, schedule_mark: str) -> bool:
-    """Still counted as scheduled: the schedule pass has not reached its id yet.
-
-    The mark is read in the same transaction as the delete, so it alone decides. (The reference also
-    counts ids at or above ``visible_bound(now)``, for the mark it may not read; with a caller's
-    ``now`` older than a schedule pass that ran meanwhile, that counts an item the pass already
-    took off: a drift the transaction avoids.)
-    """
-    return item.enqueue_at is not None and item.id >= schedule_mark
-
-
 def _guard_holds(item: Item | None, guard: Guard, now: datetime) -> bool:
     """``guard`` (``querator.ports.Guard``) on the item as it is now; the same races as the
     reference's condition expressions (``storage.dynamodb.expressions``)."""
@@ -206,13 +147,13 @@ class SortedRowsStore:
 
     @staticmethod
     def _count_added(rows: Rows, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
-        counts = _Counts()
+        counts = CounterDeltas()
         for item in items:
             counts.add(
                 item.created_at,
                 sign=1,
                 leased=item.lease_deadline is not None,
-                scheduled=_scheduled(item, now),
+                scheduled=scheduled_when_written(item, now),
             )
         if counts.items:
             head = rows.head(queue, partition)
@@ -348,7 +289,7 @@ class SortedRowsStore:
         return won
 
     def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
-        counts = _Counts()
+        counts = CounterDeltas()
         for item in items:
             counts.add(item.created_at, sign=1, leased=True, scheduled=False)
         counts.items = counts.created = 0
@@ -377,7 +318,7 @@ class SortedRowsStore:
         self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
     ) -> list[str]:
         failed = []
-        counts = _Counts()
+        counts = CounterDeltas()
         with self._write() as rows:
             mark = rows.head(queue, partition).schedule_mark
             for item_id in dict.fromkeys(ids):
@@ -392,7 +333,7 @@ class SortedRowsStore:
                     item.created_at,
                     sign=-1,
                     leased=item.lease_deadline is not None,
-                    scheduled=_counted_scheduled(item, mark),
+                    scheduled=still_scheduled(item, mark),
                 )
             if counts.items:
                 rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
@@ -402,7 +343,7 @@ class SortedRowsStore:
         self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
     ) -> list[bool]:
         done = []
-        deltas: dict[tuple[str, int], _Counts] = {}
+        deltas: dict[tuple[str, int], CounterDeltas] = {}
         with self._write() as rows:
             mark = rows.head(queue, partition).schedule_mark
             for move in moves:
@@ -419,17 +360,17 @@ class SortedRowsStore:
                 rows.remove(queue, partition, item.id)
                 rows.put(*target, move.replacement)
                 done.append(True)
-                deltas.setdefault((queue, partition), _Counts()).add(
+                deltas.setdefault((queue, partition), CounterDeltas()).add(
                     item.created_at,
                     sign=-1,
                     leased=item.lease_deadline is not None,
-                    scheduled=_counted_scheduled(item, mark),
+                    scheduled=still_scheduled(item, mark),
                 )
-                deltas.setdefault(target, _Counts()).add(
+                deltas.setdefault(target, CounterDeltas()).add(
                     move.replacement.created_at,
                     sign=1,
                     leased=move.replacement.lease_deadline is not None,
-                    scheduled=_scheduled(move.replacement, now),
+                    scheduled=scheduled_when_written(move.replacement, now),
                 )
             for (target_queue, target_partition), counts in deltas.items():
                 head = counts.applied(rows.head(target_queue, target_partition))
@@ -452,7 +393,7 @@ class SortedRowsStore:
             # Of two reapers that counted the same range, the second finds the mark moved.
             if head.schedule_mark != old_mark:
                 return 0
-            came = _Counts()
+            came = CounterDeltas()
             start = old_mark
             while start < new_mark:
                 read = rows.states(queue, partition, start, new_mark, 1000)

@@ -28,15 +28,14 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
 from querator.domain.errors import QueratorError, StoreThrottledError
 from querator.domain.ids import ID_LENGTH, ITEMS_END, visible_bound
-from querator.domain.model import timestamp_us
 from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
+from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 from querator.storage.dynamodb import codec, expressions, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 
@@ -78,46 +77,24 @@ def _last_below(end: str) -> str:
     return f"{end[:-1]}{chr(ord(end[-1]) - 1)}~"
 
 
-@dataclass(slots=True)
-class _Counts:
-    """Deltas for one partition's head row."""
-
-    items: int = 0
-    leased: int = 0
-    scheduled: int = 0
-    created: int = 0
-    leased_created: int = 0
-    scheduled_created: int = 0
-
-    def add(self, item_created: datetime, *, sign: int, leased: bool, scheduled: bool) -> None:
-        seconds = timestamp_us(item_created) // 1_000_000
-        self.items += sign
-        self.created += sign * seconds
-        if leased:
-            self.leased += sign
-            self.leased_created += sign * seconds
-        if scheduled:
-            self.scheduled += sign
-            self.scheduled_created += sign * seconds
-
-    def expression(self) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-        """The ``ADD`` clauses, names and values of the non-zero deltas, and a version step when
-        any counter changes (a recount in progress learns of every change by it)."""
-        pairs = [
-            ("#n", self.items),
-            ("#nl", self.leased),
-            ("#ns", self.scheduled),
-            ("#ca", self.created),
-            ("#cl", self.leased_created),
-            ("#cs", self.scheduled_created),
-        ]
-        used = [(name, value) for name, value in pairs if value]
-        if used:
-            used.append(("#ver", 1))
-        parts = [f"{name} :{name[1:]}" for name, _ in used]
-        names = {name: expressions.HEAD_COUNT_UPDATE_NAMES[name] for name, _ in used}
-        values = {f":{name[1:]}": {"N": str(value)} for name, value in used}
-        return parts, names, values
+def _add_clauses(counts: CounterDeltas) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """The ``ADD`` clauses, names and values of the non-zero deltas, and a version step when any
+    counter changes (a recount in progress learns of every change by it)."""
+    pairs = [
+        ("#n", counts.items),
+        ("#nl", counts.leased),
+        ("#ns", counts.scheduled),
+        ("#ca", counts.created),
+        ("#cl", counts.leased_created),
+        ("#cs", counts.scheduled_created),
+    ]
+    used = [(name, value) for name, value in pairs if value]
+    if used:
+        used.append(("#ver", 1))
+    parts = [f"{name} :{name[1:]}" for name, _ in used]
+    names = {name: expressions.HEAD_COUNT_UPDATE_NAMES[name] for name, _ in used}
+    values = {f":{name[1:]}": {"N": str(value)} for name, value in used}
+    return parts, names, values
 
 
 class DynamoDBItemStore:
@@ -168,14 +145,14 @@ class DynamoDBItemStore:
         self,
         queue: str,
         partition: int,
-        counts: _Counts | None,
+        counts: CounterDeltas | None,
         *,
         cursor: str | None = None,
         init_marks: datetime | None = None,
         operation: str,
     ) -> None:
         """Add ``counts`` (and set the cursor / initial marks) in one write; log, never raise."""
-        adds, names, values = counts.expression() if counts is not None else ([], {}, {})
+        adds, names, values = _add_clauses(counts) if counts is not None else ([], {}, {})
         sets: list[str] = []
         if cursor is not None:
             sets.append("#cur = :cur")
@@ -282,13 +259,13 @@ class DynamoDBItemStore:
         return [item.id for item in written]
 
     def _count_added(self, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
-        counts = _Counts()
+        counts = CounterDeltas()
         for item in items:
             counts.add(
                 item.created_at,
                 sign=1,
                 leased=item.lease_deadline is not None,
-                scheduled=_scheduled(item, now),
+                scheduled=scheduled_when_written(item, now),
             )
         if counts.items:
             # The schedule mark starts at the partition's first write: the first schedule pass then
@@ -545,7 +522,7 @@ class DynamoDBItemStore:
         return [item for item in self._each(claim_one, list(ids)) if item is not None]
 
     def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
-        counts = _Counts()
+        counts = CounterDeltas()
         for item in items:
             counts.add(item.created_at, sign=1, leased=True, scheduled=False)
         # Only the leased counters: the items were already counted when they were written.
@@ -606,14 +583,14 @@ class DynamoDBItemStore:
         results = self._each(delete_one, list(dict.fromkeys(ids)))
         removed = [codec.decode_state(attrs) for _, attrs, ok in results if ok and attrs]
         if removed:
-            counts = _Counts()
+            counts = CounterDeltas()
             mark = self._schedule_mark_if_needed(queue, partition, removed, now)
             for state in removed:
                 counts.add(
                     state.created_at,
                     sign=-1,
                     leased=state.lease_deadline is not None,
-                    scheduled=_counted_scheduled(state, mark),
+                    scheduled=still_scheduled(state, mark),
                 )
             self._update_head(queue, partition, counts, operation="delete")
         return [item_id for item_id, _, ok in results if not ok]
@@ -674,7 +651,7 @@ class DynamoDBItemStore:
         return done
 
     def _count_moves(self, queue: str, partition: int, moved: Sequence[Move], now: datetime) -> None:
-        deltas: dict[tuple[str, int], _Counts] = defaultdict(_Counts)
+        deltas: dict[tuple[str, int], CounterDeltas] = defaultdict(CounterDeltas)
         mark = self._schedule_mark_if_needed(queue, partition, (_state_of(m.item) for m in moved), now)
         for m in moved:
             source = m.item
@@ -682,14 +659,14 @@ class DynamoDBItemStore:
                 source.created_at,
                 sign=-1,
                 leased=source.lease_deadline is not None,
-                scheduled=_counted_scheduled(_state_of(source), mark),
+                scheduled=still_scheduled(_state_of(source), mark),
             )
             target = m.replacement
             deltas[m.target_queue, m.target_partition].add(
                 target.created_at,
                 sign=1,
                 leased=target.lease_deadline is not None,
-                scheduled=_scheduled(target, now),
+                scheduled=scheduled_when_written(target, now),
             )
         for (target_queue, target_partition), counts in deltas.items():
             marks = now if (target_queue, target_partition) != (queue, partition) else None
@@ -716,7 +693,7 @@ class DynamoDBItemStore:
     def pass_schedule(
         self, queue: str, partition: int, *, old_mark: str, new_mark: str, now: datetime
     ) -> int:
-        counts = _Counts()
+        counts = CounterDeltas()
         start = old_mark
         while True:
             page = self.scan(queue, partition, start=start, end=new_mark, limit=1000, scheduled_only=True)
@@ -726,7 +703,7 @@ class DynamoDBItemStore:
                 break
             start = page.read_to
         counts.items = counts.created = 0
-        adds, names, values = counts.expression()
+        adds, names, values = _add_clauses(counts)
         names.update({"#sm": schema.HEAD_SCHEDULE_MARK})
         values[":new"] = {"S": new_mark}
         update = "SET #sm = :new" + (f" ADD {', '.join(adds)}" if adds else "")
@@ -882,16 +859,6 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             raise translate(exc, "produce") from exc
-
-
-def _scheduled(item: Item, now: datetime) -> bool:
-    """Counted as scheduled when written: produced or retried for a time still ahead."""
-    return item.enqueue_at is not None and item.enqueue_at > now
-
-
-def _counted_scheduled(state: ItemState, schedule_mark: str) -> bool:
-    """Still counted as scheduled: the schedule pass has not reached its id yet."""
-    return state.enqueue_at is not None and state.id >= schedule_mark
 
 
 def _state_of(item: Item) -> ItemState:

@@ -1,0 +1,81 @@
+"""Storage layer: what one call changes in a partition's counters (``ports.PartitionHead``).
+
+Every store adds the same deltas by the same rules; only how it writes them differs (one
+``UpdateItem`` for DynamoDB, the head row in the same transaction for the embedded stores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from querator.domain.model import timestamp_us
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from querator.domain.model import Item, ItemState
+    from querator.ports import PartitionHead
+
+
+@dataclass(slots=True)
+class CounterDeltas:
+    """Deltas of a head row's counters; sums are of ``created_at`` in whole seconds."""
+
+    items: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    created: int = 0
+    leased_created: int = 0
+    scheduled_created: int = 0
+
+    def add(self, item_created: datetime, *, sign: int, leased: bool, scheduled: bool) -> None:
+        seconds = timestamp_us(item_created) // 1_000_000
+        self.items += sign
+        self.created += sign * seconds
+        if leased:
+            self.leased += sign
+            self.leased_created += sign * seconds
+        if scheduled:
+            self.scheduled += sign
+            self.scheduled_created += sign * seconds
+
+    def changed(self) -> bool:
+        return any(
+            (
+                self.items,
+                self.leased,
+                self.scheduled,
+                self.created,
+                self.leased_created,
+                self.scheduled_created,
+            )
+        )
+
+    def applied(self, head: PartitionHead) -> PartitionHead:
+        """``head`` with the deltas added; any change moves the version, so a recount under way
+        learns of it."""
+        return replace(
+            head,
+            version=head.version + 1 if self.changed() else head.version,
+            items=head.items + self.items,
+            leased=head.leased + self.leased,
+            scheduled=head.scheduled + self.scheduled,
+            created_sum=head.created_sum + self.created,
+            leased_created_sum=head.leased_created_sum + self.leased_created,
+            scheduled_created_sum=head.scheduled_created_sum + self.scheduled_created,
+        )
+
+
+def scheduled_when_written(item: Item, now: datetime) -> bool:
+    """Counted as scheduled when written: produced or retried for a time still ahead."""
+    return item.enqueue_at is not None and item.enqueue_at > now
+
+
+def still_scheduled(state: ItemState | Item, schedule_mark: str) -> bool:
+    """Still counted as scheduled: the schedule pass has not reached its id yet.
+
+    By the mark the store read, never by the caller's clock: a pass with a later clock may have
+    taken the item off the count already.
+    """
+    return state.enqueue_at is not None and state.id >= schedule_mark
