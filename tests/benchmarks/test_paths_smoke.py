@@ -26,7 +26,9 @@ CALLS = COUNT // BATCH
 EXPECTED_WCU = {
     # produce 1 + lease 2 + retry 1 + lease 2 + complete 1
     "retry": 8.0 + 7 * CALLS / COUNT,
-    # produce 1 + lease 2 + (record dropped 1 + requeue's counters 1) + lease 2 + complete 1
+    # produce 1 + lease 2 + (record dropped 1 + requeue's counters 1) + lease 2 + complete 1; but the
+    # first lease's record lists a pool of candidates that holds the second lease's items too, so when
+    # its record comes back first the requeues of both calls share one counter write (see below)
     "expiry": 8.0 + 8 * CALLS / COUNT,
     # produce 1 + lease 2 + retry dead 2
     "dead (retry)": 6.0 + 5 * CALLS / COUNT,
@@ -50,9 +52,15 @@ def test_every_path_ends_every_item_exactly_once(results: dict[str, PathResult])
         assert result.ended == COUNT
 
 
+#: Which of the expiry path's records the reaper reads first is up to their random key suffixes.
+SHARED_REQUEUE_WRITE = {"expiry": 1 / COUNT}
+
+
 @pytest.mark.parametrize("path", sorted(EXPECTED_WCU))
 def test_write_units_per_item_follow_from_the_data_model(results: dict[str, PathResult], path: str) -> None:
-    assert results[path].per_item("write_units") == EXPECTED_WCU[path]
+    measured = results[path].per_item("write_units")
+    allowed = {EXPECTED_WCU[path], EXPECTED_WCU[path] - SHARED_REQUEUE_WRITE.get(path, 0.0)}
+    assert any(abs(measured - value) < 1e-9 for value in allowed), (measured, allowed)
 
 
 def test_the_reaper_path_costs_the_move_plus_its_bookmark(results: dict[str, PathResult]) -> None:
