@@ -47,12 +47,14 @@ class Page:
     """One page of a key-range read, oldest first.
 
     ``read_to`` is where the read stopped: every item id below it (and at or above the read's start)
-    was evaluated, whether the filter returned it or not. ``done`` is True when the range ended.
+    was evaluated, whether the filter returned it or not; ``evaluated`` counts them. ``done`` is
+    True when the range ended.
     """
 
     items: list[ItemState] = field(default_factory=list)
     read_to: str = ""
     done: bool = True
+    evaluated: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -495,6 +495,7 @@ class QueueService:
         reply_bytes = 0
         limit = min(_PAGE_MAX, max(_FIRST_PAGE_MIN, 2 * batch_size))
         read_to = start
+        evaluated = 0
         rescans = 0
         while len(claimed) < batch_size and self._clock.now() < stop_at:
             page = self._store.scan(
@@ -542,15 +543,17 @@ class QueueService:
                 rescans += 1
                 continue
             read_to = page.read_to
+            evaluated += page.evaluated
             if contended or page.done or first_open is not None:
                 break
             start = page.read_to
             limit = _PAGE_MAX
         cursor = min(read_to, cursor_cap) if first_open is None else min(first_open, read_to, cursor_cap)
-        if claimed or cursor > head.cursor:
-            self._store.note_leased(
-                queue.name, partition, claimed, cursor=cursor if cursor > head.cursor else None
-            )
+        # The cursor moves only past items: over an empty range it would save no later read, and
+        # an idle consumer's every poll would be a write.
+        moved = cursor > head.cursor and evaluated > 0
+        if claimed or moved:
+            self._store.note_leased(queue.name, partition, claimed, cursor=cursor if moved else None)
         # Claimed out of order after a lost race; the reply is oldest first all the same (contract).
         return sorted(claimed, key=lambda item: item.id)
 

@@ -82,6 +82,20 @@ def test_lease_read_units_do_not_grow_with_the_number_of_valid_leases(metered: M
     assert costs == [2.0, 2.0, 2.0], costs
 
 
+def test_a_consumer_polling_an_empty_queue_writes_nothing(metered: Metered, clock: FakeClock):
+    service, meter = metered.service, metered.meter
+    make_queue(service, partitions=4)
+    meter.reset()
+    for _ in range(10):
+        clock.advance(SETTLE)
+        with pytest.raises(NothingToLeaseError):
+            service.lease("jobs", batch_size=10, client_id="idle")
+    cost = meter.snapshot()
+    # Reads only: the head row and an empty range per partition. (Moving the cursor over the empty
+    # range used to cost a write per partition per poll.)
+    assert cost.write_units == 0 and set(cost.requests_by_operation) == {"Query"}, cost
+
+
 def test_a_lease_reply_stays_under_the_cap_and_leaves_what_it_cannot_carry_unclaimed(
     service, clock: FakeClock
 ):

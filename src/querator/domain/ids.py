@@ -44,9 +44,20 @@ def visible_at_of(item_id: str) -> datetime:
     return utc_from_timestamp_us(int(item_id[:_TIME_DIGITS], 16))
 
 
+def time_key(moment: datetime) -> str:
+    """``moment`` as an id's time prefix: keys built from it sort in time order (ids, deadlines)."""
+    return f"{timestamp_us(moment):0{_TIME_DIGITS}x}"
+
+
 def visible_bound(now: datetime) -> str:
     """The smallest id that is *not* visible at ``now``: ids below it are due."""
     return f"{timestamp_us(now) + 1:0{_TIME_DIGITS}x}"
+
+
+def key_after(item_id: str) -> str:
+    """The smallest key that sorts after ``item_id`` and before every later id (ids have one
+    length): where a range read that stopped at ``item_id`` goes on."""
+    return f"{item_id}0"
 
 
 def parse_item_id(value: str) -> str:
@@ -72,7 +83,7 @@ class IdFactory:
 
     def new_ids(self, visible_at: datetime, count: int) -> list[str]:
         """``count`` ids that sort in the order returned, all visible at ``visible_at``."""
-        prefix = f"{timestamp_us(visible_at):0{_TIME_DIGITS}x}"
+        prefix = time_key(visible_at)
         with self._lock:
             first = self._seq
             if first + count > _SEQ_MODULUS:

@@ -176,6 +176,19 @@ class Item:
         strings = len(self.reference.encode()) + len(self.encoding.encode()) + len(self.kind.encode())
         return len(self.payload) + 2 * strings
 
+    def state(self) -> ItemState:
+        """What a range read returns of this item (stores record ``reply_size`` from the threshold on)."""
+        size = self.reply_size()
+        return ItemState(
+            id=self.id,
+            attempts=self.attempts,
+            lease_deadline=self.lease_deadline,
+            expire_deadline=self.expire_deadline,
+            created_at=self.created_at,
+            enqueue_at=self.enqueue_at,
+            payload_size=size if size >= REPLY_SIZE_THRESHOLD else 0,
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ItemState:
@@ -190,9 +203,6 @@ class ItemState:
     enqueue_at: datetime | None = None
     #: ``Item.reply_size`` when it is ``REPLY_SIZE_THRESHOLD`` or more; 0 means "less than that".
     payload_size: int = 0
-
-    def is_leased(self, now: datetime) -> bool:
-        return self.lease_deadline is not None and self.lease_deadline > now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

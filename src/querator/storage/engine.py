@@ -15,8 +15,7 @@ import secrets
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from querator.domain.ids import ITEMS_END, visible_bound
-from querator.domain.model import Item, ItemState, timestamp_us
+from querator.domain.ids import ITEMS_END, key_after, time_key, visible_bound
 from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from datetime import datetime
 
+    from querator.domain.model import Item, ItemState
     from querator.ports import Move
 
 
@@ -72,33 +72,9 @@ class Rows(Protocol):
 _EXPIRED_PER_WRITE = 4
 
 
-def state_of(item: Item) -> ItemState:
-    size = item.reply_size()
-    return ItemState(
-        id=item.id,
-        attempts=item.attempts,
-        lease_deadline=item.lease_deadline,
-        expire_deadline=item.expire_deadline,
-        created_at=item.created_at,
-        enqueue_at=item.enqueue_at,
-        # As the reference stores it: only sizes from the threshold on (``ItemState.payload_size``).
-        payload_size=size if size >= 1024 else 0,
-    )
-
-
 def lease_record_key(deadline: datetime) -> str:
-    """The deadline in 14 hex digits of microseconds (like an id's time) and a unique suffix."""
-    return f"{timestamp_us(deadline):014x}{secrets.token_hex(8)}"
-
-
-def lease_records_due(now: datetime) -> str:
-    """The first lease record key whose deadline is after ``now``."""
-    return f"{timestamp_us(now) + 1:014x}"
-
-
-def after(key: str) -> str:
-    """The smallest key that sorts after ``key`` among fixed-length keys."""
-    return f"{key}0"
+    """The deadline as an id's time prefix (so records sort by deadline) and a unique suffix."""
+    return f"{time_key(deadline)}{secrets.token_hex(8)}"
 
 
 def _guard_holds(item: Item | None, guard: Guard, now: datetime) -> bool:
@@ -171,7 +147,7 @@ class SortedRowsStore:
         self, queue: str, partition: int, *, now: datetime, records: int = 0
     ) -> tuple[PartitionHead, list[LeaseRecord]]:
         with self._read() as rows:
-            due = rows.records_due(queue, partition, lease_records_due(now), records) if records else []
+            due = rows.records_due(queue, partition, visible_bound(now), records) if records else []
             return rows.head(queue, partition), due
 
     def heads(self, queue: str, partitions: Sequence[int]) -> list[PartitionHead]:
@@ -205,12 +181,14 @@ class SortedRowsStore:
             and (not never_leased or s.lease_deadline is None)
             and (not scheduled_only or s.enqueue_at is not None)
         ]
-        return Page(items=found, read_to=end if done else after(read[-1].id), done=done)
+        return Page(
+            items=found, read_to=end if done else key_after(read[-1].id), done=done, evaluated=len(read)
+        )
 
     def states(self, queue: str, partition: int, ids: Sequence[str]) -> list[ItemState]:
         with self._read() as rows:
             found = (rows.item(queue, partition, i) for i in dict.fromkeys(ids))
-            return [state_of(item) for item in found if item is not None]
+            return [item.state() for item in found if item is not None]
 
     def get_many(self, queue: str, partition: int, ids: Sequence[str]) -> dict[str, Item]:
         with self._read() as rows:
@@ -402,7 +380,7 @@ class SortedRowsStore:
                         came.add(state.created_at, sign=-1, leased=False, scheduled=True)
                 if len(read) < 1000:
                     break
-                start = after(read[-1].id)
+                start = key_after(read[-1].id)
             came.items = came.created = 0
             rows.write_head(queue, partition, replace(came.applied(head), schedule_mark=new_mark))
         return -came.scheduled

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from querator.domain.errors import ConflictError, QueueAlreadyExistsError, QueueNotFoundError
 from querator.ports import PartitionHead
-from querator.storage.engine import SortedRowsStore, state_of
+from querator.storage.engine import SortedRowsStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -94,7 +94,7 @@ class _MemoryRows:
         return [part.items[i] for i in self._range(part, start, end, limit)]
 
     def states(self, queue: str, partition: int, start: str, end: str, limit: int) -> list[ItemState]:
-        return [state_of(item) for item in self.items(queue, partition, start, end, limit)]
+        return [item.state() for item in self.items(queue, partition, start, end, limit)]
 
     def records_due(self, queue: str, partition: int, below: str, limit: int) -> list[LeaseRecord]:
         part = self._get(queue, partition)

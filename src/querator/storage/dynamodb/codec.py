@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from querator.domain.ids import time_key, visible_bound
 from querator.domain.model import REPLY_SIZE_THRESHOLD, Item, ItemState, timestamp_us, utc_from_timestamp_us
 from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead, Recount
 from querator.storage.dynamodb import schema
@@ -149,13 +150,13 @@ def decode_recount(value: AttributeMap | None) -> Recount | None:
 
 
 def lease_record_key(deadline: datetime, unique: str) -> str:
-    """``~L`` + the deadline in 14 hex digits of microseconds (like an id's time) + a unique suffix."""
-    return f"{schema.LEASE_RECORD_PREFIX}{timestamp_us(deadline):014x}{unique}"
+    """``~L`` + the deadline as an id's time prefix (so records sort by deadline) + a unique suffix."""
+    return f"{schema.LEASE_RECORD_PREFIX}{time_key(deadline)}{unique}"
 
 
 def lease_records_due(now: datetime) -> str:
     """The first lease record key whose deadline is after ``now``."""
-    return f"{schema.LEASE_RECORD_PREFIX}{timestamp_us(now) + 1:014x}"
+    return f"{schema.LEASE_RECORD_PREFIX}{visible_bound(now)}"
 
 
 def encode_lease_record(

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 
 from querator.domain.errors import QueratorError, StoreThrottledError
-from querator.domain.ids import ID_LENGTH, ITEMS_END, visible_bound
+from querator.domain.ids import ID_LENGTH, ITEMS_END, key_after, visible_bound
 from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 from querator.storage.dynamodb import codec, expressions, schema
@@ -61,11 +61,6 @@ _TRANSACTION_RETRIES = 3
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def after(key: str) -> str:
-    """The smallest key that sorts after ``key`` among fixed-length keys: the next range start."""
-    return f"{key}0"
 
 
 def _last_below(end: str) -> str:
@@ -360,8 +355,10 @@ class DynamoDBItemStore:
         last = reply.get("LastEvaluatedKey")
         return Page(
             items=[codec.decode_state(attrs) for attrs in reply.get("Items", [])],
-            read_to=end if last is None else after(str(last[schema.SK]["S"])),
+            read_to=end if last is None else key_after(str(last[schema.SK]["S"])),
             done=last is None,
+            # What the key range held before the filter (DynamoDB's ScannedCount).
+            evaluated=int(reply.get("ScannedCount", 0)),
         )
 
     def states(self, queue: str, partition: int, ids: Sequence[str]) -> list[ItemState]:
@@ -596,7 +593,7 @@ class DynamoDBItemStore:
         return [item_id for item_id, _, ok in results if not ok]
 
     def _schedule_mark_if_needed(
-        self, queue: str, partition: int, states: Iterable[ItemState], now: datetime
+        self, queue: str, partition: int, states: Iterable[ItemState | Item], now: datetime
     ) -> str:
         """The schedule mark, read only when an item that was scheduled is among ``states``.
 
@@ -652,14 +649,14 @@ class DynamoDBItemStore:
 
     def _count_moves(self, queue: str, partition: int, moved: Sequence[Move], now: datetime) -> None:
         deltas: dict[tuple[str, int], CounterDeltas] = defaultdict(CounterDeltas)
-        mark = self._schedule_mark_if_needed(queue, partition, (_state_of(m.item) for m in moved), now)
+        mark = self._schedule_mark_if_needed(queue, partition, (m.item for m in moved), now)
         for m in moved:
             source = m.item
             deltas[queue, partition].add(
                 source.created_at,
                 sign=-1,
                 leased=source.lease_deadline is not None,
-                scheduled=still_scheduled(_state_of(source), mark),
+                scheduled=still_scheduled(source, mark),
             )
             target = m.replacement
             deltas[m.target_queue, m.target_partition].add(
@@ -859,7 +856,3 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             raise translate(exc, "produce") from exc
-
-
-def _state_of(item: Item) -> ItemState:
-    return codec.decode_state(codec.encode_item("-", 0, item))
