@@ -46,8 +46,8 @@ RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore", "s3transfer"})
 #: shell, and uv's install lock is not a module.
 NOT_IN_LAMBDA: Final = ("functions", "bin", ".lock")
 #: ``querator`` modules (file or package) that never run in Lambda: the local server and store and
-#: the test kit need moto, the Spark producer needs pyspark, the CLI is for a terminal.
-LOCAL_ONLY_MODULES: Final = ("localstore", "localserver", "devserver", "testing", "spark", "cli")
+#: the test kit need moto, the Spark producer needs pyspark, the CLI and the console are for a terminal.
+LOCAL_ONLY_MODULES: Final = ("localstore", "localserver", "devserver", "testing", "spark", "cli", "console")
 #: Lambda's Python 3.12/3.13 runtimes run Amazon Linux 2023 (glibc 2.34); manylinux_2_28 wheels fit.
 PLATFORMS: Final = {"arm64": "aarch64-manylinux_2_28", "x86_64": "x86_64-manylinux_2_28"}
 MACHINE: Final = {"arm64": "aarch64", "x86_64": "x86_64"}

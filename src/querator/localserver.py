@@ -30,6 +30,7 @@ from querator import bootstrap
 from querator.api import routes
 from querator.api.errors import body_too_large, error_response, unknown_path
 from querator.config import EnvVar, StoreKind, load_settings, parse_store
+from querator.console import assets as console_assets
 from querator.localstore import LOOPBACK
 from querator.storage.dynamodb import schema
 
@@ -178,6 +179,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._reply(*_envelope(body_too_large(length, _READ_LIMIT)))
             return
         body = self.rfile.read(length) if length else b""
+        if console_assets.is_console_path(path):
+            self._serve_console(path)
+            return
         route = routes.by_path(path)
         if route is None:
             # API Gateway has no resource for it either; the contract says 501.
@@ -193,6 +197,24 @@ class _RequestHandler(BaseHTTPRequestHandler):
         request_log.info(
             "%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000
         )
+
+    def _serve_console(self, path: str) -> None:
+        # The console is static files; it reaches the queues through the same /v1 routes as any client.
+        asset = (
+            console_assets.config(read_only=False, target=f"querator serve {self.headers.get('Host', '')}")
+            if path == console_assets.PREFIX + "/config.json"
+            else console_assets.find(path)
+        )
+        if self.command != "GET" or asset is None:
+            status = 404 if asset is None else 405
+            self._reply(
+                status,
+                {"Content-Type": "text/plain; charset=utf-8"},
+                b"not found" if status == 404 else b"GET only",
+            )
+        else:
+            self._reply(200, asset.headers(), asset.body)
+        request_log.info("%s %s %s", self.command, path, self._status)
 
     def _drain(self, length: int) -> None:
         while length > 0:

@@ -49,5 +49,5 @@ def test_every_option_in_a_row_is_an_option_of_its_command() -> None:
     for row in ROWS:
         parser = commands[_row_command(row)]
         options = {option for action in parser._actions for option in action.option_strings}
-        named = set(re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", row)) - {"--"}
+        named = set(re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", row)) - {"--"}
         assert named <= options, (row, named - options)

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from querator.cli import commands as client_commands
-from querator.cli import consume, serve
+from querator.cli import console, consume, serve
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(commands)
     common = client_commands.register(commands)
     consume.register(commands, common)
+    console.register(commands)
     return parser
 
 

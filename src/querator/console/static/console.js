@@ -1,0 +1,782 @@
+// The Querator console: a client of the public HTTP API (POST /v1/...), nothing more. Every action goes
+// through the same endpoints a program would call, and an API error is shown as the API wrote it.
+// No framework and no build step: the page must work offline from the package and stay small.
+"use strict";
+
+const PAGE_QUEUES = 25;   // queues per page: the refresh cost is one stats call per visible queue
+const PAGE_ITEMS = 50;    // items per page of a partition listing
+const HISTORY = 60;       // depth samples kept per queue for the charts
+const MOVE_CHUNK = 100;   // items per import/delete call when moving dead letters by hand
+
+const state = {
+  config: { read_only: false, target: "", refresh_ms: 5000 },
+  features: { redrive: false },
+  timer: null,
+  refresh: null,          // the current view's refresh function
+  history: new Map(),     // queue name -> [{t, ready, leased, scheduled}]
+  generation: 0,          // bumped on navigation, so a late reply never paints over a newer view
+};
+
+// ---------------------------------------------------------------------------------------------------
+// DOM and formatting helpers. Text always goes in as text nodes: queue names, references and
+// payloads are user data.
+
+function h(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "class") node.className = value;
+    else if (value === true) node.setAttribute(key, "");
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function show(container, ...children) {
+  // replaceChildren would print a skipped (null) part as the text "null".
+  container.replaceChildren(...children.flat().filter((child) => child !== null && child !== undefined && child !== false));
+}
+
+function svgNode(tag, attrs) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  return node;
+}
+
+function fmtAge(seconds) {
+  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "—";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+  if (s < 172800) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+function goDuration(text) {
+  // Go duration strings as the API returns them ("1m0s", "3.2s", "24h0m0s") to seconds.
+  if (!text) return 0;
+  let total = 0;
+  const units = { h: 3600, m: 60, s: 1, ms: 0.001, us: 1e-6, "µs": 1e-6, ns: 1e-9 };
+  for (const [, number, unit] of String(text).matchAll(/([0-9.]+)(h|ms|m|s|us|µs|ns)/g)) {
+    total += parseFloat(number) * units[unit];
+  }
+  return total;
+}
+
+function ageOf(timestamp) {
+  return timestamp ? (Date.now() - Date.parse(timestamp)) / 1000 : null;
+}
+
+function decodePayload(base64) {
+  const binary = atob(base64 || "");
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+function encodeText(text) {
+  const bytes = new TextEncoder().encode(text);
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary);
+}
+
+function payloadViews(bytes) {
+  // Text when the bytes are valid UTF-8, pretty JSON when the text parses, hex always.
+  const views = {};
+  try {
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    views.text = text;
+    try { views.json = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { /* not JSON */ }
+  } catch (_) { /* binary */ }
+  const lines = [];
+  for (let offset = 0; offset < bytes.length; offset += 16) {
+    const row = Array.from(bytes.slice(offset, offset + 16));
+    const hex = row.map((b) => b.toString(16).padStart(2, "0")).join(" ");
+    const ascii = row.map((b) => (b >= 32 && b < 127 ? String.fromCharCode(b) : ".")).join("");
+    lines.push(`${offset.toString(16).padStart(8, "0")}  ${hex.padEnd(47)}  ${ascii}`);
+  }
+  views.hex = lines.join("\n");
+  return views;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The API.
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const text = body && body.message ? body.message : `HTTP ${status}`;
+    super(text);
+    this.status = status;
+    this.body = body;
+  }
+  describe() {
+    const codeText = this.body && this.body.code_text ? ` ${this.body.code_text}` : "";
+    return `${this.status}${codeText}: ${this.message}`;
+  }
+}
+
+async function api(path, body) {
+  const response = await fetch(`/v1/${path}`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body || {}),
+  });
+  const text = await response.text();
+  let data = {};
+  try { data = text ? JSON.parse(text) : {}; } catch (_) { data = { message: text }; }
+  if (!response.ok) throw new ApiError(response.status, data);
+  return data;
+}
+
+function showError(error) {
+  const box = document.getElementById("error");
+  box.textContent = error instanceof ApiError ? error.describe() : String(error && error.message ? error.message : error);
+  box.hidden = false;
+}
+
+function showNotice(text) {
+  const box = document.getElementById("notice");
+  box.textContent = text;
+  box.hidden = false;
+}
+
+function clearMessages() {
+  document.getElementById("error").hidden = true;
+  document.getElementById("notice").hidden = true;
+}
+
+async function guarded(action) {
+  // Runs a user action: its error goes to the alert box; returns undefined when it failed.
+  clearMessages();
+  try {
+    return await action();
+  } catch (error) {
+    showError(error);
+    return undefined;
+  }
+}
+
+function confirmDialog(text) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+    document.getElementById("confirm-cancel").focus();
+  });
+}
+
+async function listAllQueues() {
+  // Every queue, paged; used to find which queues dead-letter into which.
+  const all = [];
+  let pivot = "";
+  for (let page = 0; page < 1000; page += 1) {
+    const reply = await api("queues.list", { pivot, limit: 1000 });
+    const items = reply.items || [];
+    const fresh = pivot ? items.filter((q) => q.queue_name !== pivot) : items;
+    all.push(...fresh);
+    if (items.length < 1000) break;
+    pivot = items[items.length - 1].queue_name;
+  }
+  return all;
+}
+
+function partitionsOf(stats) {
+  return (stats.logicalQueues && stats.logicalQueues[0] && stats.logicalQueues[0].partitions) || [];
+}
+
+function totals(stats) {
+  const sum = { ready: 0, leased: 0, scheduled: 0, ageWeighted: 0 };
+  for (const p of partitionsOf(stats)) {
+    const total = p.total || 0;
+    const leased = p.total_leased || 0;
+    sum.ready += total - leased;
+    sum.leased += leased;
+    sum.scheduled += p.scheduled || 0;
+    sum.ageWeighted += goDuration(p.average_age) * total;
+  }
+  const stored = sum.ready + sum.leased;
+  sum.averageAge = stored ? sum.ageWeighted / stored : null;
+  return sum;
+}
+
+async function oldestAge(queueName, stats) {
+  // The first item of each non-empty partition is its oldest: one short read per partition.
+  let oldest = null;
+  for (const p of partitionsOf(stats)) {
+    if (!p.total) continue;
+    const reply = await api("storage/items.list", { queue_name: queueName, partition: p.partition, limit: 1 });
+    const first = (reply.items || [])[0];
+    if (first) {
+      const age = ageOf(first.created_at);
+      if (oldest === null || age > oldest) oldest = age;
+    }
+  }
+  return oldest;
+}
+
+function remember(queueName, sums) {
+  const samples = state.history.get(queueName) || [];
+  samples.push({ t: Date.now(), ready: sums.ready, leased: sums.leased, scheduled: sums.scheduled });
+  while (samples.length > HISTORY) samples.shift();
+  state.history.set(queueName, samples);
+  return samples;
+}
+
+function netRate(samples) {
+  // Change of the stored depth per second over the samples kept; produced and completed are not
+  // counted separately by the API, so this is what can be said honestly.
+  if (samples.length < 2) return null;
+  const first = samples[0];
+  const last = samples[samples.length - 1];
+  const seconds = (last.t - first.t) / 1000;
+  if (seconds <= 0) return null;
+  const depth = (s) => s.ready + s.leased + s.scheduled;
+  return (depth(last) - depth(first)) / seconds;
+}
+
+function sparkline(history, width, height) {
+  const samples = history.length === 1 ? [history[0], history[0]] : history;
+  const svg = svgNode("svg", { class: "spark", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
+  const depth = samples.map((s) => s.ready + s.leased + s.scheduled);
+  const max = Math.max(1, ...depth);
+  const points = depth.map((d, i) => `${(i / Math.max(1, samples.length - 1)) * width},${height - 1 - (d / max) * (height - 2)}`);
+  svg.append(svgNode("polyline", { points: points.join(" ") }));
+  const title = svgNode("title", {});
+  title.textContent = `depth over the last ${history.length} samples, now ${depth[depth.length - 1] || 0}, max ${max}`;
+  svg.append(title);
+  return svg;
+}
+
+function depthChart(history) {
+  // One sample draws as a flat line rather than nothing.
+  const samples = history.length === 1 ? [history[0], { ...history[0] }] : history;
+  const width = 640;
+  const height = 120;
+  const svg = svgNode("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "Depth over time" });
+  const series = [["ready", "#0b5cad"], ["leased", "#a4161a"], ["scheduled", "#6f42c1"]];
+  const max = Math.max(1, ...samples.flatMap((s) => [s.ready, s.leased, s.scheduled]));
+  for (const [key, colour] of series) {
+    const points = samples.map((s, i) => `${(i / Math.max(1, samples.length - 1)) * width},${height - 4 - (s[key] / max) * (height - 8)}`);
+    svg.append(svgNode("polyline", { points: points.join(" "), stroke: colour }));
+  }
+  const title = svgNode("title", {});
+  const last = samples[samples.length - 1] || { ready: 0, leased: 0, scheduled: 0 };
+  title.textContent = `ready ${last.ready} (blue), leased ${last.leased} (red), scheduled ${last.scheduled} (purple); max ${max}`;
+  svg.append(title);
+  return svg;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Views.
+
+function parseHash() {
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
+  const params = new URLSearchParams(query || "");
+  return { parts, params };
+}
+
+async function route() {
+  state.generation += 1;
+  state.refresh = null;
+  clearMessages();
+  const { parts, params } = parseHash();
+  const view = document.getElementById("view");
+  try {
+    if (parts[0] === "queue" && parts.length >= 5 && parts[2] === "item") {
+      await itemView(view, parts[1], Number(parts[3]), parts[4]);
+    } else if (parts[0] === "queue" && parts[1]) {
+      await queueView(view, parts[1], params);
+    } else {
+      await queuesView(view, params);
+    }
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function queuesView(view, params) {
+  const generation = state.generation;
+  const pivot = params.get("pivot") || "";
+  const reply = await api("queues.list", { pivot, limit: PAGE_QUEUES + 1 });
+  if (generation !== state.generation) return;
+  const queues = (reply.items || []).slice(0, PAGE_QUEUES);
+  const next = (reply.items || [])[PAGE_QUEUES];
+  const rows = new Map();
+  const body = h("tbody", {});
+  for (const queue of queues) {
+    const cells = {
+      ready: h("td", { class: "num" }, "…"), leased: h("td", { class: "num" }, "…"),
+      scheduled: h("td", { class: "num" }, "…"), oldest: h("td", { class: "num" }, "…"),
+      dead: h("td", { class: "num" }, queue.dead_queue ? "…" : "—"), rate: h("td", { class: "num" }, "…"),
+      chart: h("td", {}),
+    };
+    rows.set(queue.queue_name, cells);
+    body.append(h("tr", { "data-queue": queue.queue_name },
+      h("td", { class: "mono" }, h("a", { href: `#/queue/${encodeURIComponent(queue.queue_name)}` }, queue.queue_name)),
+      h("td", { class: "num" }, queue.requested_partitions || 1),
+      cells.ready, cells.leased, cells.scheduled, cells.oldest, cells.dead, cells.rate, cells.chart));
+  }
+  const filter = h("input", { id: "pivot", value: pivot, placeholder: "name", "aria-label": "Start at queue name" });
+  show(view, 
+    h("h1", {}, "Queues"),
+    h("form", { class: "row", onsubmit: (e) => { e.preventDefault(); location.hash = `#/?pivot=${encodeURIComponent(filter.value)}`; } },
+      h("label", {}, "Start at name", filter), h("button", { type: "submit", class: "secondary" }, "Go")),
+    h("table", { "aria-label": "Queues" },
+      h("thead", {}, h("tr", {},
+        h("th", { scope: "col" }, "Name"), h("th", { scope: "col", class: "num" }, "Partitions"),
+        h("th", { scope: "col", class: "num" }, "Ready"), h("th", { scope: "col", class: "num" }, "Leased"),
+        h("th", { scope: "col", class: "num" }, "Scheduled"), h("th", { scope: "col", class: "num" }, "Oldest item"),
+        h("th", { scope: "col", class: "num" }, "Dead letters"), h("th", { scope: "col", class: "num" }, "Net change/s"),
+        h("th", { scope: "col" }, "Depth"))),
+      body),
+    queues.length ? null : h("p", { class: "muted" }, pivot ? "No queue from this name on." : "No queues yet."),
+    h("div", { class: "actions" },
+      pivot ? h("a", { href: "#/" }, "First page") : null,
+      next ? h("a", { href: `#/?pivot=${encodeURIComponent(next.queue_name)}`, id: "next-page" }, "Next page") : null),
+    state.config.read_only ? null : createQueueForm(),
+  );
+  state.refresh = async () => {
+    for (const queue of queues) {
+      if (generation !== state.generation) return;
+      const cells = rows.get(queue.queue_name);
+      try {
+        const stats = await api("queue.stats", { queue_name: queue.queue_name });
+        const sums = totals(stats);
+        const samples = remember(queue.queue_name, sums);
+        cells.ready.textContent = sums.ready;
+        cells.leased.textContent = sums.leased;
+        cells.scheduled.textContent = sums.scheduled;
+        cells.oldest.textContent = fmtAge(await oldestAge(queue.queue_name, stats));
+        const rate = netRate(samples);
+        cells.rate.textContent = rate === null ? "—" : rate.toFixed(1);
+        cells.chart.replaceChildren(sparkline(samples, 120, 24));
+        if (queue.dead_queue) {
+          const dead = totals(await api("queue.stats", { queue_name: queue.dead_queue }));
+          cells.dead.textContent = dead.ready + dead.leased + dead.scheduled;
+        }
+      } catch (error) {
+        cells.ready.textContent = "error";
+        cells.ready.title = error instanceof ApiError ? error.describe() : String(error);
+      }
+    }
+  };
+  await state.refresh();
+}
+
+function createQueueForm() {
+  const field = (name, label, value, attrs) => h("label", {}, label, h("input", { name, value: value || "", ...attrs }));
+  const form = h("form", { class: "panel", "aria-label": "New queue" },
+    h("h2", {}, "New queue"),
+    h("div", { class: "row" },
+      field("queue_name", "Name", "", { required: true }),
+      field("lease_timeout", "Lease timeout", "1m"),
+      field("expire_timeout", "Expire timeout", "24h"),
+      field("max_attempts", "Max attempts (0: unlimited)", "0", { type: "number", min: 0 }),
+      field("dead_queue", "Dead-letter queue", ""),
+      field("requested_partitions", "Partitions", "1", { type: "number", min: 1 }),
+      h("button", { type: "submit" }, "Create")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const info = {
+      queue_name: data.get("queue_name"), lease_timeout: data.get("lease_timeout"),
+      expire_timeout: data.get("expire_timeout"), max_attempts: Number(data.get("max_attempts") || 0),
+      requested_partitions: Number(data.get("requested_partitions") || 1),
+    };
+    if (data.get("dead_queue")) info.dead_queue = data.get("dead_queue");
+    const done = await guarded(() => api("queues.create", info));
+    if (done !== undefined) location.hash = `#/queue/${encodeURIComponent(info.queue_name)}`;
+  });
+  return form;
+}
+
+async function queueView(view, name, params) {
+  const generation = state.generation;
+  const [info, all] = await Promise.all([api("queues.info", { queue_name: name }), listAllQueues()]);
+  if (generation !== state.generation) return;
+  const sources = all.filter((q) => q.dead_queue === name).map((q) => q.queue_name);
+  const tab = params.get("tab") === "scheduled" ? "scheduled" : "items";
+  const partition = Number(params.get("partition") || 0);
+  const statsBody = h("tbody", {});
+  const chartBox = h("div", {});
+  const summary = h("p", { class: "muted", id: "summary" });
+  show(view, 
+    h("p", {}, h("a", { href: "#/" }, "← Queues")),
+    h("h1", {}, name),
+    sources.length ? h("p", { class: "panel", id: "dead-letter-of" }, "Dead-letter queue of: ", sources.join(", ")) : null,
+    summary,
+    chartBox,
+    h("h2", {}, "Partitions"),
+    h("table", { "aria-label": "Partitions" },
+      h("thead", {}, h("tr", {},
+        h("th", { scope: "col", class: "num" }, "Partition"), h("th", { scope: "col", class: "num" }, "Ready"),
+        h("th", { scope: "col", class: "num" }, "Leased"), h("th", { scope: "col", class: "num" }, "Scheduled"),
+        h("th", { scope: "col", class: "num" }, "Average age"), h("th", { scope: "col", class: "num" }, "Average leased age"))),
+      statsBody),
+    settingsForm(info),
+    state.config.read_only ? null : produceForm(info),
+    state.config.read_only ? null : clearPanel(info),
+    sources.length && !state.config.read_only ? redrivePanel(info, sources, all) : null,
+    await itemsPanel(info, tab, partition, params.get("pivot") || "", sources, all),
+  );
+  state.refresh = async () => {
+    const stats = await api("queue.stats", { queue_name: name });
+    if (generation !== state.generation) return;
+    const sums = totals(stats);
+    const samples = remember(name, sums);
+    summary.textContent = `${sums.ready} ready, ${sums.leased} leased, ${sums.scheduled} scheduled`;
+    chartBox.replaceChildren(depthChart(samples), h("p", { class: "legend" },
+      h("span", { class: "key ready" }, "ready"), h("span", { class: "key leased" }, "leased"),
+      h("span", { class: "key scheduled" }, "scheduled"), ` · last ${samples.length} samples`));
+    statsBody.replaceChildren(...partitionsOf(stats).map((p) => h("tr", {},
+      h("td", { class: "num" }, p.partition), h("td", { class: "num" }, (p.total || 0) - (p.total_leased || 0)),
+      h("td", { class: "num" }, p.total_leased || 0), h("td", { class: "num" }, p.scheduled || 0),
+      h("td", { class: "num" }, p.average_age || "0s"), h("td", { class: "num" }, p.average_leased_age || "0s"))));
+  };
+  await state.refresh();
+}
+
+function settingsForm(info) {
+  const readOnly = state.config.read_only;
+  const editable = [
+    ["lease_timeout", "Lease timeout", "text"], ["expire_timeout", "Expire timeout", "text"],
+    ["max_attempts", "Max attempts", "number"], ["dead_queue", "Dead-letter queue", "text"],
+    ["requested_partitions", "Partitions", "number"], ["reference", "Reference", "text"],
+  ];
+  const inputs = {};
+  const form = h("form", { class: "panel", "aria-label": "Settings" }, h("h2", {}, "Settings"),
+    h("div", { class: "row" }, editable.map(([key, label, type]) => {
+      inputs[key] = h("input", { name: key, type, value: info[key] ?? "", readonly: readOnly });
+      return h("label", {}, label, inputs[key]);
+    }), readOnly ? null : h("button", { type: "submit" }, "Save")),
+    h("p", { class: "muted" }, `Created ${info.created_at || "?"}, updated ${info.updated_at || "?"}`));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    // queues.update changes only the fields sent: send what the user changed.
+    const update = { queue_name: info.queue_name };
+    for (const [key, , type] of editable) {
+      const value = inputs[key].value;
+      if (String(info[key] ?? "") === value) continue;
+      update[key] = type === "number" ? Number(value) : value;
+    }
+    if (Object.keys(update).length === 1) { showNotice("Nothing changed."); return; }
+    const done = await guarded(() => api("queues.update", update));
+    if (done !== undefined) { showNotice("Settings saved."); Object.assign(info, update); }
+  });
+  return form;
+}
+
+function produceForm(info) {
+  const payload = h("textarea", { name: "payload", "aria-label": "Payload (text)" }, "{\"hello\": \"world\"}");
+  const reference = h("input", { name: "reference" });
+  const enqueueAt = h("input", { name: "enqueue_at", placeholder: "2026-01-01T00:00:00Z" });
+  const form = h("form", { class: "panel", "aria-label": "Produce a test item" }, h("h2", {}, "Produce a test item"),
+    h("label", {}, "Payload (text)", payload),
+    h("div", { class: "row" }, h("label", {}, "Reference", reference),
+      h("label", {}, "Enqueue at (RFC 3339, optional)", enqueueAt), h("button", { type: "submit" }, "Produce")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const item = { utf8: payload.value, reference: reference.value };
+    if (enqueueAt.value) item.enqueue_at = enqueueAt.value;
+    const done = await guarded(() => api("queue.produce", { queue_name: info.queue_name, items: [item] }));
+    if (done !== undefined) { showNotice("Item produced."); if (state.refresh) await state.refresh(); }
+  });
+  return form;
+}
+
+function clearPanel(info) {
+  const scope = { queue: h("input", { type: "checkbox", checked: true, name: "queue" }),
+    scheduled: h("input", { type: "checkbox", name: "scheduled" }),
+    destructive: h("input", { type: "checkbox", name: "destructive" }) };
+  const button = h("button", { type: "button", class: "danger", id: "clear" }, "Clear…");
+  button.addEventListener("click", async () => {
+    const stats = await guarded(() => api("queue.stats", { queue_name: info.queue_name }));
+    if (!stats) return;
+    const sums = totals(stats);
+    let count = 0;
+    if (scope.queue.checked) count += scope.destructive.checked ? sums.ready + sums.leased : sums.ready;
+    if (scope.scheduled.checked) count += sums.scheduled;
+    const what = [scope.queue.checked ? (scope.destructive.checked ? "ready and leased" : "ready") : null,
+      scope.scheduled.checked ? "scheduled" : null].filter(Boolean).join(" and ");
+    if (!(await confirmDialog(`Remove ${count} ${what} items from queue "${info.queue_name}"? This cannot be undone.`))) return;
+    const body = { queue_name: info.queue_name, queue: scope.queue.checked, scheduled: scope.scheduled.checked,
+      destructive: scope.destructive.checked };
+    // A large clear answers 454 after ~20 s with what it removed: call again until it is done.
+    for (let round = 0; round < 100; round += 1) {
+      try {
+        await api("queue.clear", body);
+        showNotice(`Cleared queue "${info.queue_name}".`);
+        break;
+      } catch (error) {
+        if (!(error instanceof ApiError) || error.status !== 454) { showError(error); break; }
+        showNotice(`Clearing… ${error.message}`);
+      }
+    }
+    if (state.refresh) await state.refresh();
+  });
+  return h("div", { class: "panel", role: "group", "aria-label": "Clear" }, h("h2", {}, "Clear"),
+    h("div", { class: "row" }, h("label", { class: "inline" }, scope.queue, "Ready items"),
+      h("label", { class: "inline" }, scope.scheduled, "Scheduled items"),
+      h("label", { class: "inline" }, scope.destructive, "Leased items too"), button));
+}
+
+function redrivePanel(info, sources, all) {
+  const target = h("select", { name: "to", "aria-label": "Redrive to" }, sources.map((s) => h("option", { value: s }, s)));
+  const progress = h("progress", { max: 1, value: 0, hidden: true, "aria-label": "Redrive progress" });
+  const status = h("span", { class: "muted", id: "redrive-status" });
+  const button = h("button", { type: "button", id: "redrive-all" }, "Redrive all");
+  button.addEventListener("click", async () => {
+    const to = target.value;
+    const stats = await guarded(() => api("queue.stats", { queue_name: info.queue_name }));
+    if (!stats) return;
+    const sums = totals(stats);
+    const count = sums.ready + sums.scheduled;
+    if (!(await confirmDialog(`Move ${count} dead letters from "${info.queue_name}" back to "${to}"?`))) return;
+    progress.hidden = false;
+    progress.max = Math.max(1, count);
+    let moved = 0;
+    const report = (n) => { moved += n; progress.value = moved; status.textContent = `${moved} of ${count} moved`; };
+    await guarded(async () => {
+      if (state.features.redrive) {
+        for (let round = 0; round < 100000; round += 1) {
+          const reply = await api("queue.redrive", { queue_name: info.queue_name, to, limit: 1000 });
+          report(reply.moved || 0);
+          if (!reply.remaining || !reply.moved) break;
+        }
+      } else {
+        await moveAll(info, all.find((q) => q.queue_name === to), report);
+      }
+      showNotice(`Redrive finished: ${moved} moved to "${to}".`);
+    });
+    if (state.refresh) await state.refresh();
+  });
+  return h("div", { class: "panel", role: "group", "aria-label": "Redrive" }, h("h2", {}, "Redrive dead letters"),
+    h("div", { class: "row" }, h("label", {}, "To", target), button, progress, status));
+}
+
+function targetPartition(id, partitions) {
+  // The same dead letter always goes to the same partition, so a repeated move is skipped there by
+  // its source_id instead of stored twice.
+  let hash = 0;
+  for (const char of id) hash = (hash * 31 + char.charCodeAt(0)) >>> 0;
+  return hash % Math.max(1, partitions);
+}
+
+async function moveItems(from, partition, items, target) {
+  // Copy into the target (source_id = the dead letter's id, so a repeat is skipped), then delete.
+  const groups = new Map();
+  const now = Date.now();
+  const expire = new Date(now + goDuration(target.expire_timeout) * 1000).toISOString();
+  for (const item of items) {
+    const p = targetPartition(item.id, target.requested_partitions || 1);
+    if (!groups.has(p)) groups.set(p, []);
+    groups.get(p).push({ source_id: item.id, attempts: 0, created_at: new Date(now).toISOString(), expire_deadline: expire,
+      reference: item.reference, encoding: item.encoding, kind: item.kind, payload: item.payload });
+  }
+  for (const [p, batch] of groups) {
+    await api("storage/items.import", { queue_name: target.queue_name, partition: p, items: batch });
+  }
+  await api("storage/items.delete", { queue_name: from.queue_name, partition, ids: items.map((i) => i.id) });
+}
+
+async function moveAll(from, target, report) {
+  for (let p = 0; p < (from.requested_partitions || 1); p += 1) {
+    for (const path of ["storage/items.list", "storage/scheduled.list"]) {
+      for (let round = 0; round < 100000; round += 1) {
+        const page = (await api(path, { queue_name: from.queue_name, partition: p, limit: MOVE_CHUNK })).items || [];
+        const movable = page.filter((i) => !i.is_leased);
+        if (!movable.length) break;
+        await moveItems(from, p, movable, target);
+        report(movable.length);
+      }
+    }
+  }
+}
+
+async function itemsPanel(info, tab, partition, pivot, sources, all) {
+  const generation = state.generation;
+  const path = tab === "scheduled" ? "storage/scheduled.list" : "storage/items.list";
+  const reply = await api(path, { queue_name: info.queue_name, partition, pivot, limit: PAGE_ITEMS + 1 });
+  const page = reply.items || [];
+  const items = page.slice(0, PAGE_ITEMS);
+  const next = page[PAGE_ITEMS];
+  const stateFilter = h("select", { "aria-label": "Filter by state" },
+    h("option", { value: "" }, "any state"), h("option", { value: "ready" }, "ready"), h("option", { value: "leased" }, "leased"));
+  const referenceFilter = h("input", { "aria-label": "Filter by reference", placeholder: "reference contains" });
+  const body = h("tbody", {});
+  const checks = new Map();
+  const base = `#/queue/${encodeURIComponent(info.queue_name)}`;
+  const link = (changes) => {
+    const params = new URLSearchParams({ tab, partition: String(partition), ...changes });
+    if (!params.get("pivot")) params.delete("pivot");
+    return `${base}?${params}`;
+  };
+  const render = () => {
+    const wanted = stateFilter.value;
+    const text = referenceFilter.value.toLowerCase();
+    body.replaceChildren(...items.filter((item) => {
+      if (wanted === "ready" && item.is_leased) return false;
+      if (wanted === "leased" && !item.is_leased) return false;
+      return !text || (item.reference || "").toLowerCase().includes(text);
+    }).map((item) => {
+      if (!checks.has(item.id)) checks.set(item.id, h("input", { type: "checkbox", "aria-label": `Select item ${item.id}` }));
+      return h("tr", { "data-id": item.id },
+        state.config.read_only ? null : h("td", {}, checks.get(item.id)),
+        h("td", { class: "mono" }, h("a", { href: `${base}/item/${partition}/${encodeURIComponent(item.id)}` }, item.id)),
+        h("td", {}, item.is_leased ? "leased" : tab === "scheduled" ? "scheduled" : "ready"),
+        h("td", { class: "num" }, item.attempts || 0),
+        h("td", {}, item.reference || ""),
+        h("td", { class: "num" }, fmtAge(ageOf(item.created_at))),
+        h("td", {}, tab === "scheduled" ? item.enqueue_at || "" : item.lease_deadline || ""));
+    }));
+  };
+  stateFilter.addEventListener("change", render);
+  referenceFilter.addEventListener("input", render);
+  render();
+  const selected = () => items.filter((item) => checks.get(item.id) && checks.get(item.id).checked);
+  const actions = [];
+  if (!state.config.read_only) {
+    actions.push(h("button", { type: "button", class: "danger", id: "delete-selected", onclick: async () => {
+      const chosen = selected();
+      if (!chosen.length) { showError("Select items first."); return; }
+      if (!(await confirmDialog(`Delete ${chosen.length} items from queue "${info.queue_name}", partition ${partition}?`))) return;
+      const done = await guarded(() => api("storage/items.delete", { queue_name: info.queue_name, partition, ids: chosen.map((i) => i.id) }));
+      if (done !== undefined && generation === state.generation) { await route(); showNotice(`Deleted ${chosen.length} items.`); }
+    } }, "Delete selected"));
+    if (tab === "scheduled") {
+      actions.push(h("button", { type: "button", id: "retry-selected", onclick: async () => {
+        // "Retry now": the same item, visible at once, at the tail; moved like a dead letter.
+        const chosen = selected();
+        if (!chosen.length) { showError("Select items first."); return; }
+        const done = await guarded(async () => {
+          const batch = chosen.map((i) => ({ ...i, enqueue_at: undefined, source_id: i.id }));
+          await api("storage/items.import", { queue_name: info.queue_name, partition, items: batch.map(stripListingFields) });
+          await api("storage/items.delete", { queue_name: info.queue_name, partition, ids: chosen.map((i) => i.id) });
+          return true;
+        });
+        if (done && generation === state.generation) { await route(); showNotice(`${chosen.length} items are ready now.`); }
+      } }, "Retry selected now"));
+    }
+    if (sources.length) {
+      actions.push(h("button", { type: "button", id: "redrive-selected", onclick: async () => {
+        const chosen = selected().filter((i) => !i.is_leased);
+        if (!chosen.length) { showError("Select items first."); return; }
+        const to = sources[0];
+        if (!(await confirmDialog(`Move ${chosen.length} dead letters back to "${to}"?`))) return;
+        const done = await guarded(async () => { await moveItems(info, partition, chosen, all.find((q) => q.queue_name === to)); return true; });
+        if (done && generation === state.generation) { await route(); showNotice(`${chosen.length} dead letters moved to "${to}".`); }
+      } }, `Redrive selected to ${sources[0]}`));
+    }
+  }
+  const partitions = Array.from({ length: info.requested_partitions || 1 }, (_, i) => i);
+  return h("section", { "aria-label": "Items" },
+    h("div", { class: "tabs", role: "tablist" },
+      h("button", { type: "button", role: "tab", "aria-selected": String(tab === "items"), onclick: () => { location.hash = link({ tab: "items", pivot: "" }); } }, "Items"),
+      h("button", { type: "button", role: "tab", "aria-selected": String(tab === "scheduled"), onclick: () => { location.hash = link({ tab: "scheduled", pivot: "" }); } }, "Scheduled")),
+    h("div", { class: "row" },
+      h("label", {}, "Partition", h("select", { "aria-label": "Partition", onchange: (e) => { location.hash = link({ partition: e.target.value, pivot: "" }); } },
+        partitions.map((p) => h("option", { value: p, selected: p === partition }, p)))),
+      h("label", {}, "State", stateFilter), h("label", {}, "Reference", referenceFilter)),
+    h("div", { class: "actions" }, actions),
+    h("table", { "aria-label": tab === "scheduled" ? "Scheduled items" : "Items" },
+      h("thead", {}, h("tr", {},
+        state.config.read_only ? null : h("th", { scope: "col" }, h("span", { class: "muted" }, "Select")),
+        h("th", { scope: "col" }, "Id"), h("th", { scope: "col" }, "State"), h("th", { scope: "col", class: "num" }, "Attempts"),
+        h("th", { scope: "col" }, "Reference"), h("th", { scope: "col", class: "num" }, "Age"),
+        h("th", { scope: "col" }, tab === "scheduled" ? "Enqueue at" : "Lease deadline"))),
+      body),
+    items.length ? null : h("p", { class: "muted" }, "No items here."),
+    h("div", { class: "actions" },
+      pivot ? h("a", { href: link({ pivot: "" }) }, "First page") : null,
+      next ? h("a", { href: link({ pivot: next.id }), id: "next-items" }, "Next page") : null));
+}
+
+function stripListingFields(item) {
+  const copy = { ...item };
+  delete copy.id;
+  delete copy.is_leased;
+  if (copy.enqueue_at === undefined) delete copy.enqueue_at;
+  return copy;
+}
+
+async function itemView(view, name, partition, id) {
+  let item = null;
+  for (const path of ["storage/items.list", "storage/scheduled.list"]) {
+    const reply = await api(path, { queue_name: name, partition, pivot: id, limit: 1 });
+    const first = (reply.items || [])[0];
+    if (first && first.id === id) { item = { ...first, scheduled: path.includes("scheduled") }; break; }
+  }
+  const back = h("p", {}, h("a", { href: `#/queue/${encodeURIComponent(name)}?partition=${partition}` }, `← ${name}`));
+  if (!item) {
+    show(view, back, h("h1", {}, "Item not found"),
+      h("p", {}, `No item ${id} in partition ${partition} of "${name}": it was completed, retried (a new id), or deleted.`));
+    return;
+  }
+  const bytes = decodePayload(item.payload);
+  const views = payloadViews(bytes);
+  const formats = ["json", "text", "hex"].filter((f) => views[f] !== undefined);
+  const pre = h("pre", { class: "payload", id: "payload", tabindex: 0 });
+  const show = (format) => {
+    pre.textContent = views[format];
+    for (const button of tabs.querySelectorAll("button")) button.setAttribute("aria-selected", String(button.value === format));
+  };
+  const tabs = h("div", { class: "tabs", role: "tablist", "aria-label": "Payload format" },
+    formats.map((f) => h("button", { type: "button", role: "tab", value: f, onclick: () => show(f) }, f === "json" ? "JSON" : f === "text" ? "Text" : "Hex")));
+  const field = (label, value) => [h("dt", {}, label), h("dd", { class: "mono" }, value === undefined || value === "" ? "—" : String(value))];
+  show(view, back, h("h1", {}, `Item ${id}`),
+    h("dl", { class: "fields" },
+      field("Queue", name), field("Partition", partition),
+      field("State", item.is_leased ? "leased" : item.scheduled ? "scheduled" : "ready"),
+      field("Attempts", item.attempts || 0), field("Reference", item.reference), field("Kind", item.kind),
+      field("Encoding", item.encoding), field("Source id", item.source_id), field("Created at", item.created_at),
+      field("Enqueue at", item.enqueue_at), field("Lease deadline", item.lease_deadline),
+      field("Expire deadline", item.expire_deadline), field("Payload size", `${bytes.length} bytes`)),
+    h("h2", {}, "Payload"), tabs, pre);
+  show(formats[0]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Start-up and the refresh loop.
+
+function schedule() {
+  if (state.timer) clearInterval(state.timer);
+  state.timer = null;
+  const every = Number(document.getElementById("refresh").value);
+  if (every > 0) {
+    state.timer = setInterval(async () => {
+      if (!state.refresh || document.hidden) return;
+      try { await state.refresh(); } catch (error) { showError(error); }
+    }, every);
+  }
+}
+
+async function start() {
+  try {
+    const response = await fetch("/console/config.json");
+    if (response.ok) Object.assign(state.config, await response.json());
+  } catch (_) { /* defaults */ }
+  try {
+    const openapi = await (await fetch("/openapi.json")).json();
+    state.features.redrive = Boolean(openapi.paths && openapi.paths["/v1/queue.redrive"]);
+  } catch (_) { /* no document: assume the older API */ }
+  document.getElementById("target").textContent = state.config.target || location.host;
+  document.getElementById("mode").hidden = !state.config.read_only;
+  const refresh = document.getElementById("refresh");
+  if (state.config.refresh_ms) refresh.value = String(state.config.refresh_ms);
+  refresh.addEventListener("change", schedule);
+  window.addEventListener("hashchange", route);
+  schedule();
+  await route();
+  document.body.dataset.ready = "true";
+}
+
+start();

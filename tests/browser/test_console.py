@@ -1,0 +1,294 @@
+"""The console in a real (headless) browser against ``querator serve``: what it shows and every action.
+
+Each test sets up queues and items through the API, acts through the page (click, type, confirm) and
+checks the result through the API again: the console is a client, so the API is the judge.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from botocore.credentials import Credentials
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from querator.client import Client, NewItem
+from querator.console.proxy import ConsoleProxy
+from tests.browser.pages import Page as PageType
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from selenium import webdriver
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture
+def api(console_server: str) -> Iterator[Client]:
+    with Client(console_server) as client:
+        yield client
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def row_cells(page: PageType, queue: str) -> list[str]:
+    row = page.element(f'tr[data-queue="{queue}"]')
+    return [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+
+
+def test_the_queue_list_shows_depth_oldest_age_and_dead_letters(page: PageType, api: Client) -> None:
+    prefix = fresh("list")
+    queue, dead = f"{prefix}-a", f"{prefix}-dead"
+    api.create_queue(dead, lease_timeout="1m", expire_timeout="1h")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h", dead_queue=dead)
+    api.produce(queue, ["one", "two", "three"])
+    api.produce(queue, [NewItem(payload=b"later", enqueue_at=datetime.now(UTC) + timedelta(hours=1))])
+    api.produce(dead, ["dead letter"])
+    assert len(api.lease(queue, batch_size=1).items) == 1
+
+    page.open(f"#/?pivot={prefix}")
+    page.until(lambda d: row_cells(page, queue)[2] != "…", "stats never arrived")
+    name, partitions, ready, leased, scheduled, oldest, dead_letters, _rate, _chart = row_cells(page, queue)
+    assert (name, partitions, ready, leased, scheduled, dead_letters) == (queue, "1", "2", "1", "1", "1")
+    assert oldest.endswith("s")
+    # The dead-letter queue is a queue of its own in the list, with its own depth.
+    assert row_cells(page, dead)[2] == "1"
+
+
+def test_the_queue_list_pages_through_many_queues(page: PageType, api: Client) -> None:
+    prefix = fresh("many")
+    names = [f"{prefix}-{n:02d}" for n in range(30)]
+    for name in names:
+        api.create_queue(name, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/?pivot={prefix}")
+    first = page.until(
+        lambda d: (
+            [r.get_attribute("data-queue") for r in d.find_elements(By.CSS_SELECTOR, "tr[data-queue]")]
+            or None
+        )
+    )
+    assert first == names[:25]
+    page.element("#next-page").click()
+    page.until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "tr[data-queue]").get_attribute("data-queue") == names[25]
+    )
+
+
+def test_create_a_queue_and_an_api_error_is_shown_as_the_api_wrote_it(page: PageType, api: Client) -> None:
+    name = fresh("created")
+    page.open("#/")
+    form = page.element('form[aria-label="New queue"]')
+    form.find_element(By.NAME, "queue_name").send_keys(name)
+    lease = form.find_element(By.NAME, "lease_timeout")
+    lease.clear()
+    lease.send_keys("not-a-duration")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    error = page.wait_text("#error", "400")
+    assert error.startswith("400 Bad Request: ")
+    assert "lease_timeout" in error
+    assert name not in [q.queue_name for q in api.list_queues(pivot=name, limit=1)]
+
+    lease.clear()
+    lease.send_keys("45s")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("h1", name)
+    assert api.queue_info(name).lease_timeout == timedelta(seconds=45)
+
+
+def test_edit_settings_produce_a_test_item_and_see_it_listed(page: PageType, api: Client) -> None:
+    queue = fresh("edit")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/queue/{queue}")
+    settings = page.element('form[aria-label="Settings"]')
+    attempts = settings.find_element(By.NAME, "max_attempts")
+    attempts.clear()
+    attempts.send_keys("7")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Settings saved")
+    assert api.queue_info(queue).max_attempts == 7
+
+    produce = page.element('form[aria-label="Produce a test item"]')
+    payload = produce.find_element(By.NAME, "payload")
+    payload.clear()
+    payload.send_keys('{"order": 42}')
+    produce.find_element(By.NAME, "reference").send_keys("from-the-console")
+    produce.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Item produced")
+    [stored] = api.list_items(queue)
+    assert (stored.payload, stored.reference) == (b'{"order": 42}', "from-the-console")
+    page.wait_text("#summary", "1 ready")
+
+
+def test_item_detail_shows_json_pretty_text_and_hex(page: PageType, api: Client) -> None:
+    queue = fresh("detail")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(
+        queue,
+        [
+            NewItem(payload=b'{"a":[1,2]}', reference="json"),
+            NewItem(payload=b"\x00\xffbin", reference="binary"),
+        ],
+    )
+    json_item, binary_item = api.list_items(queue)
+    page.open(f"#/queue/{queue}/item/0/{json_item.id}")
+    assert json.loads(page.text_of("#payload")) == {"a": [1, 2]}
+    assert "\n" in page.text_of("#payload")  # pretty-printed
+    page.element('button[value="text"]').click()
+    page.wait_text("#payload", '{"a":[1,2]}')
+    page.go(f"#/queue/{queue}/item/0/{binary_item.id}")
+    assert page.wait_text("#payload", "00 ff 62 69 6e").startswith("00000000  00 ff 62 69 6e")
+    assert not page.driver.find_elements(By.CSS_SELECTOR, 'button[value="text"]')
+
+
+def test_filter_items_by_state_and_reference_then_delete_selected(page: PageType, api: Client) -> None:
+    queue = fresh("filter")
+    api.create_queue(queue, lease_timeout="5m", expire_timeout="1h")
+    api.produce(
+        queue,
+        [
+            NewItem(payload=b"1", reference="alpha"),
+            NewItem(payload=b"2", reference="beta"),
+            NewItem(payload=b"3", reference="alpha-2"),
+        ],
+    )
+    [leased] = api.lease(queue, batch_size=1).items
+    page.open(f"#/queue/{queue}")
+    page.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-id]")) == 3)
+    Select(page.element('select[aria-label="Filter by state"]')).select_by_value("leased")
+    page.until(
+        lambda d: (
+            [r.get_attribute("data-id") for r in d.find_elements(By.CSS_SELECTOR, "tr[data-id]")]
+            == [leased.id]
+        )
+    )
+    Select(page.element('select[aria-label="Filter by state"]')).select_by_value("")
+    page.element('input[aria-label="Filter by reference"]').send_keys("alpha")
+    rows = page.until(
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, "tr[data-id]")
+            if len(d.find_elements(By.CSS_SELECTOR, "tr[data-id]")) == 2
+            else None
+        )
+    )
+    chosen = rows[1].get_attribute("data-id")
+    rows[1].find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
+    page.element("#delete-selected").click()
+    said = page.confirm()
+    assert queue in said and "1 items" in said
+    page.wait_text("#notice", "Deleted 1 items")
+    assert chosen not in [item.id for item in api.list_items(queue)]
+    assert len(api.list_items(queue)) == 2
+
+
+def test_clear_names_the_queue_and_the_count_before_it_removes_them(page: PageType, api: Client) -> None:
+    queue = fresh("clear")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, ["a", "b", "c", "d"])
+    page.open(f"#/queue/{queue}")
+    page.wait_text("#summary", "4 ready")
+    page.element("#clear").click()
+    said = page.confirm()
+    assert f'Remove 4 ready items from queue "{queue}"' in said
+    page.wait_text("#notice", "Cleared")
+    assert api.stats(queue).total == 0
+
+
+def test_cancelling_a_clear_removes_nothing(page: PageType, api: Client) -> None:
+    queue = fresh("keep")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, ["a", "b"])
+    page.open(f"#/queue/{queue}")
+    page.wait_text("#summary", "2 ready")
+    page.element("#clear").click()
+    page.until(lambda d: d.find_element(By.ID, "confirm").get_attribute("open") is not None)
+    page.element("#confirm-cancel").click()
+    page.until(lambda d: d.find_element(By.ID, "confirm").get_attribute("open") is None)
+    assert api.stats(queue).total == 2
+
+
+def test_retry_scheduled_items_now(page: PageType, api: Client) -> None:
+    queue = fresh("later")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, [NewItem(payload=b"tomorrow", enqueue_at=datetime.now(UTC) + timedelta(days=1))])
+    page.open(f"#/queue/{queue}?tab=scheduled")
+    page.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-id]")) == 1)
+    page.element("tr[data-id] input[type=checkbox]").click()
+    page.element("#retry-selected").click()
+    page.wait_text("#notice", "ready now")
+    assert api.list_scheduled(queue) == []
+    [ready] = api.list_items(queue)
+    assert ready.payload == b"tomorrow"
+    assert [item.payload for item in api.lease(queue, batch_size=5).items] == [b"tomorrow"]
+
+
+def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: PageType, api: Client) -> None:
+    prefix = fresh("dlq")
+    source, dead = f"{prefix}-jobs", f"{prefix}-dead"
+    api.create_queue(dead, lease_timeout="1m", expire_timeout="1h")
+    api.create_queue(source, lease_timeout="1m", expire_timeout="1h", dead_queue=dead, max_attempts=1)
+    api.produce(source, [NewItem(payload=f"job {n}".encode(), reference=f"r{n}") for n in range(5)])
+    lease = api.lease(source, batch_size=5)
+    api.retry(source, lease.items, dead=True)
+    assert len(api.list_items(dead)) == 5
+
+    page.open(f"#/queue/{dead}")
+    assert source in page.text_of("#dead-letter-of")
+    page.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-id]")) == 5)
+    page.element("tr[data-id] input[type=checkbox]").click()
+    page.element("#redrive-selected").click()
+    assert source in page.confirm()
+    page.wait_text("#notice", "1 dead letters moved")
+    assert len(api.list_items(dead)) == 4
+    [back] = api.list_items(source)
+    assert (back.attempts, back.payload) == (0, b"job 0")
+
+    page.element("#redrive-all").click()
+    assert "Move 4 dead letters" in page.confirm()
+    page.wait_text("#notice", "Redrive finished: 4 moved")
+    assert api.list_items(dead) == []
+    moved = api.list_items(source)
+    assert sorted(item.payload for item in moved) == [f"job {n}".encode() for n in range(5)]
+    assert {item.attempts for item in moved} == {0}
+    assert sorted(item.reference for item in moved) == [f"r{n}" for n in range(5)]
+
+
+def test_the_page_refreshes_by_itself(page: PageType, api: Client) -> None:
+    queue = fresh("live")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/queue/{queue}")
+    Select(page.element("#refresh")).select_by_value("2000")
+    page.wait_text("#summary", "0 ready")
+    api.produce(queue, ["x", "y"])
+    page.wait_text("#summary", "2 ready")
+
+
+def test_a_read_only_console_through_the_signing_proxy_shows_queues_and_offers_no_writes(
+    browser: webdriver.Chrome, console_server: str, api: Client
+) -> None:
+    queue = fresh("readonly")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, ["a"])
+    credentials = Credentials("AKIDREADONLY", "secret")
+    with ConsoleProxy(
+        url=console_server, region="us-east-1", credentials=credentials, port=0, read_only=True
+    ) as proxy:
+        page = PageType(browser, proxy.url).open(f"#/queue/{queue}")
+        page.wait_text("#summary", "1 ready")
+        assert page.element("#mode").is_displayed()
+        assert page.element('input[name="max_attempts"]').get_attribute("readonly") is not None
+        for write in (
+            "#clear",
+            "#delete-selected",
+            'form[aria-label="Produce a test item"]',
+            "tr[data-id] input[type=checkbox]",
+        ):
+            assert page.driver.find_elements(By.CSS_SELECTOR, write) == [], write
+        page.open("#/")
+        assert page.driver.find_elements(By.CSS_SELECTOR, 'form[aria-label="New queue"]') == []
