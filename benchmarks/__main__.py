@@ -27,11 +27,14 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks import capacity, coldstart, contention, cost, engine, paths, throughput
 from querator.testing import moto_server_process
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -44,7 +44,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 
     from benchmarks.cost import MeteredService
     from querator.service import QueueService
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 PAYLOAD = 100
 BATCHES = (10, 100)

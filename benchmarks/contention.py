@@ -15,12 +15,15 @@ import argparse
 import secrets
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from benchmarks.candidates import drain_in_threads
 from benchmarks.cost import metered_service, payload_of, use_fake_credentials
 from querator.domain.model import NewItem, QueueInfo
 from querator.testing import moto_server_process
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 COUNT = 400
 QUICK_COUNT = 100

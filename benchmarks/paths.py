@@ -23,7 +23,7 @@ import argparse
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from benchmarks.cost import PhaseCost, PhaseMeter, metered_service, payload_of, use_fake_credentials
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
     from benchmarks.cost import MeteredService
     from querator.service import QueueService
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 PATHS = ("retry", "expiry", "dead (retry)", "dead (reaper)")
 PAYLOADS = (100, 1024, 10240)

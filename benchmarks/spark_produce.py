@@ -23,7 +23,7 @@ import argparse
 import os
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from querator.clock import SystemClock
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from querator.service import QueueService
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 ROWS = 10_000
 PAYLOAD_BYTES = 100

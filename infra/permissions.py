@@ -14,11 +14,18 @@ Today every transaction is a move (``Delete`` + ``Put``), so no function holds `
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Enum
 from types import MappingProxyType
 from typing import Final
 
 from querator.api.routes import ROUTES, Function, Route
+
+
+class StrEnum(str, Enum):
+    """``enum.StrEnum`` (Python 3.11+) for 3.10: members are their values, as text too."""
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 class TableRole(StrEnum):

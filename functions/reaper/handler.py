@@ -6,7 +6,7 @@ bookmark) and publishes the report as metrics; the next run resumes where this o
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -14,6 +14,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from querator.bootstrap import get_service
 from querator.config import Metric, load_settings
 from querator.observability import count, lambda_entry, logger, seconds
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 
 def reap(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

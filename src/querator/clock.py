@@ -4,7 +4,10 @@ handlers takes a ``Clock`` (querator.ports) so tests can pass ``querator.testing
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import datetime, timezone
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 
 class SystemClock:

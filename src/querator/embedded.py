@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from querator.api import routes, schemas
@@ -41,6 +41,9 @@ from querator.service import QueueService
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 __all__ = ["Embedded"]
 

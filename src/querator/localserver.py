@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import parse_qsl
@@ -36,6 +36,9 @@ from querator.storage.dynamodb import schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 DEFAULT_PORT = 2319
 #: What a request may send before the server stops reading: the largest body limit of any route.

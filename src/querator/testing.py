@@ -12,7 +12,7 @@ import tempfile
 import threading
 import uuid
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from querator.domain.ids import IdFactory
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 

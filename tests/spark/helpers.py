@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from querator.clock import SystemClock
@@ -19,6 +19,9 @@ from querator.testing import build_service, dynamodb_client
 if TYPE_CHECKING:
     from querator.domain.model import Item
     from querator.service import QueueService
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -14,6 +14,9 @@ from querator.spark.cli import EXIT_INVALID_ROWS, EXIT_OK, export_main, produce_
 from querator.spark.producer import DirectTarget, HttpTarget
 from querator.testing import serve_process
 from tests.spark.helpers import Store, count_items, create_queue, stored
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 pytestmark = [pytest.mark.spark, pytest.mark.server]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import pytest
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
     from querator.domain.model import Item, NewItem
     from querator.spark.producer import ChunkReceipt, DirectTarget, Producer
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 pytestmark = [pytest.mark.spark, pytest.mark.server]
 

@@ -8,10 +8,13 @@ Durations are Go ``time.ParseDuration`` syntax on input (``"300ms"``, ``"1h30m"`
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
 from querator.domain.errors import InvalidRequestError
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 _NS_PER_UNIT = {
     "ns": 1,

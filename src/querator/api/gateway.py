@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
     from querator.config import Settings
     from querator.service import QueueService
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 _JSON = "application/json"
 

@@ -7,7 +7,7 @@ method, the Lambda function that serves it and its body limit are written down o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from types import MappingProxyType
 from typing import Final
 
@@ -18,6 +18,13 @@ from querator.api.errors import unknown_path, wrong_method
 LARGE_BODY_LIMIT: Final = 5_000_000
 #: Every endpoint that does not carry payloads (contract: 256 KB).
 SMALL_BODY_LIMIT: Final = 262_144
+
+
+class StrEnum(str, Enum):
+    """``enum.StrEnum`` (Python 3.11+) for 3.10: members are their values, as text too."""
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 class Function(StrEnum):

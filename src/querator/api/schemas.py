@@ -11,7 +11,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Final, Self, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, PydanticCustomError
+from typing_extensions import Self  # typing.Self is Python 3.11+ (docs/adr/0021)
 
 from querator.api.durations import format_duration, format_timestamp, parse_duration, parse_timestamp
 from querator.api.errors import body_too_large, unsupported_content

@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
     from querator.client import Lease, QueueInfo, QueueStats, StoredItem
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 URL_ENV: Final = "QUERATOR_URL"
 SIGV4_REGION_ENV: Final = "QUERATOR_SIGV4_REGION"

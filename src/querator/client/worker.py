@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Final
 
 from querator.client.errors import (
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from querator.client.client import Client
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
 
 log = logging.getLogger(__name__)
 

@@ -204,7 +204,7 @@ def source_columns(df: DataFrame, columns: ColumnMap) -> list[Column]:
         A column is missing, or ``enqueue_at`` is a timestamp without a time zone or a date.
     """
     from pyspark.sql import functions as F  # noqa: N812, PLC0415 - pyspark only where Spark runs
-    from pyspark.sql.types import DateType, TimestampNTZType, TimestampType  # noqa: PLC0415
+    from pyspark.sql import types as spark_types  # noqa: PLC0415
 
     missing = [name for name in columns.source_columns if name not in df.columns]
     if missing:
@@ -215,12 +215,16 @@ def source_columns(df: DataFrame, columns: ColumnMap) -> list[Column]:
         column = F.col(f"`{name.replace('`', '``')}`")
         if name == columns.enqueue_at:
             kind = types[name]
-            if isinstance(kind, TimestampNTZType | DateType):
+            # TimestampNTZType is Spark 3.4+; Spark 3.3 (Glue 4.0) has only the zoned timestamp.
+            zoneless = tuple(
+                getattr(spark_types, n) for n in ("TimestampNTZType", "DateType") if hasattr(spark_types, n)
+            )
+            if isinstance(kind, zoneless):
                 raise ValueError(
                     f"enqueue_at column {name} has type {kind.simpleString()}, which has no time zone; "
                     "cast it to timestamp or an RFC 3339 string"
                 )
-            if isinstance(kind, TimestampType):
+            if isinstance(kind, spark_types.TimestampType):
                 column = F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
         selected.append(column.alias(name))
     return selected

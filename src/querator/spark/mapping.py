@@ -263,7 +263,7 @@ def _enqueue_at(row: Mapping[str, Any], column: str | None) -> dt.datetime | Non
         if value.tzinfo is None or value.utcoffset() is None:
             # A naive time would be read in whatever zone the executor runs in.
             raise InvalidRowError(f"{column}: the timestamp has no time zone", column=column)
-        return value.astimezone(dt.UTC)
+        return value.astimezone(dt.timezone.utc)
     raise InvalidRowError(
         f"{column}: expected a timestamp or an RFC 3339 string, got {type(value).__name__}", column=column
     )
