@@ -22,7 +22,7 @@ import shutil
 import statistics
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from selenium import webdriver
@@ -115,7 +115,7 @@ def screenshots(driver: webdriver.Chrome, url: str, client: Client, directory: P
             NewItem(
                 payload=b'{"to": "later@example.com"}',
                 reference="digest",
-                enqueue_at=datetime.now(UTC) + timedelta(hours=2),
+                enqueue_at=datetime.now(timezone.utc) + timedelta(hours=2),
             )
         ],
     )

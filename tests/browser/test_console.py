@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pytest
@@ -49,7 +49,9 @@ def test_the_queue_list_shows_depth_oldest_age_and_dead_letters(page: PageType, 
     api.create_queue(dead, lease_timeout="1m", expire_timeout="1h")
     api.create_queue(queue, lease_timeout="1m", expire_timeout="1h", dead_queue=dead)
     api.produce(queue, ["one", "two", "three"])
-    api.produce(queue, [NewItem(payload=b"later", enqueue_at=datetime.now(UTC) + timedelta(hours=1))])
+    api.produce(
+        queue, [NewItem(payload=b"later", enqueue_at=datetime.now(timezone.utc) + timedelta(hours=1))]
+    )
     api.produce(dead, ["dead letter"])
     assert len(api.lease(queue, batch_size=1).items) == 1
 
@@ -216,7 +218,9 @@ def test_cancelling_a_clear_removes_nothing(page: PageType, api: Client) -> None
 def test_retry_scheduled_items_now(page: PageType, api: Client) -> None:
     queue = fresh("later")
     api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
-    api.produce(queue, [NewItem(payload=b"tomorrow", enqueue_at=datetime.now(UTC) + timedelta(days=1))])
+    api.produce(
+        queue, [NewItem(payload=b"tomorrow", enqueue_at=datetime.now(timezone.utc) + timedelta(days=1))]
+    )
     page.open(f"#/queue/{queue}?tab=scheduled")
     page.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-id]")) == 1)
     page.element("tr[data-id] input[type=checkbox]").click()

@@ -53,7 +53,7 @@ def is_console_path(path: str) -> bool:
 
 @cache
 def _read(name: str) -> bytes:
-    return resources.files("querator.console").joinpath("static", name).read_bytes()
+    return resources.files("querator.console").joinpath("static").joinpath(name).read_bytes()
 
 
 def find(path: str) -> Asset | None:
