@@ -62,5 +62,10 @@ def console_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def page(browser: webdriver.Chrome, console_server: str) -> Page:
-    return Page(browser, console_server)
+def page(browser: webdriver.Chrome, console_server: str) -> Iterator[Page]:
+    browser.get_log("browser")  # drop what earlier tests left
+    yield Page(browser, console_server)
+    # An uncaught script error is a bug even when the page looked right (API errors the test
+    # provoked are network entries, not script errors).
+    errors = [entry["message"] for entry in browser.get_log("browser") if entry.get("source") == "javascript"]
+    assert errors == []

@@ -725,12 +725,12 @@ async function itemView(view, name, partition, id) {
   const views = payloadViews(bytes);
   const formats = ["json", "text", "hex"].filter((f) => views[f] !== undefined);
   const pre = h("pre", { class: "payload", id: "payload", tabindex: 0 });
-  const show = (format) => {
+  const showFormat = (format) => {
     pre.textContent = views[format];
     for (const button of tabs.querySelectorAll("button")) button.setAttribute("aria-selected", String(button.value === format));
   };
   const tabs = h("div", { class: "tabs", role: "tablist", "aria-label": "Payload format" },
-    formats.map((f) => h("button", { type: "button", role: "tab", value: f, onclick: () => show(f) }, f === "json" ? "JSON" : f === "text" ? "Text" : "Hex")));
+    formats.map((f) => h("button", { type: "button", role: "tab", value: f, onclick: () => showFormat(f) }, f === "json" ? "JSON" : f === "text" ? "Text" : "Hex")));
   const field = (label, value) => [h("dt", {}, label), h("dd", { class: "mono" }, value === undefined || value === "" ? "—" : String(value))];
   show(view, back, h("h1", {}, `Item ${id}`),
     h("dl", { class: "fields" },
@@ -741,7 +741,7 @@ async function itemView(view, name, partition, id) {
       field("Enqueue at", item.enqueue_at), field("Lease deadline", item.lease_deadline),
       field("Expire deadline", item.expire_deadline), field("Payload size", `${bytes.length} bytes`)),
     h("h2", {}, "Payload"), tabs, pre);
-  show(formats[0]);
+  showFormat(formats[0]);
 }
 
 // ---------------------------------------------------------------------------------------------------
