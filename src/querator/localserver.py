@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import parse_qsl
@@ -31,8 +32,10 @@ from querator.api import routes
 from querator.api.errors import body_too_large, error_response, unknown_path
 from querator.config import EnvVar, StoreKind, load_settings, parse_store
 from querator.console import assets as console_assets
+from querator.domain.errors import InvalidRequestError
 from querator.localstore import LOOPBACK
 from querator.storage.dynamodb import schema
+from querator.stream import local as stream
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +51,8 @@ _READ_LIMIT = max(route.body_limit for route in routes.ROUTES)
 _DRAIN_LIMIT = 4 * _READ_LIMIT
 #: The Lambda timeout the local server pretends each invocation has (API Gateway's is 29 s).
 _INVOCATION_SECONDS = 29.0
+#: Calls after which a queue may hold ready items it did not hold before: they wake its streams.
+_WAKES_STREAMS: Final = frozenset({"/v1/queue.produce", "/v1/queue.retry", "/v1/storage/items.import"})
 _REAPER_SECONDS = 60.0
 
 log = logging.getLogger(__name__)
@@ -160,6 +165,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server_version = "querator-local"
     handlers: ClassVar[dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]]] = {}
+    #: Stream connections subscribed to a queue, woken when a call puts ready items into it.
+    wakeups: ClassVar[stream.Wakeups] = stream.Wakeups()
+    #: Set when the server stops: open streams close (1001) instead of holding their threads.
+    stopping: ClassVar[threading.Event] = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         # http.server looks up do_<METHOD> and answers a missing one with its own 501 HTML page; route
@@ -185,6 +194,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if console_assets.is_console_path(path):
             self._serve_console(path)
             return
+        if path == stream.PATH:
+            self._serve_stream()
+            return
         route = routes.by_path(path)
         if route is None:
             # API Gateway has no resource for it either; the contract says 501.
@@ -197,9 +209,47 @@ class _RequestHandler(BaseHTTPRequestHandler):
             payload = result.get("body") or ""
             raw = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
             self._reply(int(result["statusCode"]), response_headers(result), raw)
+            if self._status == HTTPStatus.OK and route.path in _WAKES_STREAMS:
+                self.wakeups.notify(_queue_name(body))
         request_log.info(
             "%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000
         )
+
+    def _serve_stream(self) -> None:
+        # A WebSocket upgrade: from here on the connection speaks the stream protocol (stream.local).
+        problem = stream.handshake_error(dict(self.headers.items())) if self.command == "GET" else "use GET"
+        if problem is not None:
+            self._reply(*_envelope(InvalidRequestError(problem)))
+            return
+        self._status: int = HTTPStatus.SWITCHING_PROTOCOLS
+        self.send_response(HTTPStatus.SWITCHING_PROTOCOLS)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", stream.accept_token(self.headers["Sec-WebSocket-Key"]))
+        self.end_headers()
+        self.wfile.flush()
+        request_log.info("GET %s 101 (stream opened)", stream.PATH)
+        self.close_connection = True
+        stream.StreamConnection(
+            self.connection, api=self._call_api, wakeups=self.wakeups, stopping=self.stopping
+        ).run()
+        request_log.info("stream closed")
+
+    def _call_api(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One API call on behalf of a stream connection, through the same handler as over HTTP."""
+        route = routes.by_path(path)
+        if route is None:  # the session only calls routes that exist
+            raise LookupError(path)
+        raw = json.dumps(body).encode()
+        event = proxy_event("POST", path, {"Content-Type": "application/json"}, raw, self.client_address[0])
+        context = LocalContext(function_name=route.function, timeout_seconds=_INVOCATION_SECONDS)
+        result = self.handlers[route.function](event, context)
+        payload = result.get("body") or ""
+        text = base64.b64decode(payload).decode() if result.get("isBase64Encoded") else payload
+        status = int(result["statusCode"])
+        if status == HTTPStatus.OK and path in _WAKES_STREAMS:
+            self.wakeups.notify(str(body.get("queue_name", "")))
+        return status, json.loads(text) if text else {}
 
     def _serve_console(self, path: str) -> None:
         # The console is static files; it reaches the queues through the same /v1 routes as any client.
@@ -260,6 +310,15 @@ class _HTTPServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+def _queue_name(body: bytes) -> str:
+    """The ``queue_name`` of a request body that the handler accepted (so it is JSON)."""
+    try:
+        value = json.loads(body).get("queue_name", "")
+    except (ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
+
+
 def response_headers(result: dict[str, Any]) -> dict[str, str]:
     """The headers of a proxy response: ``headers`` and ``multiValueHeaders`` (last value wins)."""
     headers = {name: values[-1] for name, values in (result.get("multiValueHeaders") or {}).items() if values}
@@ -318,6 +377,7 @@ class LocalServer:
         self._httpd = _HTTPServer((self._host, self._port), _RequestHandler)
         try:
             self._configure_store()
+            _RequestHandler.stopping = threading.Event()
             _RequestHandler.handlers = {
                 function: load_handler(function) for function in {route.function for route in routes.ROUTES}
             }
@@ -377,6 +437,7 @@ class LocalServer:
 
     def stop(self) -> None:
         self._stop.set()
+        _RequestHandler.stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

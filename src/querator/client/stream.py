@@ -1,0 +1,257 @@
+"""Python client: a stream consumer, leased items pushed over a WebSocket (docs/api.md, "Streaming").
+
+``Stream`` is one connection: it subscribes to a queue with a credit (how many items the server may
+hold leased for it at once), yields each pushed ``Lease``, and completes / retries / renews over the
+same connection, which returns the credit. ``stream_consume`` runs a handler per item on it.
+
+One thread per connection: replies to calls are matched by ``request_id``; leases pushed while a
+call waits for its reply are kept and yielded next, so none is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import time
+import uuid
+from collections import Counter, deque
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from querator.client.errors import ApiError, ConnectionFailedError, ItemNotLeasedError, error_for
+from querator.client.models import Lease, LeasedItem, RetryItem
+from querator.client.worker import DeadLetter, WorkerReport
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from websockets.sync.client import ClientConnection
+
+#: A pushed lease may carry up to 5 MB of payloads (the API's reply limit), plus its JSON.
+_MAX_MESSAGE: Final = 8 * 1024 * 1024
+PATH: Final = "/v1/stream"
+
+
+class StreamUnavailableError(ConnectionFailedError):
+    """The endpoint has no stream (an older server, or a stack without the WebSocket API)."""
+
+
+def stream_url(base_url: str) -> str:
+    """``http://127.0.0.1:2319`` → ``ws://127.0.0.1:2319/v1/stream`` (``https`` → ``wss``)."""
+    parts = urlsplit(base_url)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + PATH, "", ""))
+
+
+class Stream:
+    """One stream connection subscribed to ``queue_name``; use as a context manager."""
+
+    def __init__(
+        self,
+        base_url: str,
+        queue_name: str,
+        *,
+        credit: int = 10,
+        client_id: str | None = None,
+        open_timeout: float = 10.0,
+    ) -> None:
+        self.queue_name = queue_name
+        self.credit = credit
+        self._client_id = client_id
+        self._url = stream_url(base_url)
+        self._open_timeout = open_timeout
+        self._socket: ClientConnection | None = None
+        self._exit = contextlib.ExitStack()
+        self._leases: deque[Lease] = deque()
+
+    def __enter__(self) -> Stream:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> Stream:
+        try:
+            # Entered as a context manager (what websockets asks for); closed by close().
+            self._socket = self._exit.enter_context(
+                connect(self._url, open_timeout=self._open_timeout, max_size=_MAX_MESSAGE)
+            )
+        except InvalidStatus as error:
+            raise StreamUnavailableError(
+                f"{self._url} has no stream (HTTP {error.response.status_code})", sent=False
+            ) from error
+        except (OSError, TimeoutError) as error:
+            raise ConnectionFailedError(f"cannot open {self._url}: {error}", sent=False) from error
+        subscribe: dict[str, Any] = {
+            "type": "subscribe",
+            "queue_name": self.queue_name,
+            "credit": self.credit,
+        }
+        if self._client_id:
+            subscribe["client_id"] = self._client_id
+        self._send(subscribe)
+        self._until(lambda message: message["type"] == "subscribed", timeout=self._open_timeout)
+        return self
+
+    def close(self) -> None:
+        self._socket = None
+        self._exit.close()
+
+    def leases(self, *, timeout: float | None = None) -> Iterator[Lease]:
+        """Pushed leases as they arrive; ends when ``timeout`` seconds pass without one (``None``:
+        never) or the server closes the stream."""
+        while True:
+            if self._leases:
+                yield self._leases.popleft()
+                continue
+            message = self._receive(timeout)
+            if message is None:
+                return
+            self._dispatch(message)
+
+    def complete(self, partition: int, ids: list[str]) -> None:
+        """``complete`` over the stream; raises as ``Client.complete`` does (the credit comes back
+        for every id either way)."""
+        self._call({"type": "complete", "partition": partition, "ids": ids})
+
+    def retry(self, partition: int, items: list[RetryItem]) -> None:
+        self._call({"type": "retry", "partition": partition, "items": [item.to_wire() for item in items]})
+
+    def renew(self, partition: int, ids: list[str], *, lease_timeout: str | None = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"type": "renew", "partition": partition, "ids": ids}
+        if lease_timeout is not None:
+            message["lease_timeout"] = lease_timeout
+        return self._call(message)
+
+    def give_credit(self, count: int) -> None:
+        """Return credit for items settled over the HTTP API instead of this stream."""
+        self._send({"type": "credit", "credit": count})
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        request_id = uuid.uuid4().hex
+        self._send({**message, "request_id": request_id})
+        reply = self._until(lambda m: m.get("request_id") == request_id, timeout=60.0)
+        if reply["type"] == "error":
+            raise error_for(int(reply["code"]), reply)
+        answer: dict[str, Any] = reply.get("reply") or {}
+        return answer
+
+    def _until(self, wanted: Callable[[dict[str, Any]], bool], *, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self._receive(max(0.0, deadline - time.monotonic()))
+            if message is None:
+                raise ConnectionFailedError(
+                    f"no reply from {self._url} within {timeout:.0f} s", sent=True, timed_out=True
+                )
+            if wanted(message):
+                return message
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if message["type"] == "lease":
+            self._leases.append(Lease.from_wire(message))
+        elif message["type"] == "error" and not message.get("request_id"):
+            # The subscription failed (unknown queue, …): nothing more will come.
+            raise error_for(int(message["code"]), message)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._socket is None:
+            raise ConnectionFailedError("the stream is not open", sent=False)
+        try:
+            self._socket.send(json.dumps(message))
+        except ConnectionClosed as error:
+            raise ConnectionFailedError(f"the stream closed: {error}", sent=False) from error
+
+    def _receive(self, timeout: float | None) -> dict[str, Any] | None:
+        if self._socket is None:
+            raise ConnectionFailedError("the stream is not open", sent=False)
+        try:
+            text = self._socket.recv(timeout=timeout)
+        except TimeoutError:
+            return None
+        except ConnectionClosed:
+            return None
+        message: dict[str, Any] = json.loads(text)
+        return message
+
+
+def stream_consume(
+    base_url: str,
+    queue_name: str,
+    handler: Callable[[LeasedItem], object],
+    *,
+    credit: int = 10,
+    max_items: int | None = None,
+    idle: float | None = None,
+    retry_backoff: float = 1.0,
+    dead_letter_on: tuple[type[BaseException], ...] = (DeadLetter,),
+) -> WorkerReport:
+    """Run ``handler`` once per pushed item, in the calling thread, until ``max_items`` were handled,
+    ``idle`` seconds pass without an item, or the server closes the stream.
+
+    An item is completed when the handler returns, retried at ``retry_backoff * 2 ** (attempts - 1)``
+    (with full jitter) when it raises, and dead-lettered when it raises one of ``dead_letter_on``.
+    """
+    counts: Counter[str] = Counter()
+    started = time.monotonic()
+    stopped_by = "closed"
+    with Stream(base_url, queue_name, credit=credit) as stream:
+        for lease in stream.leases(timeout=idle):
+            for item in lease.items:
+                counts["leased"] += 1
+                outcome, retry = _run(handler, item, retry_backoff, dead_letter_on)
+                if outcome != "completed":
+                    counts["failures"] += 1
+                try:
+                    if retry is None:
+                        stream.complete(lease.partition, [item.id])
+                    else:
+                        stream.retry(lease.partition, [retry])
+                    counts[outcome] += 1
+                except ItemNotLeasedError:
+                    counts["lost"] += 1
+                except ApiError:
+                    counts["unsettled"] += 1
+            if max_items is not None and counts["leased"] >= max_items:
+                stopped_by = "max_items"
+                break
+        else:
+            stopped_by = "idle" if idle is not None else "closed"
+    return WorkerReport(
+        leased=counts["leased"],
+        completed=counts["completed"],
+        retried=counts["retried"],
+        dead_lettered=counts["dead_lettered"],
+        lost=counts["lost"],
+        unsettled=counts["unsettled"],
+        failures=counts["failures"],
+        elapsed=time.monotonic() - started,
+        stopped_by=stopped_by,
+    )
+
+
+def _run(
+    handler: Callable[[LeasedItem], object],
+    item: LeasedItem,
+    retry_backoff: float,
+    dead_letter_on: tuple[type[BaseException], ...],
+) -> tuple[str, RetryItem | None]:
+    """Run the handler; the outcome and, unless it succeeded, how to put the item back."""
+    try:
+        handler(item)
+    except dead_letter_on:
+        return "dead_lettered", RetryItem(id=item.id, dead=True)
+    except Exception:  # the handler's failure is the item's, not the loop's
+        delay = random.uniform(0, retry_backoff * 2 ** max(0, item.attempts - 1))  # noqa: S311 - jitter
+        return "retried", RetryItem(
+            id=item.id, retry_at=datetime.now(timezone.utc) + timedelta(seconds=delay)
+        )
+    return "completed", None

@@ -1,0 +1,214 @@
+"""The stream protocol against ``querator serve`` (ws://.../v1/stream), as a consumer sees it.
+
+Waits poll with a deadline; the absence checks wait a bounded time longer than the server's idle
+lease interval, since "nothing more was pushed" can only be seen by waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import urllib3
+from websockets.sync.client import connect
+
+from querator.client import Client, ItemNotLeasedError, QueueNotFoundError
+from querator.client.stream import Stream, stream_consume, stream_url
+from querator.stream.local import IDLE_POLL
+from querator.testing import serve_process
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+DEADLINE = 15.0
+
+
+@pytest.fixture(scope="module")
+def stream_server() -> Iterator[str]:
+    with serve_process("--store", "memory", "--reaper-interval", "0.5") as url:
+        yield url
+
+
+@pytest.fixture
+def api(stream_server: str) -> Iterator[Client]:
+    with Client(stream_server) as client:
+        yield client
+
+
+def fresh_queue(api: Client, **options: Any) -> str:
+    name = f"stream-{uuid.uuid4().hex[:8]}"
+    api.create_queue(name, lease_timeout=options.pop("lease_timeout", "30s"), expire_timeout="1h", **options)
+    return name
+
+
+def test_items_produced_after_subscribing_are_pushed_in_the_lease_shape(
+    stream_server: str, api: Client
+) -> None:
+    queue = fresh_queue(api)
+    with Stream(stream_server, queue, credit=5) as stream:
+        api.produce(queue, ["a", "b", "c"])
+        lease = next(stream.leases(timeout=DEADLINE))
+        assert [item.payload for item in lease.items] == [b"a", b"b", b"c"]
+        assert all(item.attempts == 1 and item.lease_deadline is not None for item in lease.items)
+        assert api.stats(queue).total_leased == 3
+        stream.complete(lease.partition, lease.ids)
+    assert api.stats(queue).total == 0
+
+
+def test_the_server_never_holds_more_than_the_credit(stream_server: str, api: Client) -> None:
+    queue = fresh_queue(api)
+    api.produce(queue, [f"item {n}" for n in range(5)])
+    with Stream(stream_server, queue, credit=2) as stream:
+        first = next(stream.leases(timeout=DEADLINE))
+        assert len(first.items) == 2
+        # Longer than the server's idle lease interval: with credit it would have pushed by now.
+        assert list(stream.leases(timeout=IDLE_POLL * 2)) == []
+        assert api.stats(queue).total_leased == 2
+        stream.complete(first.partition, first.ids[:1])  # one credit back: one more item
+        second = next(stream.leases(timeout=DEADLINE))
+        assert len(second.items) == 1
+        assert api.stats(queue).total_leased == 2
+        # Credit returned for an item settled over HTTP instead.
+        api.complete(queue, second.items)
+        stream.give_credit(1)
+        third = next(stream.leases(timeout=DEADLINE))
+        assert len(third.items) == 1
+        assert {item.payload for item in first.items + second.items + third.items} == {
+            b"item 0",
+            b"item 1",
+            b"item 2",
+            b"item 3",
+        }
+
+
+def test_eight_consumers_each_item_to_one_consumer_at_a_time_within_credit(
+    stream_server: str, api: Client
+) -> None:
+    queue = fresh_queue(api, requested_partitions=2)
+    total, credit = 240, 3
+    for start in range(0, total, 60):
+        api.produce(queue, [f"{n}" for n in range(start, start + 60)])
+    delivered: Counter[bytes] = Counter()
+    most_held: list[int] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def consumer() -> None:
+        try:
+            with Stream(stream_server, queue, credit=credit) as stream:
+                held = 0
+                worst = 0
+                for lease in stream.leases(timeout=3.0):
+                    held += len(lease.items)
+                    worst = max(worst, held)
+                    with lock:
+                        delivered.update(item.payload for item in lease.items)
+                    stream.complete(lease.partition, lease.ids)
+                    held -= len(lease.items)
+                most_held.append(worst)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=consumer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert sum(delivered.values()) == total
+    assert set(delivered.values()) == {1}
+    assert max(most_held) <= credit
+    assert api.stats(queue).total == 0
+
+
+def test_a_dropped_connection_loses_nothing_and_its_old_ids_are_fenced(
+    stream_server: str, api: Client
+) -> None:
+    queue = fresh_queue(api, lease_timeout="1s")
+    api.produce(queue, ["precious"])
+    first = Stream(stream_server, queue, credit=1).open()
+    [held] = next(first.leases(timeout=DEADLINE)).items
+    first.close()  # gone mid-lease, nothing settled
+    with Stream(stream_server, queue, credit=1) as second:
+        # The lease runs out; the item goes back and is pushed to the next consumer with a new id.
+        [again] = next(second.leases(timeout=DEADLINE)).items
+        assert (again.payload, again.attempts) == (b"precious", 2)
+        assert again.id != held.id
+        # The first consumer's id is fenced, over the stream as over HTTP.
+        with pytest.raises(ItemNotLeasedError):
+            second.complete(held.partition, [held.id])
+        second.complete(again.partition, [again.id])
+    assert api.stats(queue).total == 0
+
+
+def test_retry_and_renew_over_the_stream(stream_server: str, api: Client) -> None:
+    queue = fresh_queue(api)
+    api.produce(queue, ["x"])
+    with Stream(stream_server, queue, credit=1) as stream:
+        [item] = next(stream.leases(timeout=DEADLINE)).items
+        renewed = stream.renew(item.partition, [item.id], lease_timeout="5m")
+        assert renewed["items"][0]["id"] == item.id
+        from querator.client.models import RetryItem  # noqa: PLC0415 - only here
+
+        stream.retry(item.partition, [RetryItem(id=item.id)])
+        [back] = next(stream.leases(timeout=DEADLINE)).items
+        assert (back.payload, back.attempts) == (b"x", 2)
+        stream.complete(back.partition, [back.id])
+
+
+def test_stream_consume_runs_a_handler_per_item(stream_server: str, api: Client) -> None:
+    queue = fresh_queue(api)
+    api.produce(queue, [f"job {n}" for n in range(20)])
+    seen: list[bytes] = []
+    report = stream_consume(
+        stream_server, queue, lambda item: seen.append(item.payload), credit=4, max_items=20
+    )
+    assert sorted(seen) == sorted(f"job {n}".encode() for n in range(20))
+    assert (report.leased, report.completed) == (20, 20)
+    assert api.stats(queue).total == 0
+
+
+def test_protocol_errors_are_answered_and_the_connection_stays(stream_server: str, api: Client) -> None:
+    queue = fresh_queue(api)
+    with connect(stream_url(stream_server), open_timeout=DEADLINE) as socket:
+        socket.send("not json")
+        assert json.loads(socket.recv(timeout=DEADLINE))["code"] == 400
+        socket.send(json.dumps({"type": "complete", "ids": ["x"]}))
+        assert "subscribe first" in json.loads(socket.recv(timeout=DEADLINE))["message"]
+        socket.send(json.dumps({"type": "subscribe", "queue_name": queue, "credit": 0}))
+        assert "credit must be" in json.loads(socket.recv(timeout=DEADLINE))["message"]
+        socket.send(json.dumps({"type": "subscribe", "queue_name": queue, "credit": 1, "extra": 1}))
+        assert "unknown key(s) extra" in json.loads(socket.recv(timeout=DEADLINE))["message"]
+        socket.send(json.dumps({"type": "subscribe", "queue_name": queue, "credit": 1}))
+        assert json.loads(socket.recv(timeout=DEADLINE)) == {
+            "type": "subscribed",
+            "queue_name": queue,
+            "credit": 1,
+        }
+
+
+def test_subscribing_to_an_unknown_queue_fails_loudly(stream_server: str) -> None:
+    with pytest.raises(QueueNotFoundError), Stream(stream_server, "no-such-queue", credit=1) as stream:
+        next(stream.leases(timeout=DEADLINE))
+
+
+def test_a_plain_get_of_the_stream_path_gets_the_contract_envelope(stream_server: str) -> None:
+    reply = urllib3.request("GET", stream_server + "/v1/stream", timeout=10)
+    assert reply.status == 400
+    assert "WebSocket" in reply.json()["message"]
+
+
+def test_the_server_stopping_closes_open_streams(api: Client) -> None:
+    with serve_process("--store", "memory") as url, Client(url) as local:
+        local.create_queue("q", lease_timeout="30s", expire_timeout="1h")
+        stream = Stream(url, "q", credit=1).open()
+    started = time.monotonic()
+    # The server went away: the stream ends instead of hanging.
+    assert list(stream.leases(timeout=DEADLINE)) == []
+    assert time.monotonic() - started < DEADLINE
+    stream.close()
