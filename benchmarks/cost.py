@@ -198,7 +198,7 @@ def metered_service(endpoint: str, *, clock: Clock | None = None) -> MeteredServ
     client = dynamodb_client(endpoint)
     raw = dynamodb_client(endpoint)
     service = build_service(client, clock=clock or SystemClock())
-    catalog = service._catalog
+    catalog = service.catalog
     if not isinstance(catalog, DynamoDBQueueCatalog):
         raise TypeError(f"expected the DynamoDB catalog, got {type(catalog).__name__}")
     # The catalog is a PynamoDB model; its connection makes one botocore client (meter docstring).
@@ -281,7 +281,7 @@ def run_case(
 
 def _stored_size(service: QueueService, raw: DynamoDBClient, queue: str, partition: int, item_id: str) -> int:
     """``item_size`` of one stored item, read with the un-metered client."""
-    store = service._store
+    store = service.store
     if not isinstance(store, DynamoDBItemStore):
         raise TypeError(f"expected the DynamoDB item store, got {type(store).__name__}")
     table = store._table

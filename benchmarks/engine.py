@@ -41,6 +41,7 @@ from benchmarks.candidates import ModelC
 from benchmarks.cost import use_fake_credentials
 from benchmarks.meter import CostMeter
 from querator.domain.errors import NothingToLeaseError
+from querator.domain.ids import IdFactory
 from querator.domain.model import Item, NewItem, QueueInfo
 from querator.service import QueueService
 from querator.storage.dynamodb import codec, schema
@@ -98,20 +99,21 @@ class Bench:
     """Two services over the same tables: one for setting up, one metered for the measured call."""
 
     def __init__(self, clock: Any) -> None:
+        self.clock = clock
         self.setup_client = dynamodb_client()
         self.client = dynamodb_client()
         self.setup = build_service(self.setup_client, clock=clock)
-        self.items_table = self.setup._store._table  # type: ignore[attr-defined,unused-ignore]
+        self.items_table = self.setup.store._table  # type: ignore[attr-defined,unused-ignore]
         self.meter = CostMeter(dynamodb_client())
         self.meter.attach(self.client)
         self.metered = QueueService(
-            catalog=self.setup._catalog,
+            catalog=self.setup.catalog,
             store=_store(self.client, self.items_table),
             clock=clock,
         )
 
     def queue(self, name: str, **fields: Any) -> None:
-        now = self.setup._clock.now()
+        now = self.clock.now()
         fields.setdefault("lease_timeout", HOUR)
         fields.setdefault("expire_timeout", 2 * HOUR)
         self.setup.create_queue(QueueInfo(name=name, created_at=now, updated_at=now, **fields))
@@ -129,7 +131,7 @@ def lease_behind(valid: int) -> LeaseBehind:
     bench = Bench(clock)
     bench.queue("q")
     now = clock.now()
-    ids = bench.setup._ids.new_ids(now, valid)
+    ids = IdFactory().new_ids(now, valid)
     payload = b"x" * 1000
     bench.write_raw(
         [

@@ -124,7 +124,7 @@ def _drain(service: QueueService, name: str) -> Counter[int]:
     the meter was snapshot already)."""
     found: Counter[int] = Counter()
     for partition in range(service.get_queue(name).partitions):
-        found.update(identity_of(i.payload) for i in service._store.iter_items(name, partition))
+        found.update(identity_of(i.payload) for i in service.store.iter_items(name, partition))
     return found
 
 

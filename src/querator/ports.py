@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -40,6 +40,19 @@ class Guard(enum.Enum):
     NOT_VALIDLY_LEASED = "not_validly_leased"
     #: Any state; the item may also be gone already (storage delete, destructive clear).
     ANY = "any"
+
+
+Applied = TypeVar("Applied")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult(Generic[Applied]):
+    """What a batch write did, one shape for every batch method of the port: ``applied`` (ids, or the
+    items written, in the order asked) and ``rejected`` (the ids whose guard or condition refused
+    them). An id is in exactly one of the two."""
+
+    applied: list[Applied] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,8 +159,10 @@ class ItemStore(Protocol):
         """Durably write items under ids nobody else holds (fresh ids). All or raise."""
         ...
 
-    def put_absent(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> list[str]:
-        """Write each item unless its id exists; return the ids written."""
+    def put_absent(
+        self, queue: str, partition: int, items: Sequence[Item], *, now: datetime
+    ) -> BatchResult[str]:
+        """Write each item unless its id exists (rejected: ids that existed)."""
         ...
 
     def head(
@@ -220,8 +235,8 @@ class ItemStore(Protocol):
         *,
         lease_deadline: datetime,
         now: datetime,
-    ) -> list[Item]:
-        """Lease each item that was never leased and has not expired; return those won, in order.
+    ) -> BatchResult[Item]:
+        """Lease each item that was never leased and has not expired; applied: the items won, in order.
 
         Claims run concurrently (bounded); counters are not touched: ``note_leased`` does that once
         per lease call.
@@ -240,21 +255,22 @@ class ItemStore(Protocol):
         *,
         lease_deadline: datetime,
         now: datetime,
-    ) -> list[str]:
-        """Move valid leases to ``lease_deadline``; return the ids that failed."""
+    ) -> BatchResult[str]:
+        """Move valid leases to ``lease_deadline`` (rejected: ids whose lease was not valid)."""
         ...
 
     def delete(
         self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
-    ) -> list[str]:
-        """Delete items still in the guarded state; return the ids that failed the guard."""
+    ) -> BatchResult[str]:
+        """Delete items still in the guarded state (rejected: ids that failed the guard; with
+        ``Guard.ANY`` an item already gone counts as applied)."""
         ...
 
     def move(
         self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
-    ) -> list[bool]:
-        """Atomically delete each item in the guarded state and write its replacement; per move,
-        whether it happened."""
+    ) -> BatchResult[str]:
+        """Atomically delete each item in the guarded state and write its replacement (applied and
+        rejected: the moved items' ids)."""
         ...
 
     def purge_page(self, queue: str, partition: int, *, limit: int) -> int:

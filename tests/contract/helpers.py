@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from querator.domain.model import NewItem, QueueInfo
-
-if TYPE_CHECKING:
-    from querator.service import QueueService
+from querator.service import QueueService
 
 LEASE = timedelta(seconds=30)
 EXPIRE = timedelta(hours=1)
@@ -29,3 +27,10 @@ def items(*payloads: str, **fields: Any) -> list[NewItem]:
 
 def payloads(found: Any) -> list[bytes]:
     return [item.payload for item in found]
+
+
+def beside(service: QueueService, clock: Any, **options: Any) -> QueueService:
+    """Another service over the same storage, with its own clock and options (budgets, rng), as a
+    second process would be."""
+    options.setdefault("store", service.store)
+    return QueueService(catalog=service.catalog, clock=clock, **options)

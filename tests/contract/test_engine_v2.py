@@ -15,9 +15,10 @@ import pytest
 
 from querator.api import schemas
 from querator.domain.errors import NothingToLeaseError, RetryLaterError
+from querator.domain.ids import IdFactory
 from querator.domain.model import ClearScope, NewItem, RetryRequest
 from querator.service import CURSOR_LAG, MAX_REPLY_BYTES, SWEEP_DELAY
-from tests.contract.helpers import LEASE, items, make_queue, payloads
+from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
 
 if TYPE_CHECKING:
     from querator.testing import FakeClock
@@ -218,8 +219,8 @@ def test_scheduled_items_count_as_scheduled_until_the_reaper_passes_them(service
 
 def test_a_straggler_written_below_the_cursor_is_found_by_the_sweep(service, clock: FakeClock):
     make_queue(service)
-    store = service._store  # a write that lands late is staged at the store, as it would arrive
-    ids = service._ids
+    store = service.store  # a write that lands late is staged at the store, as it would arrive
+    ids = IdFactory()
     service.produce("jobs", items("first", "second"))
     clock.advance(SETTLE)
     minted_early = ids.new_id(clock.now() - SETTLE)  # minted before the lease below, landing after it
@@ -263,9 +264,9 @@ def test_delete_of_a_large_queue_runs_in_pages_and_the_reaper_resumes_it(metered
         service.produce("big", [NewItem(payload=b"p" * 200) for _ in range(500)])
     make_queue(service, "other", expire_timeout=timedelta(minutes=1))
     service.produce("other", items("expired"))
-    service._purge_budget = timedelta(0)  # the request's share runs out after its first page
-    service.delete_queue("big")
-    assert "big" in [q.name for q in service._catalog.iterate()]  # left to the reaper
+    # The request's share runs out after its first page.
+    beside(service, clock, purge_budget=timedelta(0)).delete_queue("big")
+    assert "big" in [q.name for q in service.catalog.iterate()]  # left to the reaper
     clock.advance(timedelta(minutes=2))
 
     pages: list[int] = []
@@ -276,7 +277,7 @@ def test_delete_of_a_large_queue_runs_in_pages_and_the_reaper_resumes_it(metered
 
     finished_at = next(n for n, run in enumerate(runs) if run.queues_deleted)
     assert finished_at > 0  # it took several runs, each a page
-    assert "big" not in [q.name for q in service._catalog.iterate()]
+    assert "big" not in [q.name for q in service.catalog.iterate()]
     # The reaper did its other work meanwhile: the expired item of "other" went on the first run.
     assert runs[0].deleted == 1
     # Bounded memory: never more than a page of 1,000 keys in hand, whatever the queue holds.
@@ -331,7 +332,7 @@ def test_the_reaper_recount_heals_counters_that_drifted(service, clock: FakeCloc
     held = service.lease("jobs", batch_size=4, client_id="c").items
     # Drift: a counter write that landed without its items' write (as a process dying between the
     # two would leave it the other way round).
-    service._store.note_leased("jobs", 0, held, cursor=None)
+    service.store.note_leased("jobs", 0, held, cursor=None)
     assert [(s.total, s.total_leased) for s in service.stats("jobs")] == [(30, 8)]
 
     clock.advance(timedelta(hours=1))
@@ -347,11 +348,10 @@ def test_a_recount_that_a_write_overtook_starts_over_instead_of_losing_the_write
     make_queue(service, expire_timeout=timedelta(hours=48))
     for _ in range(3):  # two pages to count
         service.produce("jobs", [NewItem(payload=b"p") for _ in range(500)])
-    service._store.note_leased("jobs", 0, [], cursor=None)
+    service.store.note_leased("jobs", 0, [], cursor=None)
     clock.advance(timedelta(hours=25))
-    service._clock = TickingReaperClock(clock)  # the budget runs out after the first page
-    first = service.reap(clock.now(), timedelta(seconds=1))
-    service._clock = clock
+    # The budget runs out after the first page.
+    first = beside(service, TickingReaperClock(clock)).reap(clock.now(), timedelta(seconds=1))
     service.produce("jobs", items("during the recount"))
     second = service.reap(clock.now(), timedelta(seconds=30))  # finishes, sees the version moved
     third = service.reap(clock.now(), timedelta(seconds=30))  # a new recount, undisturbed
@@ -380,10 +380,10 @@ def test_a_clear_with_more_work_than_its_budget_asks_to_be_called_again_and_then
     for _ in range(3):
         service.produce("jobs", [NewItem(payload=b"p") for _ in range(500)])  # two pages of 1,000
     clock.advance(SETTLE)
-    service._clear_budget = timedelta(0)  # out of time after its first page
+    hurried = beside(service, clock, clear_budget=timedelta(0))  # out of time after its first page
 
     with pytest.raises(RetryLaterError, match="removed 1000 item"):
-        service.clear("jobs", ClearScope.QUEUE)
+        hurried.clear("jobs", ClearScope.QUEUE)
     assert [s.total for s in service.stats("jobs")] == [500]
     assert service.clear("jobs", ClearScope.QUEUE) == 500
     assert [s.total for s in service.stats("jobs")] == [0]

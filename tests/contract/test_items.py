@@ -15,7 +15,7 @@ from querator.domain.errors import (
 )
 from querator.domain.model import NewItem, RetryRequest
 from querator.testing import FakeClock
-from tests.contract.helpers import LEASE, items, make_queue, payloads
+from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
 
 
 class _NoLease:
@@ -132,7 +132,7 @@ class ProducingClock(FakeClock):
 
 def test_a_waiting_lease_returns_what_is_produced_meanwhile_and_refuses_a_duplicate_client(service, clock):
     waiting = ProducingClock(clock)
-    service._clock = waiting
+    service = beside(service, waiting)
     make_queue(service)
     errors = []
 
@@ -321,10 +321,9 @@ def test_idempotent_produce_stores_a_retried_request_once(service):
 def test_idempotent_produce_reports_a_request_still_in_progress(service, clock):
     make_queue(service)
     # The first request dies after recording its key, before writing items or finishing.
-    service._store.put_new = lambda *args, **kwargs: None
-    service._store.finish_idempotent = lambda *args, **kwargs: None
-    service.produce("jobs", items("a"), idempotency_key="k")
-    del service._store.put_new, service._store.finish_idempotent
+    beside(service, clock, store=DiesAfterRecordingKey(service.store)).produce(
+        "jobs", items("a"), idempotency_key="k"
+    )
 
     with pytest.raises(RequestInProgressError):
         service.produce("jobs", items("a"), idempotency_key="k")
@@ -333,3 +332,20 @@ def test_idempotent_produce_reports_a_request_still_in_progress(service, clock):
     assert payloads(service.list_items("jobs", resumed.partition)) == [b"a"]
     again = service.produce("jobs", items("a"), idempotency_key="k")
     assert (again.ids, again.replayed, resumed.replayed) == (resumed.ids, True, False)
+
+
+class DiesAfterRecordingKey:
+    """The store as a request that dies after recording its idempotency key leaves it: that
+    request's item and finish writes never land; everything else is the real store."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def put_new(self, *args, **kwargs):
+        return None
+
+    def finish_idempotent(self, *args, **kwargs):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from querator.domain.model import QueueUpdate, RetryRequest
 from querator.testing import FakeClock
-from tests.contract.helpers import LEASE, items, make_queue, payloads
+from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
 
 
 def test_reaper_dead_letters_expired_and_exhausted_items_and_keeps_valid_leases(service, clock):
@@ -67,7 +67,7 @@ def test_reaper_stops_when_its_budget_is_spent_and_resumes_where_it_stopped(serv
     for queue in ("a", "a", "b"):
         service.produce(queue, items("x"))
     clock.advance(timedelta(minutes=2))
-    service._clock = TickingClock(clock.now())
+    service = beside(service, TickingClock(clock.now()))
 
     runs = []
     while not runs or not runs[-1].finished:
@@ -79,12 +79,12 @@ def test_reaper_stops_when_its_budget_is_spent_and_resumes_where_it_stopped(serv
     assert all(sum(s.total for s in service.stats(q)) == 0 for q in ("a", "b"))
 
 
-def test_reaper_finishes_an_interrupted_queue_delete(service):
+def test_reaper_finishes_an_interrupted_queue_delete(service, clock):
     make_queue(service, "gone", partitions=2)
     service.produce("gone", items("x"))
-    service._catalog.mark_deleting("gone")  # as if the delete request died after marking
+    service.catalog.mark_deleting("gone")  # as if the delete request died after marking
 
-    report = service.reap(service._clock.now(), timedelta(seconds=30))
+    report = service.reap(clock.now(), timedelta(seconds=30))
 
     assert report.queues_deleted == 1
     assert [q.name for q in service.list_queues()] == []

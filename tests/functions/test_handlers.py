@@ -192,7 +192,7 @@ def test_a_throttled_store_is_a_454_and_an_unexpected_error_a_generic_500(api):
 
 def test_a_queue_being_deleted_is_a_453(api):
     make_queue(api)
-    bootstrap.get_service()._catalog.mark_deleting("jobs")
+    bootstrap.get_service().catalog.mark_deleting("jobs")
     reply = api.call("/v1/queue.produce", {"queue_name": "jobs", "items": [{"utf8": "x"}]})
     assert_error(reply, 453, "Queue is being deleted")
 

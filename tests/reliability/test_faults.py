@@ -108,7 +108,7 @@ def world_factory() -> Iterator[Callable[[], World]]:
         injector = FaultInjector()
         injector.attach(client)
         template = build_service(client, clock=FakeClock(), prefix="faults")
-        catalog = template._catalog
+        catalog = template.catalog
         # The catalog is a PynamoDB model with its own botocore client (see benchmarks/meter.py).
         injector.attach(catalog._model._get_connection().connection.client)  # type: ignore[attr-defined]
         tables = ["faults-items"]
@@ -267,7 +267,7 @@ def op_retry_later(w: World) -> Any:
 def check_all_back(w: World, first_succeeded: bool) -> None:
     exactly_once(w.census(w.queue), tags(w, 10))
     if first_succeeded:
-        stored = w.service._store.list_items(w.queue, w.facts["partition"], limit=100)  # type: ignore[attr-defined]
+        stored = w.service.store.list_items(w.queue, w.facts["partition"], limit=100)
         # No false success: nothing retried is still leased.
         assert not [i for i in stored if i.is_leased(w.clock.now())]
 
@@ -292,7 +292,7 @@ def check_renew(w: World, first_succeeded: bool) -> None:
     exactly_once(w.census(w.queue), tags(w, 10))
     if first_succeeded:
         w.clock.advance(LEASE + timedelta(seconds=1))
-        stored = {i.id: i for i in w.service._store.list_items(w.queue, w.facts["partition"], limit=100)}  # type: ignore[attr-defined]
+        stored = {i.id: i for i in w.service.store.list_items(w.queue, w.facts["partition"], limit=100)}
         # No false success: the renewed leases outlive the original deadline.
         assert all(stored[i].is_leased(w.clock.now()) for i in w.facts["leased"])
 

@@ -115,7 +115,7 @@ def consumer(
 
 
 def identities_in(service: QueueService, queue: str) -> list[str]:
-    return [item.payload.decode() for item in service._store.iter_items(queue, 0)]  # type: ignore[attr-defined]
+    return [item.payload.decode() for item in service.store.iter_items(queue, 0)]
 
 
 @pytest.mark.parametrize("store", ["moto_server", "sqlite", "memory"])

@@ -31,7 +31,7 @@ def here(clock):
 
 @pytest.fixture
 def elsewhere(here, clock) -> QueueService:
-    return QueueService(catalog=here._catalog, store=here._store, clock=clock)
+    return QueueService(catalog=here.catalog, store=here.store, clock=clock)
 
 
 class CountingCatalog:
@@ -48,8 +48,8 @@ class CountingCatalog:
 
 def test_hot_path_calls_read_the_catalog_once_per_ttl(here, clock):
     make_queue(here)
-    counting = CountingCatalog(here._catalog)
-    here._catalog = counting
+    counting = CountingCatalog(here.catalog)
+    here = QueueService(catalog=counting, store=here.store, clock=clock)
     for _ in range(5):
         here.produce("jobs", [NewItem(payload=b"x")])
     leased = here.lease("jobs", batch_size=5, client_id="c")
@@ -90,8 +90,8 @@ def test_delete_waits_out_every_copy_before_purging(here, elsewhere, clock):
 def test_a_zero_ttl_reads_the_catalog_on_every_call(here, clock):
     make_queue(here)
     uncached = QueueService(
-        catalog=CountingCatalog(here._catalog), store=here._store, clock=clock, queue_cache_ttl=timedelta(0)
+        catalog=CountingCatalog(here.catalog), store=here.store, clock=clock, queue_cache_ttl=timedelta(0)
     )
     for _ in range(3):
         uncached.produce("jobs", [NewItem(payload=b"x")])
-    assert uncached._catalog.gets == 3
+    assert uncached.catalog.gets == 3

@@ -49,7 +49,7 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         self.clock = FakeClock(START)
         shared = _shared[self.store]
-        self.service = QueueService(catalog=shared._catalog, store=shared._store, clock=self.clock)
+        self.service = QueueService(catalog=shared.catalog, store=shared.store, clock=self.clock)
         n = next(_machine_numbers)
         self.q, self.dlq = f"q{n}", f"dlq{n}"
         self.service.create_queue(

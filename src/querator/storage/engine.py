@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from querator.domain.ids import ITEMS_END, key_after, time_key, visible_bound
-from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
+from querator.ports import BatchResult, Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 
 if TYPE_CHECKING:
@@ -110,7 +110,10 @@ class SortedRowsStore:
                 rows.put(queue, partition, item)
             self._count_added(rows, queue, partition, items, now)
 
-    def put_absent(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> list[str]:
+    def put_absent(
+        self, queue: str, partition: int, items: Sequence[Item], *, now: datetime
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
         with self._write() as rows:
             written = []
             for item in items:
@@ -118,8 +121,11 @@ class SortedRowsStore:
                 if rows.item(queue, partition, item.id) is None:
                     rows.put(queue, partition, item)
                     written.append(item)
+                    result.applied.append(item.id)
+                else:
+                    result.rejected.append(item.id)
             self._count_added(rows, queue, partition, written, now)
-        return [item.id for item in written]
+        return result
 
     @staticmethod
     def _count_added(rows: Rows, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
@@ -252,19 +258,20 @@ class SortedRowsStore:
 
     def claim(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
-    ) -> list[Item]:
-        won: list[Item] = []
+    ) -> BatchResult[Item]:
+        result: BatchResult[Item] = BatchResult()
         with self._write() as rows:
             for item_id in ids:
                 item = rows.item(queue, partition, item_id)
                 # An id is leased at most once (of two racing consumers only the first wins); an
                 # item past its expire deadline is the reaper's (the reference's CLAIM_CONDITION).
                 if item is None or item.lease_deadline is not None or item.expire_deadline <= now:
+                    result.rejected.append(item_id)
                     continue
                 leased = replace(item, lease_deadline=lease_deadline, attempts=item.attempts + 1)
                 rows.put(queue, partition, leased)
-                won.append(leased)
-        return won
+                result.applied.append(leased)
+        return result
 
     def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
         counts = CounterDeltas()
@@ -279,31 +286,33 @@ class SortedRowsStore:
 
     def renew(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
-    ) -> list[str]:
-        failed = []
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
         with self._write() as rows:
             for item_id in ids:
                 item = rows.item(queue, partition, item_id)
                 if item is None or not _guard_holds(item, Guard.LEASE_VALID, now):
-                    failed.append(item_id)
+                    result.rejected.append(item_id)
                     continue
                 rows.put(queue, partition, replace(item, lease_deadline=lease_deadline))
-        return failed
+                result.applied.append(item_id)
+        return result
 
     # -- removals and moves ----------------------------------------------------------------------
 
     def delete(
         self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
-    ) -> list[str]:
-        failed = []
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
         counts = CounterDeltas()
         with self._write() as rows:
             mark = rows.head(queue, partition).schedule_mark
             for item_id in dict.fromkeys(ids):
                 item = rows.item(queue, partition, item_id)
                 if not _guard_holds(item, guard, now):
-                    failed.append(item_id)
+                    result.rejected.append(item_id)
                     continue
+                result.applied.append(item_id)
                 if item is None:
                     continue  # Guard.ANY: gone already is fine
                 rows.remove(queue, partition, item_id)
@@ -315,12 +324,12 @@ class SortedRowsStore:
                 )
             if counts.items:
                 rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
-        return failed
+        return result
 
     def move(
         self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
-    ) -> list[bool]:
-        done = []
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
         deltas: dict[tuple[str, int], CounterDeltas] = {}
         with self._write() as rows:
             mark = rows.head(queue, partition).schedule_mark
@@ -333,11 +342,11 @@ class SortedRowsStore:
                     or item is None
                     or rows.item(*target, move.replacement.id)
                 ):
-                    done.append(False)
+                    result.rejected.append(move.item.id)
                     continue
                 rows.remove(queue, partition, item.id)
                 rows.put(*target, move.replacement)
-                done.append(True)
+                result.applied.append(move.item.id)
                 deltas.setdefault((queue, partition), CounterDeltas()).add(
                     item.created_at,
                     sign=-1,
@@ -355,7 +364,7 @@ class SortedRowsStore:
                 if (target_queue, target_partition) != (queue, partition) and not head.schedule_mark:
                     head = replace(head, schedule_mark=visible_bound(now))
                 rows.write_head(target_queue, target_partition, head)
-        return done
+        return result
 
     def purge_page(self, queue: str, partition: int, *, limit: int) -> int:
         with self._write() as rows:

@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError
 
 from querator.domain.errors import QueratorError, StoreThrottledError
 from querator.domain.ids import ID_LENGTH, ITEMS_END, key_after, visible_bound
-from querator.ports import Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
+from querator.ports import BatchResult, Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 from querator.storage.dynamodb import codec, expressions, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
@@ -248,10 +248,19 @@ class DynamoDBItemStore:
         self._batch_write(requests, "produce")
         self._count_added(queue, partition, items, now)
 
-    def put_absent(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> list[str]:
-        written = [item for item in items if self._put_if_absent(codec.encode_item(queue, partition, item))]
+    def put_absent(
+        self, queue: str, partition: int, items: Sequence[Item], *, now: datetime
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
+        written = []
+        for item in items:
+            if self._put_if_absent(codec.encode_item(queue, partition, item)):
+                written.append(item)
+                result.applied.append(item.id)
+            else:
+                result.rejected.append(item.id)
         self._count_added(queue, partition, written, now)
-        return [item.id for item in written]
+        return result
 
     def _count_added(self, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
         counts = CounterDeltas()
@@ -495,7 +504,7 @@ class DynamoDBItemStore:
 
     def claim(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
-    ) -> list[Item]:
+    ) -> BatchResult[Item]:
         values = {":deadline": codec.num(lease_deadline), ":now": codec.num(now), ":one": {"N": "1"}}
 
         def claim_one(item_id: str) -> Item | None:
@@ -516,7 +525,11 @@ class DynamoDBItemStore:
                 raise translate(exc, "lease") from exc
             return codec.decode_item(reply["Attributes"])
 
-        return [item for item in self._each(claim_one, list(ids)) if item is not None]
+        claimed = self._each(claim_one, list(ids))
+        return BatchResult(
+            applied=[item for item in claimed if item is not None],
+            rejected=[item_id for item_id, item in zip(ids, claimed, strict=True) if item is None],
+        )
 
     def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
         counts = CounterDeltas()
@@ -528,7 +541,7 @@ class DynamoDBItemStore:
 
     def renew(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
-    ) -> list[str]:
+    ) -> BatchResult[str]:
         condition, names = expressions.GUARD_CONDITIONS[Guard.LEASE_VALID]
         values = {":deadline": codec.num(lease_deadline), ":now": codec.num(now)}
 
@@ -548,13 +561,16 @@ class DynamoDBItemStore:
                 raise translate(exc, "renew") from exc
             return None
 
-        return [i for i in self._each(renew_one, list(ids)) if i is not None]
+        refused = {i for i in self._each(renew_one, list(ids)) if i is not None}
+        return BatchResult(
+            applied=[i for i in ids if i not in refused], rejected=[i for i in ids if i in refused]
+        )
 
     # -- removals and moves ----------------------------------------------------------------------
 
     def delete(
         self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
-    ) -> list[str]:
+    ) -> BatchResult[str]:
         condition, names = ("", {}) if guard is Guard.ANY else expressions.GUARD_CONDITIONS[guard]
 
         def delete_one(item_id: str) -> tuple[str, codec.AttributeMap | None, bool]:
@@ -590,7 +606,10 @@ class DynamoDBItemStore:
                     scheduled=still_scheduled(state, mark),
                 )
             self._update_head(queue, partition, counts, operation="delete")
-        return [item_id for item_id, _, ok in results if not ok]
+        return BatchResult(
+            applied=[item_id for item_id, _, ok in results if ok],
+            rejected=[item_id for item_id, _, ok in results if not ok],
+        )
 
     def _schedule_mark_if_needed(
         self, queue: str, partition: int, states: Iterable[ItemState | Item], now: datetime
@@ -606,7 +625,7 @@ class DynamoDBItemStore:
 
     def move(
         self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
-    ) -> list[bool]:
+    ) -> BatchResult[str]:
         condition, names = expressions.GUARD_CONDITIONS[guard]
 
         def move_one(move: Move) -> bool:
@@ -645,7 +664,10 @@ class DynamoDBItemStore:
         moved = [m for m, ok in zip(moves, done, strict=True) if ok]
         if moved:
             self._count_moves(queue, partition, moved, now)
-        return done
+        return BatchResult(
+            applied=[m.item.id for m in moved],
+            rejected=[m.item.id for m, ok in zip(moves, done, strict=True) if not ok],
+        )
 
     def _count_moves(self, queue: str, partition: int, moved: Sequence[Move], now: datetime) -> None:
         deltas: dict[tuple[str, int], CounterDeltas] = defaultdict(CounterDeltas)

@@ -1,0 +1,222 @@
+"""Queue administration: create, update, delete (with its purge), stats, clear, health."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from querator.domain.errors import ConflictError, InvalidRequestError, QueueNotFoundError, RetryLaterError
+from querator.domain.ids import ITEMS_END, visible_bound
+from querator.domain.model import MAX_BATCH, ClearScope, PartitionStats, timestamp_us, validate_queue_name
+from querator.ports import Guard
+from querator.service.tuning import PAGE_MAX, RECORDS_PER_CALL, UPDATE_RETRIES
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from querator.domain.model import QueueInfo, QueueUpdate
+    from querator.ports import Clock, ItemStore, PartitionHead
+    from querator.service.queues import QueueDirectory
+    from querator.service.settle import Settler
+
+
+class QueueAdmin:
+    """The calls that change or inspect whole queues (rare, each bounded by its budget)."""
+
+    def __init__(
+        self,
+        store: ItemStore,
+        queues: QueueDirectory,
+        settler: Settler,
+        clock: Clock,
+        *,
+        clear_budget: timedelta,
+        purge_budget: timedelta,
+    ) -> None:
+        self._store = store
+        self._queues = queues
+        self._catalog = queues.catalog
+        self._settler = settler
+        self._clock = clock
+        self._clear_budget = clear_budget
+        self._purge_budget = purge_budget
+
+    def create_queue(self, info: QueueInfo) -> QueueInfo:
+        """Create a queue. Raises ``QueueAlreadyExistsError``, ``InvalidRequestError``."""
+        now = self._clock.now()
+        info = replace(info, created_at=now, updated_at=now, deleting=False)
+        self._check_dead_queue(info)
+        self._catalog.create(info)
+        self._queues.forget(info.name)
+        return info
+
+    def get_queue(self, name: str) -> QueueInfo:
+        return self._catalog.get(validate_queue_name(name))
+
+    def list_queues(self, *, pivot: str = "", limit: int = 100) -> list[QueueInfo]:
+        if not 1 <= limit <= MAX_BATCH:
+            raise InvalidRequestError(f"limit must be between 1 and {MAX_BATCH}", field="limit")
+        return self._catalog.list(pivot=pivot, limit=limit)
+
+    def update_queue(self, update: QueueUpdate) -> QueueInfo:
+        """Change the fields present in ``update``; the rest stay as they are."""
+        for attempt in range(UPDATE_RETRIES):
+            current = self._queues.live(update.name)
+            changes = {
+                name: value
+                for name in (
+                    "lease_timeout",
+                    "expire_timeout",
+                    "max_attempts",
+                    "dead_queue",
+                    "reference",
+                    "partitions",
+                )
+                if (value := getattr(update, name)) is not None
+            }
+            info = replace(current, **changes, updated_at=max(self._clock.now(), current.updated_at))
+            if info.partitions < current.partitions:
+                # Items in the dropped partitions would be stranded; see docs/adr/0003-partitions.md.
+                raise InvalidRequestError(
+                    "requested_partitions cannot be reduced", field="requested_partitions"
+                )
+            if "dead_queue" in changes:
+                self._check_dead_queue(info)
+            try:
+                self._catalog.replace(info, expected_updated_at=current.updated_at)
+                self._queues.forget(info.name)
+            except ConflictError:
+                if attempt == UPDATE_RETRIES - 1:
+                    raise
+                continue
+            return info
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def delete_queue(self, name: str) -> None:
+        """Delete a queue and all its items (resumed by the reaper if interrupted)."""
+        validate_queue_name(name)
+        users = [q.name for q in self._catalog.iterate() if q.dead_queue == name]
+        if users:
+            raise InvalidRequestError(
+                f"queue '{name}' is the dead_queue of {', '.join(users)}; change those first", queue=name
+            )
+        info = self._catalog.mark_deleting(name)
+        self._queues.forget(name)
+        if self._queues.ttl > timedelta(0):
+            # Other processes may still trust their copy of the queue for up to the cache TTL and
+            # produce into it; purge only once every copy has expired, so nothing lands after.
+            self._clock.sleep(self._queues.ttl.total_seconds())
+        # A big queue takes longer than a request may run: the reaper finishes what is left.
+        self.purge(info, stop_at=self._clock.now() + self._purge_budget)
+
+    def purge(self, info: QueueInfo, *, stop_at: datetime) -> bool:
+        """Delete a deleting queue's rows page by page, in bounded memory; True once it is gone.
+
+        Deleted rows are gone from the next read, so the partitions themselves are the bookmark.
+        """
+        for partition in range(info.partitions):
+            while self._store.purge_page(info.name, partition, limit=PAGE_MAX):
+                if self._clock.now() >= stop_at:
+                    return False
+        self._catalog.remove(info.name)
+        return True
+
+    def _check_dead_queue(self, info: QueueInfo) -> None:
+        if not info.dead_queue:
+            return
+        try:
+            target = self._catalog.get(info.dead_queue)
+        except QueueNotFoundError as exc:
+            raise InvalidRequestError(
+                f"dead_queue '{info.dead_queue}' does not exist", field="dead_queue"
+            ) from exc
+        if target.dead_queue:
+            raise InvalidRequestError(
+                f"dead_queue '{info.dead_queue}' has a dead_queue of its own", field="dead_queue"
+            )
+
+    def check_health(self) -> None:
+        """Read the catalog once; raises the store's error when it cannot be reached."""
+        self._catalog.list(pivot="", limit=1)
+
+    def stats(self, queue_name: str) -> list[PartitionStats]:
+        """Counts and ages per partition from the partitions' counters: one read per 100 partitions.
+
+        Counts are exact while no write of the queue failed between its items and its counters;
+        ``scheduled`` counts items whose time had not come at the reaper's last pass (so an item
+        that came due since then counts as scheduled until the next pass), ages are to the second.
+        """
+        queue = self._queues.live(queue_name)
+        now = self._clock.now()
+        heads = self._store.heads(queue.name, list(range(queue.partitions)))
+        return [partition_stats(partition, head, now) for partition, head in enumerate(heads)]
+
+    def clear(self, queue_name: str, scope: ClearScope) -> int:
+        """Remove un-leased items (``QUEUE``), scheduled ones (``SCHEDULED``), leased ones too
+        (``DESTRUCTIVE``). Returns how many were removed.
+
+        Works page by page in bounded memory; when ``clear_budget`` runs out first it raises
+        ``RetryLaterError`` saying how many it removed: calling again continues (removed items are
+        gone, so the partition itself is the bookmark).
+        """
+        if not scope & (ClearScope.QUEUE | ClearScope.SCHEDULED):
+            raise InvalidRequestError("clear needs 'queue' or 'scheduled'")
+        queue = self._queues.live(queue_name)
+        now = self._clock.now()
+        stop_at = self._clock.now() + self._clear_budget
+        bound = visible_bound(now)
+        destructive = ClearScope.DESTRUCTIVE in scope
+        guard = Guard.ANY if destructive else Guard.NOT_VALIDLY_LEASED
+        removed = 0
+        for partition in range(queue.partitions):
+            head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
+            ranges: list[tuple[str, str]] = []
+            if ClearScope.QUEUE in scope:
+                if due and not destructive:
+                    # Expired leases are waiting items too: back to the queue, then cleared with it.
+                    self._settler.recover(queue, partition, due, now)
+                # Below the cursor every item is leased or gone: a non-destructive clear starts there.
+                ranges.append(("" if destructive else head.cursor, bound))
+            if ClearScope.SCHEDULED in scope:
+                ranges.append((bound, ITEMS_END))
+            for first, end in ranges:
+                start = first
+                while True:
+                    page = self._store.scan(
+                        queue.name,
+                        partition,
+                        start=start,
+                        end=end,
+                        limit=PAGE_MAX,
+                        available_at=None if destructive else now,
+                    )
+                    ids = [state.id for state in page.items]
+                    removed += len(
+                        self._store.delete(queue.name, partition, ids, guard=guard, now=now).applied
+                    )
+                    if page.done:
+                        break
+                    start = page.read_to
+                    if self._clock.now() >= stop_at:
+                        raise RetryLaterError(
+                            f"clear removed {removed} item(s) of '{queue.name}' and has more to remove;"
+                            " call it again to continue"
+                        )
+        return removed
+
+
+def partition_stats(partition: int, head: PartitionHead, now: datetime) -> PartitionStats:
+    now_s = timestamp_us(now) // 1_000_000
+    total = max(head.items - head.scheduled, 0)
+    leased = max(head.leased, 0)
+    age = now_s * total - (head.created_sum - head.scheduled_created_sum)
+    leased_age = now_s * leased - head.leased_created_sum
+    return PartitionStats(
+        partition=partition,
+        total=total,
+        total_leased=leased,
+        scheduled=max(head.scheduled, 0),
+        average_age=timedelta(seconds=max(age, 0) / total) if total else timedelta(0),
+        average_leased_age=timedelta(seconds=max(leased_age, 0) / leased) if leased else timedelta(0),
+    )

@@ -1,0 +1,228 @@
+"""Calls on items by id: complete, retry and renew leased items; list, import and delete stored ones."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from querator.domain import lifecycle
+from querator.domain.errors import InvalidRequestError
+from querator.domain.ids import parse_item_id, visible_bound
+from querator.domain.lifecycle import Action
+from querator.domain.model import (
+    MAX_BATCH,
+    BatchOutcome,
+    IdFailure,
+    Item,
+    Renewal,
+    RenewOutcome,
+    check_aware,
+)
+from querator.ports import Guard, Move
+from querator.service.queues import check_partition
+from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from querator.domain.ids import IdFactory
+    from querator.domain.model import QueueInfo, RetryRequest, StorageItem
+    from querator.ports import Clock, ItemStore
+    from querator.service.queues import QueueDirectory
+    from querator.service.settle import Settler
+
+
+class ItemCalls:
+    """complete / retry / renew (the holder of a lease) and the storage calls (an operator)."""
+
+    def __init__(
+        self, store: ItemStore, queues: QueueDirectory, settler: Settler, clock: Clock, ids: IdFactory
+    ) -> None:
+        self._store = store
+        self._queues = queues
+        self._settler = settler
+        self._clock = clock
+        self._ids = ids
+
+    def complete(self, queue_name: str, partition: int, ids: Sequence[str]) -> BatchOutcome:
+        """Delete leased items; ids that are unknown, stale or not leased are reported as failed."""
+        queue, valid, failed = self._leased_ids(queue_name, partition, ids)
+        now = self._clock.now()
+        result = self._store.delete(queue.name, partition, valid, guard=Guard.LEASE_VALID, now=now)
+        rejected = set(result.rejected)
+        return BatchOutcome(
+            applied=[i for i in valid if i not in rejected],
+            failed=failed + [IdFailure(id=i, reason=NOT_LEASED) for i in valid if i in rejected],
+        )
+
+    def retry(self, queue_name: str, partition: int, requests: Sequence[RetryRequest]) -> BatchOutcome:
+        """Put leased items back: at the tail, at ``retry_at``, or into the dead-letter queue.
+
+        One batched read of the items and one concurrent round of moves, so 1,000 ids cost about
+        70 round trips instead of 2,000 in a row.
+        """
+        queue, valid, failed = self._leased_ids(queue_name, partition, [r.id for r in requests])
+        now = self._clock.now()
+        wanted = {r.id: r for r in requests if r.id in valid}
+        for request in wanted.values():
+            if request.retry_at is not None:
+                check_aware(request.retry_at, "retry_at")
+        items = self._store.get_many(queue.name, partition, list(wanted))
+        requeue: list[Move] = []
+        dead: list[Item] = []
+        for item_id, request in wanted.items():
+            item = items.get(item_id)
+            if item is None or not item.is_leased(now):
+                failed.append(IdFailure(id=item_id, reason=NOT_LEASED))
+                continue
+            plan = lifecycle.plan_retry(request, item.attempts, queue, now)
+            if plan.action is Action.DEAD_LETTER:
+                dead.append(item)
+                continue
+            assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
+            replacement = self._settler.requeued(item, plan.visible_at)
+            if plan.visible_at > now:
+                replacement = replace(replacement, enqueue_at=plan.visible_at)
+            requeue.append(
+                Move(item=item, target_queue=queue.name, target_partition=partition, replacement=replacement)
+            )
+        attempted = [m.item.id for m in requeue] + [item.id for item in dead]
+        done: set[str] = set()
+        if requeue:
+            done |= set(
+                self._store.move(queue.name, partition, requeue, guard=Guard.LEASE_VALID, now=now).applied
+            )
+        if dead:
+            moved, _ = self._settler.dead_letter(queue, partition, dead, Guard.LEASE_VALID, now)
+            done |= moved
+        failed += [IdFailure(id=i, reason=NOT_LEASED) for i in attempted if i not in done]
+        return BatchOutcome(applied=[i for i in wanted if i in done], failed=failed)
+
+    def renew(
+        self, queue_name: str, partition: int, ids: Sequence[str], *, lease_timeout: timedelta | None = None
+    ) -> RenewOutcome:
+        """Set valid leases to now + ``lease_timeout`` (default: the queue's).
+
+        A lease record is filed under the new deadline first, so a renewed lease that later runs
+        out is found like any other.
+        """
+        queue, valid, failed = self._leased_ids(queue_name, partition, ids)
+        timeout = queue.lease_timeout if lease_timeout is None else lease_timeout
+        if timeout <= timedelta(0):
+            raise InvalidRequestError("lease_timeout must be greater than zero", field="lease_timeout")
+        now = self._clock.now()
+        deadline = now + timeout
+        if valid:
+            self._store.record_lease(queue.name, partition, valid, deadline=deadline)
+        rejected = set(
+            self._store.renew(queue.name, partition, valid, lease_deadline=deadline, now=now).rejected
+        )
+        return RenewOutcome(
+            queue_name=queue.name,
+            partition=partition,
+            items=[Renewal(id=i, lease_deadline=deadline) for i in valid if i not in rejected],
+            failed=failed + [IdFailure(id=i, reason=NOT_LEASED) for i in valid if i in rejected],
+        )
+
+    def _leased_ids(
+        self, queue_name: str, partition: int, ids: Sequence[str]
+    ) -> tuple[QueueInfo, list[str], list[IdFailure]]:
+        if not 1 <= len(ids) <= MAX_BATCH:
+            raise InvalidRequestError(f"ids must hold 1 to {MAX_BATCH} ids", field="ids")
+        queue = self._queues.queue(queue_name)
+        check_partition(queue, partition)
+        valid: list[str] = []
+        failed: list[IdFailure] = []
+        for item_id in dict.fromkeys(ids):  # a repeated id is applied once
+            try:
+                valid.append(parse_item_id(item_id))
+            except InvalidRequestError as exc:
+                failed.append(IdFailure(id=item_id, reason=str(exc)))
+        return queue, valid, failed
+
+    # -- storage inspection -------------------------------------------------------------------------
+
+    def list_items(
+        self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
+    ) -> list[Item]:
+        """Items of one partition that are not scheduled, in FIFO order from ``pivot`` (inclusive).
+
+        A page stops early rather than pass ``MAX_REPLY_BYTES`` of payload; ``pivot`` continues it.
+        """
+        queue = self._listable(queue_name, partition, limit)
+        return self._store.list_items(
+            queue.name,
+            partition,
+            limit=limit,
+            pivot=pivot,
+            upper=visible_bound(self._clock.now()),
+            max_bytes=MAX_REPLY_BYTES,
+        )
+
+    def list_scheduled(
+        self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
+    ) -> list[Item]:
+        """Scheduled items of one partition, in the order they become visible."""
+        queue = self._listable(queue_name, partition, limit)
+        return self._store.list_items(
+            queue.name,
+            partition,
+            limit=limit,
+            pivot=pivot,
+            lower=visible_bound(self._clock.now()),
+            max_bytes=MAX_REPLY_BYTES,
+        )
+
+    def _listable(self, queue_name: str, partition: int, limit: int) -> QueueInfo:
+        if not 1 <= limit <= MAX_BATCH:
+            raise InvalidRequestError(f"limit must be between 1 and {MAX_BATCH}", field="limit")
+        queue = self._queues.live(queue_name)
+        check_partition(queue, partition)
+        return queue
+
+    def import_items(self, queue_name: str, partition: int, items: Sequence[StorageItem]) -> list[str]:
+        """Write items verbatim under new ids, skipping those whose ``source_id`` is already there."""
+        if not 1 <= len(items) <= MAX_BATCH:
+            raise InvalidRequestError(f"import takes 1 to {MAX_BATCH} items", field="items")
+        queue = self._queues.live(queue_name)
+        check_partition(queue, partition)
+        now = self._clock.now()
+        seen = self._store.source_ids(queue.name, partition) if any(i.source_id for i in items) else set()
+        fresh: list[Item] = []
+        for item in items:
+            if item.source_id and item.source_id in seen:
+                continue
+            seen.add(item.source_id)
+            created = item.created_at or now
+            visible = item.enqueue_at if item.enqueue_at is not None and item.enqueue_at > now else now
+            fresh.append(
+                Item(
+                    id=self._ids.new_id(visible),
+                    payload=item.payload,
+                    reference=item.reference,
+                    encoding=item.encoding,
+                    kind=item.kind,
+                    attempts=item.attempts,
+                    lease_deadline=item.lease_deadline,
+                    expire_deadline=item.expire_deadline
+                    or lifecycle.expire_deadline(visible, queue.expire_timeout),
+                    created_at=created,
+                    enqueue_at=item.enqueue_at if visible > now else None,
+                    source_id=item.source_id,
+                )
+            )
+        leased = [i for i in fresh if i.lease_deadline is not None and i.lease_deadline > now]
+        for deadline in sorted({i.lease_deadline for i in leased if i.lease_deadline is not None}):
+            # An imported lease is found by its record when it runs out, like any other.
+            ids = [i.id for i in leased if i.lease_deadline == deadline]
+            self._store.record_lease(queue.name, partition, ids, deadline=deadline)
+        self._store.put_new(queue.name, partition, fresh, now=now)
+        return [i.id for i in fresh]
+
+    def delete_items(self, queue_name: str, partition: int, ids: Sequence[str]) -> None:
+        """Delete items in any state; deleting an item that is gone already succeeds."""
+        queue, valid, failed = self._leased_ids(queue_name, partition, ids)
+        if failed:
+            raise InvalidRequestError(f"'{failed[0].id}' is not an item id", id=failed[0].id)
+        self._store.delete(queue.name, partition, valid, guard=Guard.ANY, now=self._clock.now())

@@ -1,0 +1,272 @@
+"""Lease: claim items of one partition from its cursor, waiting (long-poll) when there are none."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from querator.domain import lifecycle
+from querator.domain.errors import DuplicateClientError, InvalidRequestError, NothingToLeaseError
+from querator.domain.ids import visible_bound
+from querator.domain.lifecycle import Action
+from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
+from querator.service.tuning import (
+    CURSOR_LAG,
+    FIRST_PAGE_MIN,
+    ITEMS_PER_CONCURRENT_CLAIM,
+    LOSSES_BEFORE_RESCAN,
+    MAX_REPLY_BYTES,
+    MAX_RESCANS,
+    MIN_POOL,
+    PAGE_MAX,
+    POLL_FIRST,
+    POLL_MAX,
+    RECORDS_PER_CALL,
+    REPLY_ITEM_OVERHEAD,
+    WAVE_MAX,
+)
+
+if TYPE_CHECKING:
+    import random
+    from datetime import datetime, timedelta
+
+    from querator.domain.model import Item, ItemState, QueueInfo
+    from querator.ports import Clock, ItemStore
+    from querator.service.queues import QueueDirectory
+    from querator.service.settle import Settler
+
+
+class Leaser:
+    """Leases items; owns the waiting clients (one waiting lease per client id and queue) and the
+    partition rotation (which partition this process tries first)."""
+
+    def __init__(
+        self,
+        store: ItemStore,
+        queues: QueueDirectory,
+        settler: Settler,
+        clock: Clock,
+        rng: random.Random,
+        claim_budget: timedelta,
+    ) -> None:
+        self._store = store
+        self._queues = queues
+        self._settler = settler
+        self._clock = clock
+        self._rng = rng
+        self._claim_budget = claim_budget
+        self._lock = threading.Lock()
+        self._lease_turn: dict[str, int] = {}
+        self._waiting: set[tuple[str, str]] = set()
+
+    def lease(self, queue_name: str, *, batch_size: int, client_id: str, timeout: timedelta) -> Lease:
+        """Lease up to ``batch_size`` items of one partition, oldest first.
+
+        Returns as soon as at least one item is leased; with nothing to lease it polls the store
+        until ``timeout`` and then raises ``NothingToLeaseError``. Claiming stops once the call has
+        spent ``claim_budget`` past the attempt that found items, so a lease of 1,000 answers within
+        the platform's deadline with what it has claimed; the rest stays unclaimed.
+        """
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise InvalidRequestError(f"batch_size must be between 1 and {MAX_BATCH}", field="batch_size")
+        if not client_id:
+            raise InvalidRequestError("client_id is required", field="client_id")
+        if timeout.total_seconds() < 0:
+            raise InvalidRequestError("request_timeout may not be negative", field="request_timeout")
+        queue = self._queues.queue(queue_name)
+        waiter = (queue.name, client_id)
+        with self._lock:
+            if waiter in self._waiting:
+                raise DuplicateClientError(
+                    f"client_id '{client_id}' already has a waiting lease on '{queue.name}'"
+                )
+            self._waiting.add(waiter)
+        try:
+            deadline = self._clock.now() + timeout
+            pause = POLL_FIRST
+            while True:
+                lease = self._lease_once(queue, batch_size, self._clock.now())
+                if lease.items:
+                    return lease
+                remaining = (deadline - self._clock.now()).total_seconds()
+                if remaining <= 0:
+                    raise NothingToLeaseError(f"nothing to lease in '{queue.name}'")
+                self._clock.sleep(min(pause, remaining))
+                pause = min(pause * 2, POLL_MAX)
+                queue = self._queues.queue(queue_name)
+        finally:
+            with self._lock:
+                self._waiting.discard(waiter)
+
+    def _lease_once(self, queue: QueueInfo, batch_size: int, now: datetime) -> Lease:
+        with self._lock:
+            # Rotate the first partition tried, so one consumer drains every partition in turn.
+            start = self._lease_turn.get(queue.name, self._rng.randrange(queue.partitions))
+            self._lease_turn[queue.name] = start + 1
+        for offset in range(queue.partitions):
+            partition = (start + offset) % queue.partitions
+            items = self._lease_partition(queue, partition, batch_size, now)
+            if items:
+                return Lease(queue_name=queue.name, partition=partition, items=items)
+        return Lease(queue_name=queue.name, partition=start % queue.partitions)
+
+    def _lease_partition(
+        self, queue: QueueInfo, partition: int, batch_size: int, now: datetime
+    ) -> list[Item]:
+        """Claim up to ``batch_size`` items of one partition, reading from its lease cursor.
+
+        Reads O(batch): expired leases come from the lease records already due (one key range), and
+        the candidates from the cursor on, past which no valid lease sits except the few claimed
+        since the cursor last moved (docs/adr/0050-engine-v2.md).
+        """
+        head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
+        if due:
+            # Expired leases go back to the tail (new ids above the cursor) before this lease reads.
+            self._settler.recover(queue, partition, due, now)
+        stop_at = now + self._claim_budget
+        lease_deadline = now + queue.lease_timeout
+        end = visible_bound(now)
+        # The cursor never passes ids younger than CURSOR_LAG: a write minted a moment ago may still
+        # be on its way to the store, and the cursor must not jump over it (docs/adr/0050).
+        cursor_cap = visible_bound(now - CURSOR_LAG)
+        start = head.cursor
+        first_open: str | None = None  # the oldest item this call saw available and left unclaimed
+        claimed: list[Item] = []
+        reply_bytes = 0
+        limit = min(PAGE_MAX, max(FIRST_PAGE_MIN, 2 * batch_size))
+        read_to = start
+        evaluated = 0
+        rescans = 0
+        while len(claimed) < batch_size and self._clock.now() < stop_at:
+            page = self._store.scan(
+                queue.name, partition, start=start, end=end, limit=limit, available_at=now
+            )
+            candidates: list[ItemState] = []
+            settle: list[tuple[ItemState, lifecycle.Decision]] = []
+            for state in page.items:
+                decision = lifecycle.decide_for_lease(state, queue, now)
+                if decision.action is Action.LEASE:
+                    candidates.append(state)
+                elif decision.action is not Action.KEEP:
+                    settle.append((state, decision))
+            if settle and self._settler.settle(queue, partition, settle, now).skipped:
+                first_open = _min_id(first_open, settle[0][0].id)
+            # The pool: more candidates than wanted, so that after a lost race a consumer can jump
+            # to one its competitors are not claiming (each loss is a charged write), but few enough
+            # that the lease record listing them stays a small write.
+            wanted = batch_size - len(claimed)
+            pool = candidates[: max(2 * wanted, MIN_POOL)]
+            # The first item is taken whatever its size (a lease returns at least one); after it the
+            # reply must stay under the cap.
+            won: list[Item] = []
+            untried: set[str] = set()
+            contended = False
+            if pool:
+                first = reply_size(pool[0])
+                room = MAX_REPLY_BYTES - reply_bytes if claimed else max(MAX_REPLY_BYTES, first)
+                won, untried, contended = self._claim(
+                    queue, partition, pool, wanted, room, lease_deadline, now, stop_at
+                )
+            claimed += won
+            won_ids = {item.id for item in won}
+            reply_bytes += sum(reply_size(s) for s in pool if s.id in won_ids)
+            pooled = {s.id for s in pool}
+            leftover = [s.id for s in candidates if s.id in untried or s.id not in pooled]
+            if leftover:
+                first_open = _min_id(first_open, min(leftover))
+            if contended and not claimed and rescans < MAX_RESCANS:
+                # Other consumers took this page's candidates since it was read: read it again rather
+                # than keep trying stale ids (a Query costs reads; each lost claim is a charged write).
+                rescans += 1
+                continue
+            read_to = page.read_to
+            evaluated += page.evaluated
+            if contended or page.done or first_open is not None:
+                break
+            start = page.read_to
+            limit = PAGE_MAX
+        cursor = min(read_to, cursor_cap) if first_open is None else min(first_open, read_to, cursor_cap)
+        # The cursor moves only past items: over an empty range it would save no later read, and
+        # an idle consumer's every poll would be a write.
+        moved = cursor > head.cursor and evaluated > 0
+        if claimed or moved:
+            self._store.note_leased(queue.name, partition, claimed, cursor=cursor if moved else None)
+        # Claimed out of order after a lost race; the reply is oldest first all the same (contract).
+        return sorted(claimed, key=lambda item: item.id)
+
+    def _claim(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        candidates: list[ItemState],
+        wanted: int,
+        max_bytes: int,
+        lease_deadline: datetime,
+        now: datetime,
+        stop_at: datetime,
+    ) -> tuple[list[Item], set[str], bool]:
+        """Claim up to ``wanted`` of ``candidates`` (oldest first) in waves of concurrent conditional
+        writes, never more than ``max_bytes`` of reply.
+
+        Files one lease record for the candidates first, so a claim is never without a record that
+        brings it back when its lease runs out, even if this process dies right after the claim.
+
+        Returns the items won, the ids not tried, and whether it stopped because of contention.
+        Alone, a consumer claims strictly oldest first and never loses; its waves double from 1 to
+        one claim in flight per ``ITEMS_PER_CONCURRENT_CLAIM`` candidates, at most ``WAVE_MAX``.
+        A lost race means other consumers are claiming from the same page, so the rest of it is
+        going stale, and every further loss is a charged write: after a loss the wave drops back to
+        one claim taken from a random point of the remaining candidates; the call stops after two
+        losses in a row once it has won something (the contract returns as soon as one item is
+        leased) and gives the page up after ``LOSSES_BEFORE_RESCAN`` losses in a row with nothing
+        won. Measured in docs/adr/0050-engine-v2.md.
+        """
+        pending = [s.id for s in candidates]
+        if not pending:
+            return [], set(), False
+        sizes = {s.id: reply_size(s) for s in candidates}
+        self._store.record_lease(queue.name, partition, pending, deadline=lease_deadline)
+        # Small leases claim one at a time, as concurrent consumers of the same page lose least that
+        # way (every loss is a charged write); large ones need concurrency to fit their deadline.
+        wave_max = max(1, min(WAVE_MAX, wanted // ITEMS_PER_CONCURRENT_CLAIM))
+        won: list[Item] = []
+        room = max_bytes
+        wave = 1
+        losses = 0
+        at = 0
+        while pending and len(won) < wanted and self._clock.now() < stop_at:
+            if at + min(wave, len(pending)) > len(pending):
+                at = 0
+            batch: list[str] = []
+            while at < len(pending) and len(batch) < min(wave, wanted - len(won)):
+                if sizes[pending[at]] > room:
+                    break
+                room -= sizes[pending[at]]
+                batch.append(pending.pop(at))
+            if not batch:
+                break  # the reply is full: the rest stays unclaimed
+            got = self._store.claim(
+                queue.name, partition, batch, lease_deadline=lease_deadline, now=now
+            ).applied
+            won += got
+            room += sum(sizes[i] for i in batch) - sum(sizes[i.id] for i in got)
+            if len(got) == len(batch):
+                losses = 0
+                wave = min(wave * 2, wave_max)
+                continue
+            losses += len(batch) - len(got)
+            if (won and losses > 1) or losses >= LOSSES_BEFORE_RESCAN:
+                return won, set(pending), True
+            wave = 1
+            at = self._rng.randrange(len(pending)) if pending else 0
+        return won, set(pending), False
+
+
+def reply_size(state: ItemState) -> int:
+    """What an item adds to a lease reply at most: base64 payload and strings, plus its fixed part."""
+    variable = max(state.payload_size, REPLY_SIZE_THRESHOLD)
+    return 4 * -(-variable // 3) + REPLY_ITEM_OVERHEAD
+
+
+def _min_id(current: str | None, candidate: str) -> str:
+    return candidate if current is None else min(current, candidate)

@@ -1,0 +1,291 @@
+"""The reaper: what nobody else does, in every queue, O(partitions + due items) a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from querator.domain import lifecycle
+from querator.domain.ids import ITEMS_END, visible_bound
+from querator.domain.lifecycle import Action
+from querator.domain.model import timestamp_us
+from querator.ports import Guard, Recount
+from querator.service.tuning import PAGE_MAX, REAPER_FIRST_PAGE, RECORDS_PER_CALL, SWEEP_DELAY
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from querator.domain.model import QueueInfo
+    from querator.ports import Clock, ItemStore, PartitionHead, QueueCatalog
+    from querator.service.admin import QueueAdmin
+    from querator.service.settle import SettleOutcome, Settler
+
+#: A straggler found by the sweep goes back to the tail like an expired lease.
+_STRAGGLER = lifecycle.Decision(Action.REQUEUE, "straggler")
+
+
+@dataclass(slots=True)
+class ReapReport:
+    """What one reaper run did, for metrics."""
+
+    queues: int = 0
+    partitions: int = 0
+    scanned: int = 0
+    dead_lettered: int = 0
+    deleted: int = 0
+    #: Items that should have been dead-lettered but their dead-letter queue is missing.
+    skipped: int = 0
+    queues_deleted: int = 0
+    #: False when the time budget ran out first; the next run resumes from a bookmark.
+    finished: bool = True
+    counts_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Age of the oldest waiting item of every queue that is not a dead-letter queue (how far behind
+    #: consumers are); dead-letter queues report ``dead_letter_depth`` instead.
+    oldest_item_age: timedelta = timedelta(0)
+    #: Items stored in queues that serve as another queue's dead-letter queue (from their counters).
+    dead_letter_depth: int = 0
+    #: Expired leases found through their lease records.
+    recovered: int = 0
+    #: Items put back at the tail after their lease ran out.
+    requeued: int = 0
+    #: Never-leased items the sweep found behind a cursor (and requeued or dead-lettered).
+    stragglers: int = 0
+    #: Scheduled items that came due since the last pass.
+    came_due: int = 0
+    #: Partitions whose counters a finished recount replaced.
+    recounted: int = 0
+
+    def add(self, outcome: SettleOutcome) -> None:
+        """Fold in what a settle did."""
+        self.requeued += outcome.requeued
+        self.dead_lettered += outcome.dead_lettered
+        self.deleted += outcome.deleted
+        self.skipped += outcome.skipped
+        self.recovered += outcome.recovered
+        for reason, count in outcome.counts_by_reason.items():
+            self.counts_by_reason[reason] = self.counts_by_reason.get(reason, 0) + count
+
+
+class Reaper:
+    """Puts back expired leases of idle queues, dead-letters expired items, sweeps stragglers, counts
+    scheduled items that came due, recounts, and finishes queue deletes."""
+
+    def __init__(
+        self,
+        catalog: QueueCatalog,
+        store: ItemStore,
+        settler: Settler,
+        admin: QueueAdmin,
+        clock: Clock,
+        recount_period: timedelta,
+    ) -> None:
+        self._catalog = catalog
+        self._store = store
+        self._settler = settler
+        self._admin = admin
+        self._clock = clock
+        self._recount_period = recount_period
+
+    def reap(self, now: datetime, time_budget: timedelta) -> ReapReport:
+        """Do what nobody else does, in every queue: O(partitions + due items) a run.
+
+        Per partition: put back expired leases whose records are due (consumers do it too, but an
+        idle queue has none), dead-letter items that outlived ``expire_timeout`` (the head of the
+        cursor's range), requeue stragglers behind the cursor (the sweep), and count scheduled items
+        that came due. Queue deletes run first with at most half the budget, page by page, so a huge
+        delete never starves the rest. Stops when ``time_budget`` (on the service's clock) is spent,
+        saving a bookmark the next run resumes from.
+        """
+        started = self._clock.now()
+        stop_at = started + time_budget
+        report = ReapReport()
+        every_queue = list(self._catalog.iterate())
+        for queue in (q for q in every_queue if q.deleting):
+            if not self._admin.purge(queue, stop_at=started + time_budget / 2):
+                report.finished = False
+                break
+            report.queues_deleted += 1
+        queue_from, partition_from = _parse_bookmark(self._catalog.load_bookmark())
+        dead_queues = {q.dead_queue for q in every_queue if q.dead_queue}
+        for queue in every_queue:
+            if queue.deleting or queue.name < queue_from:
+                continue
+            report.queues += 1
+            first = partition_from if queue.name == queue_from else 0
+            for partition in range(first, queue.partitions):
+                # Every run reaps at least one partition, so runs make progress whatever the budget.
+                if report.partitions and self._clock.now() >= stop_at:
+                    self._catalog.save_bookmark(_bookmark(queue.name, partition))
+                    report.finished = False
+                    return report
+                report.partitions += 1
+                self._reap_partition(queue, partition, now, report, queue.name in dead_queues, stop_at)
+        self._catalog.save_bookmark(None)
+        return report
+
+    def _reap_partition(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        now: datetime,
+        report: ReapReport,
+        is_dead_queue: bool,
+        stop_at: datetime,
+    ) -> None:
+        head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
+        while due:
+            report.add(self._settler.recover(queue, partition, due, now))
+            if len(due) < RECORDS_PER_CALL or self._clock.now() >= stop_at:
+                break
+            head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
+        if is_dead_queue:
+            report.dead_letter_depth += max(head.items, 0)
+        self._reap_head(queue, partition, head, now, report, stop_at, is_dead_queue=is_dead_queue)
+        self._sweep(queue, partition, head, now, report, stop_at)
+        if head.recount is not None or (
+            head.recounted_at is not None and now - head.recounted_at >= self._recount_period
+        ):
+            self._recount(queue, partition, head, now, report, stop_at)
+        elif head.scheduled > 0 and head.schedule_mark:
+            # Not while a recount runs: the pass would move the version and void the recount.
+            report.came_due += self._store.pass_schedule(
+                queue.name, partition, old_mark=head.schedule_mark, new_mark=visible_bound(now), now=now
+            )
+
+    def _reap_head(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        now: datetime,
+        report: ReapReport,
+        stop_at: datetime,
+        *,
+        is_dead_queue: bool = False,
+    ) -> None:
+        """Dead-letter the waiting items that outlived ``expire_timeout``; note the oldest one's age
+        (not in dead-letter queues: an old dead letter is not a consumer falling behind).
+
+        An item expires ``expire_timeout`` after it became visible, which is what its id sorts by,
+        so everything expired is at the head of the range from the cursor: reading stops at the
+        first id younger than that, and one short read suffices when nothing is due.
+        """
+        expired_below = visible_bound(now - queue.expire_timeout)
+        start = head.cursor
+        limit = REAPER_FIRST_PAGE
+        first = True
+        end = visible_bound(now)
+        while True:
+            page = self._store.scan(
+                queue.name, partition, start=start, end=end, limit=limit, available_at=now
+            )
+            report.scanned += len(page.items)
+            if first and page.items and not is_dead_queue:
+                report.oldest_item_age = max(report.oldest_item_age, now - page.items[0].created_at)
+            first = False
+            found = []
+            for state in page.items:
+                if state.id >= expired_below:
+                    break
+                decision = lifecycle.decide_for_reaper(state, queue, now)
+                if decision.action is Action.DEAD_LETTER:
+                    found.append((state, decision))
+            report.add(self._settler.settle(queue, partition, found, now))
+            if page.done or page.read_to >= expired_below or self._clock.now() >= stop_at:
+                return
+            # Past the first page only expired items are wanted: read no further than they go.
+            start, end, limit = page.read_to, expired_below, PAGE_MAX
+
+    def _sweep(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        now: datetime,
+        report: ReapReport,
+        stop_at: datetime,
+    ) -> None:
+        """Requeue items that were never leased but sit below the cursor: writes that landed after a
+        lease read past their place. Each id is read once, ``SWEEP_DELAY`` after it became visible,
+        when every write minted with it has landed or failed."""
+        end = min(head.cursor, visible_bound(now - SWEEP_DELAY))
+        start = head.sweep
+        if start >= end:
+            return
+        while True:
+            page = self._store.scan(
+                queue.name, partition, start=start, end=end, limit=PAGE_MAX, never_leased=True
+            )
+            found = []
+            for state in page.items:
+                decision = lifecycle.decide_for_lease(state, queue, now)
+                # A straggler still to lease goes to the tail; one already expired is dead-lettered.
+                found.append((state, decision if decision.action is Action.DEAD_LETTER else _STRAGGLER))
+            report.stragglers += len(found)
+            report.add(self._settler.settle(queue, partition, found, now, requeue_guard=Guard.NEVER_LEASED))
+            if page.done:
+                self._store.set_sweep(queue.name, partition, end)
+                return
+            start = page.read_to
+            if self._clock.now() >= stop_at:
+                self._store.set_sweep(queue.name, partition, start)
+                return
+
+    def _recount(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        now: datetime,
+        report: ReapReport,
+        stop_at: datetime,
+    ) -> None:
+        """Count the partition's items page by page (over several runs if need be) and replace the
+        counters with the count if nothing changed them meanwhile, so drift from a lost counter
+        write heals. O(stored) once per ``recount_period``, in the reaper's budget."""
+        recount = head.recount or Recount(version=head.version)
+        totals = {
+            name: getattr(recount, name)
+            for name in (
+                "items",
+                "leased",
+                "scheduled",
+                "created_sum",
+                "leased_created_sum",
+                "scheduled_created_sum",
+            )
+        }
+        position = recount.position
+        while True:
+            page = self._store.scan(queue.name, partition, start=position, end=ITEMS_END, limit=PAGE_MAX)
+            for state in page.items:
+                created = timestamp_us(state.created_at) // 1_000_000
+                totals["items"] += 1
+                totals["created_sum"] += created
+                if state.lease_deadline is not None:
+                    totals["leased"] += 1
+                    totals["leased_created_sum"] += created
+                if state.enqueue_at is not None and state.id >= head.schedule_mark:
+                    totals["scheduled"] += 1
+                    totals["scheduled_created_sum"] += created
+            report.scanned += len(page.items)
+            progress = Recount(position=page.read_to, version=recount.version, **totals)
+            if page.done:
+                report.recounted += self._store.finish_recount(queue.name, partition, progress, now=now)
+                return
+            position = page.read_to
+            if self._clock.now() >= stop_at:
+                self._store.save_recount(queue.name, partition, progress)
+                return
+
+
+def _bookmark(queue: str, partition: int) -> str:
+    return f"{queue}~{partition}"
+
+
+def _parse_bookmark(bookmark: str | None) -> tuple[str, int]:
+    if not bookmark:
+        return "", 0
+    queue, partition, *_ = bookmark.split("~")
+    return queue, int(partition)

@@ -1,0 +1,55 @@
+"""The service's numbers in one place: page sizes, budgets, lags and caps (each says why)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Final
+
+NOT_LEASED: Final = "item is unknown, stale or not leased"
+#: A pending idempotency record older than this belongs to a request that died while writing.
+IDEMPOTENCY_STALE_AFTER: Final = timedelta(minutes=15)
+#: How long a produce with an idempotency key is remembered.
+IDEMPOTENCY_TTL: Final = timedelta(hours=24)
+FIRST_PAGE_MIN: Final = 50
+PAGE_MAX: Final = 1000
+#: The reaper's first read of a partition's waiting items: the oldest one's age, and whether any expired.
+REAPER_FIRST_PAGE: Final = 10
+#: Lost claims in a row, with nothing won, after which a lease reads its page again.
+LOSSES_BEFORE_RESCAN: Final = 3
+#: Re-reads of a page lost to other consumers before a lease moves on to the next partition.
+MAX_RESCANS: Final = 3
+#: Claims of one lease in flight at once, reached by doubling from one while nothing is lost:
+#: one more in flight per this many candidates (a lease of 10 claims one at a time, of 128 or more
+#: 16 at a time).
+WAVE_MAX: Final = 16
+ITEMS_PER_CONCURRENT_CLAIM: Final = 8
+#: Candidates a lease may jump among after a lost race: at least this many, or twice its batch (its
+#: lease record lists them all, and putting an expired lease back reads each of them once).
+MIN_POOL: Final = 8
+#: Lease records a lease call (or the reaper, per read) puts back at most.
+RECORDS_PER_CALL: Final = 25
+#: The cursor never passes ids younger than this: a write minted that recently may still be on its
+#: way (write latency, retries, clock skew between processes); docs/adr/0050-engine-v2.md.
+CURSOR_LAG: Final = timedelta(seconds=1)
+#: The sweep reads ids this long after they became visible: longer than any write may take to land
+#: (function timeouts are 30 s at most), so a straggler it misses cannot exist.
+SWEEP_DELAY: Final = timedelta(minutes=2)
+#: A lease or listing reply stays under this: Lambda answers at most 6 MB (6,291,456 bytes).
+MAX_REPLY_BYTES: Final = 5_000_000
+#: What an item's fixed fields (id, deadlines, attempts, keys, JSON punctuation) add to a reply.
+REPLY_ITEM_OVERHEAD: Final = 400
+#: Defaults for how long one call may keep writing: a lease claiming after its wait, a clear, the
+#: purge inside ``queues.delete`` (the reaper finishes a delete that needs longer).
+DEFAULT_CLAIM_BUDGET: Final = timedelta(seconds=5)
+DEFAULT_CLEAR_BUDGET: Final = timedelta(seconds=20)
+DEFAULT_PURGE_BUDGET: Final = timedelta(seconds=10)
+#: How often the reaper recounts each partition's items to heal counter drift (O(stored) each time).
+DEFAULT_RECOUNT_PERIOD: Final = timedelta(hours=24)
+#: A waiting lease polls the store first after this many seconds, doubling up to ``POLL_MAX``.
+POLL_FIRST: Final = 0.02
+POLL_MAX: Final = 0.5
+#: Tries of a queue update that lost a race with another update.
+UPDATE_RETRIES: Final = 3
+#: Long enough to take the catalog read off most hot-path calls, short enough that a queue update
+#: reaches every process within about a second (docs/adr/0008-queue-cache.md).
+DEFAULT_QUEUE_CACHE_TTL: Final = timedelta(seconds=1)
