@@ -1,30 +1,27 @@
-"""HTTP wire layer: one Powertools REST resolver per Lambda function, built from the route table.
+"""HTTP wire layer: one small resolver per Lambda function, built from the route table.
 
-Each function serves ``routes.for_function(name)``. The resolver routes; the request body is parsed
-by ``schemas.parse_request`` rather than by the resolver's own validation, because the contract
+Each function serves ``routes.for_function(name)``: an API Gateway REST proxy event goes in, a proxy
+response comes out. The request body is parsed by ``schemas.parse_request``, because the contract
 tells apart a body that is not understood (455) from a wrong value (400) and puts every error in its
-envelope, which the resolver's 422 cannot do (docs/adr/0005-http-edge.md). Errors become the
-envelope here, once: domain errors through ``errors.STATUS_BY_ERROR``, anything else as a logged 500
-with a generic message.
+envelope (docs/adr/0005-http-edge.md). Errors become the envelope here, once: domain errors through
+``errors.STATUS_BY_ERROR``, anything else as a logged 500 with a generic message.
+
+Routing is an exact lookup of method and path in the route table, so this module does it itself
+rather than import Powertools' event handler, whose package import cost ~165 ms of every cold start
+(measured; docs/adr/0013-cold-start.md). Logging, metrics and tracing stay Powertools'.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import re
 from datetime import datetime, timedelta, timezone
 from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
-
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
-from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
 from querator.api import routes, schemas
 from querator.api.endpoints import ENDPOINTS, Call, idempotency_key
 from querator.api.errors import WireError, error_response, unknown_path
-from querator.api.openapi import build_openapi
 from querator.domain.errors import QueratorError
 from querator.observability import logger
 
@@ -39,82 +36,109 @@ UTC = timezone.utc
 
 _JSON = "application/json"
 
+#: A proxy response: ``statusCode``, ``multiValueHeaders``, ``body``, ``isBase64Encoded``.
+ProxyResponse = dict[str, Any]
+
+
+class Request:
+    """What a route's code reads of one proxy event: headers (any case), query, body, ids."""
+
+    def __init__(self, event: dict[str, Any], context: Any) -> None:
+        self.event = event
+        self.context = context
+        self.method = str(event.get("httpMethod") or "").upper()
+        self.path = str(event.get("path") or "")
+        headers: dict[str, str] = {}
+        for name, values in (event.get("multiValueHeaders") or {}).items():
+            if values:
+                headers[name.lower()] = values[-1]
+        for name, value in (event.get("headers") or {}).items():
+            headers[name.lower()] = value
+        self.headers = headers
+        self.query: dict[str, str] = event.get("queryStringParameters") or {}
+        self.request_id = str((event.get("requestContext") or {}).get("requestId") or "")
+
+
+class FunctionApp:
+    """The routes of one Lambda function; ``resolve`` is its entry point."""
+
+    def __init__(self, handlers: dict[tuple[str, str], Callable[[Request], ProxyResponse]]) -> None:
+        self._handlers = handlers
+
+    def resolve(self, event: dict[str, Any], context: Any) -> ProxyResponse:
+        request = Request(event, context)
+        try:
+            handler = self._handlers.get((request.method, request.path))
+            if handler is None:
+                # A known path asked with another method is 400, an unknown one 501 (routes.resolve
+                # raises), including a path another function serves (API Gateway never sends one).
+                routes.resolve(request.method, request.path)
+                raise unknown_path(request.method, request.path)
+            return handler(request)
+        except Exception as error:  # every error becomes the contract's envelope
+            return _error(error, request)
+
 
 def build_app(
     function: str, *, service: Callable[[], QueueService], settings: Callable[[], Settings]
-) -> APIGatewayRestResolver:
+) -> FunctionApp:
     """The resolver of one Lambda function.
 
     ``service`` and ``settings`` are called per request (they are cached by the caller), so
     importing a handler module creates no client and reads no environment.
     """
-    app = APIGatewayRestResolver(strip_prefixes=None)
     served = routes.for_function(function)
     if not served:
         raise ValueError(f"no route is served by function {function!r}")
-    for route in served:
-        # The route table's paths contain dots, which the resolver would read as regex wildcards.
-        app.route(rule=re.escape(route.path), method=route.method)(_bind(app, route, service, settings))
+    return FunctionApp(
+        {(route.method.upper(), route.path): _bind(route, service, settings) for route in served}
+    )
 
-    @app.not_found
-    def _not_found(_: NotFoundError) -> Response[str]:
-        event = app.current_event
-        # A known path asked with another method is 400, an unknown one 501 (routes.resolve raises).
-        routes.resolve(event.http_method, event.path)
-        raise unknown_path(event.http_method, event.path)
 
-    def _error(error: Exception) -> Response[str]:
-        request_id = app.current_event.request_context.request_id
-        if not isinstance(error, QueratorError | WireError):
-            # The one place an unexpected error is logged; the reply says only "Internal error".
-            logger.exception("unhandled error", extra={"path": app.current_event.path})
-        elif isinstance(error, QueratorError) and error.context:
-            logger.info("request refused", extra={"error": type(error).__name__, **_loggable(error)})
-        reply = error_response(error, request_id=request_id)
-        return _json(reply.status, reply.body)
-
-    # Matched through the MRO, so every exception ends here (the resolver would re-raise it: a 502).
-    app.exception_handler(Exception)(_error)
-    return app
+def _error(error: Exception, request: Request) -> ProxyResponse:
+    if not isinstance(error, QueratorError | WireError):
+        # The one place an unexpected error is logged; the reply says only "Internal error".
+        logger.exception("unhandled error", extra={"path": request.path})
+    elif isinstance(error, QueratorError) and error.context:
+        logger.info("request refused", extra={"error": type(error).__name__, **_loggable(error)})
+    reply = error_response(error, request_id=request.request_id)
+    return _json(reply.status, reply.body)
 
 
 def _bind(
-    app: APIGatewayRestResolver,
     route: routes.Route,
     service: Callable[[], QueueService],
     settings: Callable[[], Settings],
-) -> Callable[[], Response[str]]:
+) -> Callable[[Request], ProxyResponse]:
     if route is routes.OPENAPI:
-        return lambda: _json(200, openapi_document())
+        return lambda _: _json(200, openapi_document())
     if route is routes.DOCS:
 
-        def docs() -> Response[str]:
+        def docs(request: Request) -> ProxyResponse:
             # Swagger UI shows "/docs?format=json" as the document's address (Powertools' page), so
             # that address serves the document, as it does behind Powertools' own Swagger route.
-            query = app.current_event.query_string_parameters or {}
-            if query.get("format") == "json":
+            if request.query.get("format") == "json":
                 return _json(200, openapi_document())
-            return Response(status_code=200, content_type="text/html", body=swagger_page())
+            return _response(200, "text/html", swagger_page())
 
         return docs
     endpoint = ENDPOINTS[route.name]
 
-    def serve() -> Response[str]:
-        event = app.current_event
-        request = None
+    def serve(request: Request) -> ProxyResponse:
+        parsed = None
         if route.request_model is not None:
-            request = schemas.parse_request(
+            parsed = schemas.parse_request(
                 route.request_model,
-                _raw_body(event.raw_event),
-                content_type=event.headers.get("content-type"),  # case-insensitive lookup
+                _raw_body(request.event),
+                content_type=request.headers.get("content-type"),
                 limit=route.body_limit,
             )
         call = Call(
             now=datetime.now(UTC),
-            wait_limit=_wait_limit(settings(), app.lambda_context),
-            idempotency_key=idempotency_key(event.headers) if route is routes.PRODUCE else None,
+            wait_limit=_wait_limit(settings(), request.context),
+            idempotency_key=idempotency_key(request.headers) if route is routes.PRODUCE else None,
         )
-        reply = endpoint(service(), request, call)
+        reply = endpoint(service(), parsed, call)
         return _json(200, reply.to_wire(), call.reply_headers)
 
     return serve
@@ -136,13 +160,18 @@ def _wait_limit(settings: Settings, context: Any) -> timedelta:
     return cap
 
 
-def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[str]:
-    return Response(
-        status_code=status,
-        content_type=_JSON,
-        body=json.dumps(body, separators=(",", ":")),
-        headers=headers or None,
-    )
+def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> ProxyResponse:
+    return _response(status, _JSON, json.dumps(body, separators=(",", ":")), headers)
+
+
+def _response(
+    status: int, content_type: str, body: str, headers: dict[str, str] | None = None
+) -> ProxyResponse:
+    """A REST proxy response, headers as ``multiValueHeaders`` (what API Gateway v1 reads)."""
+    multi = {"Content-Type": [content_type]}
+    for name, value in (headers or {}).items():
+        multi[name] = [value]
+    return {"statusCode": status, "multiValueHeaders": multi, "body": body, "isBase64Encoded": False}
 
 
 def _loggable(error: QueratorError) -> dict[str, str]:
@@ -151,7 +180,9 @@ def _loggable(error: QueratorError) -> dict[str, str]:
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    """The OpenAPI document, built once per process."""
+    """The OpenAPI document, built once per process (and its builder imported only then)."""
+    from querator.api.openapi import build_openapi  # noqa: PLC0415 - only the meta function needs it
+
     return build_openapi()
 
 
@@ -159,6 +190,8 @@ def openapi_document() -> dict[str, Any]:
 def swagger_page() -> str:
     """Swagger UI with its script and style inlined from Powertools' package: no CDN needed."""
     # Imported here: it pulls in pydantic models that cost ~0.25 s of every cold start (measured).
+    from importlib import resources  # noqa: PLC0415 - ~20 ms at import, for a page few ask for
+
     from aws_lambda_powertools.event_handler.openapi.swagger_ui.html import (  # noqa: PLC0415
         generate_swagger_html,
     )

@@ -146,13 +146,15 @@ class WireRequest(BaseModel):
         # Error messages name the snake_case field, whichever spelling the client used.
         loc_by_alias=False,
         frozen=True,
+        # Built on first use: a function builds only the models of its own routes (cold start).
+        defer_build=True,
     )
 
 
 class WireResponse(BaseModel):
     """Base of every response body: snake_case keys, ``None`` left out."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready body."""

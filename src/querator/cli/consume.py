@@ -113,6 +113,18 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--idle", default=None, metavar="DURATION", help="stop once nothing was leasable for this long"
     )
+    parser.add_argument(
+        "--idle-backoff",
+        default="1s",
+        metavar="DURATION",
+        help="pause after a lease call that found nothing, doubling per empty call (default 1s; 0s: none)",
+    )
+    parser.add_argument(
+        "--idle-backoff-max",
+        default="15s",
+        metavar="DURATION",
+        help="the longest such pause (default 15s)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="log each failed item on stderr")
 
 
@@ -126,6 +138,8 @@ def _consume(args: argparse.Namespace) -> int:
     base = seconds(args.backoff, "--backoff")
     shutdown = seconds(args.shutdown_timeout, "--shutdown-timeout")
     idle = seconds(args.idle, "--idle") if args.idle else None
+    idle_backoff = seconds(args.idle_backoff, "--idle-backoff")
+    idle_backoff_max = max(idle_backoff, seconds(args.idle_backoff_max, "--idle-backoff-max"))
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="querator consume: %(message)s")
     if args.verbose:
         logging.getLogger("querator.client.worker").setLevel(logging.INFO)
@@ -150,6 +164,8 @@ def _consume(args: argparse.Namespace) -> int:
                 shutdown_timeout=shutdown,
                 max_items=args.max_items,
                 idle_timeout=idle,
+                idle_backoff=idle_backoff,
+                idle_backoff_max=idle_backoff_max,
             )
         finally:
             # Items of commands still running were put back; their commands must not go on.

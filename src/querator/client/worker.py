@@ -52,6 +52,9 @@ _FATAL: Final = (BadRequestError, AuthError, UnsupportedContentError, UnknownMet
 MAX_IDS: Final = 1000
 #: How often the waits of the lease loop look at the stop flag, in seconds.
 _POLL: Final = 0.2
+#: Pause after the first empty lease call, and the most it grows to (``consume``'s ``idle_backoff``).
+DEFAULT_IDLE_BACKOFF: Final = 1.0
+DEFAULT_IDLE_BACKOFF_MAX: Final = 15.0
 
 
 class DeadLetter(Exception):  # noqa: N818 - an instruction to the worker, not an error report
@@ -157,6 +160,8 @@ def consume(
     max_items: int | None = None,
     idle_timeout: float | None = None,
     handle_signals: bool = True,
+    idle_backoff: float = DEFAULT_IDLE_BACKOFF,
+    idle_backoff_max: float = DEFAULT_IDLE_BACKOFF_MAX,
 ) -> WorkerReport:
     """Lease items of ``queue_name`` and run ``handler(item)`` for each until stopped.
 
@@ -186,6 +191,13 @@ def consume(
     handle_signals
         Install SIGTERM / SIGINT handlers (main thread only) for the duration of the call; a second
         signal skips the wait for running handlers.
+    idle_backoff, idle_backoff_max
+        Seconds to pause after a lease call that found nothing, before the next one: the pause after
+        the n-th empty call in a row is random in ``[0, min(idle_backoff_max, idle_backoff *
+        2**(n-1))]`` (full jitter); the first item resets it. Behind API Gateway every lease call is
+        a Lambda invocation, so an idle consumer that pauses costs a fraction of one that polls back
+        to back (docs/capacity.md); ``0`` polls without pausing. An item produced during a pause
+        waits for its end.
 
     Raises
     ------
@@ -207,6 +219,8 @@ def consume(
         stop=stop or threading.Event(),
         max_items=max_items,
         idle_timeout=idle_timeout,
+        idle_backoff=idle_backoff,
+        idle_backoff_max=idle_backoff_max,
     )
     return worker.run(handle_signals=handle_signals)
 
@@ -228,9 +242,15 @@ class _Worker:
         stop: threading.Event,
         max_items: int | None,
         idle_timeout: float | None,
+        idle_backoff: float = 0.0,
+        idle_backoff_max: float = 0.0,
     ) -> None:
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be at least 1")
+        if idle_backoff < 0 or idle_backoff_max < idle_backoff:
+            raise ValueError("idle_backoff must be >= 0 and idle_backoff_max >= idle_backoff")
+        self.idle_backoff = idle_backoff
+        self.idle_backoff_max = idle_backoff_max
         self.client = client
         self.queue_name = queue_name
         self.handler = handler
@@ -315,6 +335,7 @@ class _Worker:
         leased_total = 0
         last_item_at = time.monotonic()
         error_streak = 0
+        empty_streak = 0
         while not self.stop.is_set():
             if self.max_items is not None and leased_total >= self.max_items:
                 self.stopped_by = "max_items"
@@ -344,18 +365,34 @@ class _Worker:
                 continue
             error_streak = 0
             if not lease.items:
-                if self.idle_timeout is not None and time.monotonic() - last_item_at >= self.idle_timeout:
+                idle_for = time.monotonic() - last_item_at
+                if self.idle_timeout is not None and idle_for >= self.idle_timeout:
                     with self.state.lock:
                         running = len(self.state.jobs)
                     if running == 0:
                         self.stopped_by = "idle"
                         return
+                empty_streak += 1
+                pause = self.idle_pause(empty_streak)
+                if self.idle_timeout is not None:
+                    # Never pause past the moment the worker would stop for being idle.
+                    pause = min(pause, max(0.0, self.idle_timeout - idle_for))
+                if pause > 0:
+                    self.stop.wait(pause)
                 continue
+            empty_streak = 0
             last_item_at = time.monotonic()
             leased_total += len(lease.items)
             self.state.count("leased", len(lease.items))
             self._accept(lease.items)
         self.stopped_by = self.stopped_by or "stop"
+
+    def idle_pause(self, empty_streak: int) -> float:
+        """The pause after the ``empty_streak``-th lease call in a row that found nothing."""
+        if self.idle_backoff <= 0:
+            return 0.0
+        ceiling = min(self.idle_backoff_max, self.idle_backoff * 2.0 ** (empty_streak - 1))
+        return random.uniform(0, ceiling)  # noqa: S311 - jitter, so idle consumers do not poll in step
 
     def _lease_wait(self) -> float:
         """Seconds one lease call waits: ``request_timeout``, but no longer than ``idle_timeout``, so
