@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -118,12 +119,20 @@ def job_rows_per_second(
     """Produce ``rows`` with the job into a fresh queue, then again; rows/s of both runs."""
     _, target = new_queue(endpoint)
     columns = ColumnMap(payload=("body",), key="id")
+    # A fresh staging directory per measurement: job ids repeat between runs of the benchmark.
+    staging = tempfile.mkdtemp(prefix="querator-bench-staging-")
 
     def produce(frame_rows: list[tuple[int, str]], job_id: str) -> float:
         frame = spark.createDataFrame(frame_rows, "id long, body string")
         started = time.perf_counter()
         counts = produce_dataframe(
-            frame, queue="bench", columns=columns, target=target, job_id=job_id, partitions=partitions
+            frame,
+            queue="bench",
+            columns=columns,
+            target=target,
+            job_id=job_id,
+            staging_dir=staging,
+            partitions=partitions,
         )
         elapsed = time.perf_counter() - started
         assert counts.written + counts.skipped_duplicates == len(frame_rows)  # noqa: S101
