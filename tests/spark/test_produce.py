@@ -251,13 +251,15 @@ class DiesOnFirstAttempt:
         self._inner = inner
         self._left = before_failure
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         context = TaskContext.get()
         if context is not None and context.partitionId() == 0 and context.attemptNumber() == 0:
             if self._left == 0:
                 raise RuntimeError("injected: the executor died mid-partition")
             self._left -= 1
-        return self._inner.produce(queue, items, idempotency_key=idempotency_key)
+        return self._inner.produce(queue, items, idempotency_key=idempotency_key, route=route)
 
     def check_queue(self, queue: str) -> int:
         return self._inner.check_queue(queue)
@@ -366,12 +368,14 @@ class ThrottledAfter:
         self._allowed = allowed
         self.calls = 0
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         if self._allowed == 0:
             self.calls += 1
             raise StoreThrottledError("injected: throttled")
         self._allowed -= 1
-        return self._inner.produce(queue, items, idempotency_key=idempotency_key)
+        return self._inner.produce(queue, items, idempotency_key=idempotency_key, route=route)
 
     def check_queue(self, queue: str) -> int:
         return self._inner.check_queue(queue)

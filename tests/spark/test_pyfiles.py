@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = """
 import json, sys
 from pyspark.sql import SparkSession
-executor_python, pyfiles = sys.argv[1], sys.argv[2]
+pyfiles = sys.argv[2]  # sys.argv[1]: the workers' Python, also in PYSPARK_PYTHON
 spark = (
     SparkSession.builder.master("local[2]").appName("pyfiles")
     .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     .config("spark.driver.bindAddress", "127.0.0.1")
-    .config("spark.pyspark.python", executor_python).config("spark.submit.pyFiles", pyfiles)
+    .config("spark.submit.pyFiles", pyfiles)
     .getOrCreate()
 )
 
@@ -83,6 +83,8 @@ def test_the_pyfiles_zip_reaches_executors_that_do_not_have_querator(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYSPARK_PYTHON"}}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    # The workers' Python (PySpark 3.3 reads only the variable when not started by spark-submit).
+    env["PYSPARK_PYTHON"] = str(python)
     result = subprocess.run(
         [sys.executable, "-c", DRIVER, str(python), str(zipped)],
         capture_output=True,

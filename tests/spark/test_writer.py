@@ -60,7 +60,9 @@ class MemoryProducer:
     calls: list[int] = field(default_factory=list)
     says_replayed: bool = True
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         self.calls.append(len(items))
         if self.faults:
             raise self.faults.pop(0)

@@ -175,9 +175,13 @@ class ChunkWriter:
     # -- one chunk ------------------------------------------------------------------------------
 
     def write(
-        self, queue_name: str, new_items: Sequence[NewItem], *, chunk_key: str, owner: str
+        self, queue_name: str, new_items: Sequence[NewItem], *, chunk_key: str, owner: str, route: int = 0
     ) -> ChunkOutcome:
         """Store ``new_items`` once under ``chunk_key``; ``owner`` names the Spark task writing it.
+
+        A new chunk goes to queue partition ``route mod partitions`` (the job gives consecutive
+        chunks consecutive routes, so they fill the partitions evenly); a resumed one to where its
+        record says.
 
         Raises
         ------
@@ -191,7 +195,7 @@ class ChunkWriter:
         now = self._clock.now()
         first = self._ids.new_ids(now, len(new_items))[0]
         proposed = ChunkPlan(
-            partition=int(key[-8:], 16) % queue.partitions,
+            partition=route % queue.partitions,
             minted_at=now,
             seq=int(first[_TIME_DIGITS : _TIME_DIGITS + _SEQ_DIGITS], 16),
             node=int(first[_TIME_DIGITS + _SEQ_DIGITS :], 16),

@@ -529,38 +529,48 @@ class PartitionWriter:
         pacer = RateLimiter(self.max_write_units_per_second, clock=self.clock, sleep=self.sleep)
         producer: Producer | None = None
         stopped = False
-        for chunk in self._chunks(items):
+        for route, chunk in self._chunks(items):
             if stopped:
                 progress.failed += len(chunk)
                 continue
             producer = producer or self.target.connect()
             limiter.acquire(len(chunk))
             pacer.acquire(sum(write_units(item) for _, item in chunk))
-            if not self._produce(index, producer, chunk, progress):
+            if not self._produce(index, producer, chunk, progress, route):
                 stopped = True
         counts = progress.counts()
         log.info("partition %d of job %s: %s", index, self.job_id, counts.summary())
         yield counts
 
-    def _chunks(self, items: Iterable[tuple[SortKey, NewItem]]) -> Iterator[list[tuple[SortKey, NewItem]]]:
+    def _chunks(
+        self, items: Iterable[tuple[SortKey, NewItem]]
+    ) -> Iterator[tuple[int, list[tuple[SortKey, NewItem]]]]:
         """Chunks cut within each logical bucket, so they do not depend on which buckets share a
-        Spark partition."""
-        for _, bucket in itertools.groupby(items, key=lambda record: record[0][0]):
-            yield from chunks_of(
-                bucket,
+        Spark partition; each with its route (the bucket plus its place in the bucket: a plan's
+        consecutive chunks go to consecutive queue partitions)."""
+        for bucket, records in itertools.groupby(items, key=lambda record: record[0][0]):
+            chunks = chunks_of(
+                records,
                 size_of=lambda r: wire_size(r[1]),
                 max_items=self.chunk_items,
                 max_bytes=MAX_CHUNK_WIRE_BYTES,
             )
+            for ordinal, chunk in enumerate(chunks):
+                yield bucket + ordinal, chunk
 
     def _produce(
-        self, index: int, producer: Producer, chunk: list[tuple[SortKey, NewItem]], progress: _Progress
+        self,
+        index: int,
+        producer: Producer,
+        chunk: list[tuple[SortKey, NewItem]],
+        progress: _Progress,
+        route: int = 0,
     ) -> bool:
         key = chunk_key(self.job_id, self.queue, (f"{rk}:{digest}" for (_, rk, digest), _ in chunk))
         items = [item for _, item in chunk]
         try:
             receipt, attempts = call_with_retries(
-                lambda: producer.produce(self.queue, items, idempotency_key=key),
+                lambda: producer.produce(self.queue, items, idempotency_key=key, route=route),
                 policy=self.retry,
                 sleep=self.sleep,
                 clock=self.clock,

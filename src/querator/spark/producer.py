@@ -59,12 +59,17 @@ class ChunkReceipt:
 class Producer(Protocol):
     """Stores one chunk of items in a queue with one idempotent produce call.
 
+    ``route`` is the chunk's place in the job's plan; the direct path sends the chunk to queue
+    partition ``route mod partitions`` (the HTTP path leaves the choice to the service).
+
     Errors are the domain's (``querator.domain.errors``), so retry decisions are the same for
     both paths: ``RetryLaterError`` / ``RequestInProgressError`` / ``StoreUnavailableError`` are
     worth retrying, anything else is not.
     """
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt: ...
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt: ...
 
     def check_queue(self, queue: str) -> int:
         """The queue's partition count; raises ``QueueNotFoundError`` when it does not exist."""
@@ -171,8 +176,12 @@ class DirectProducer:
         # Outside a Spark task (tests, a driver-side call), retries through this producer own the chunk.
         self._fallback_owner = f"local-{uuid.uuid4().hex}"
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
-        outcome = self._writer.write(queue, items, chunk_key=idempotency_key, owner=self._owner())
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
+        outcome = self._writer.write(
+            queue, items, chunk_key=idempotency_key, owner=self._owner(), route=route
+        )
         return ChunkReceipt(items=outcome.items, replayed=outcome.replayed, partition=outcome.partition)
 
     def _owner(self) -> str:
@@ -239,7 +248,9 @@ class HttpProducer:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         wire_items = [
             ClientItem(
                 payload=item.payload,
