@@ -190,6 +190,20 @@ def test_the_rate_limit_paces_the_partition():
     assert time.slept == [0.5, 0.5, 0.5, 0.5]
 
 
+def test_the_writer_paces_written_chunks_and_lets_replays_through():
+    producer = MemoryProducer()
+    time = FakeTime()
+    # 100 one-unit items at 100 units a second: chunks of 25 go out a quarter of a second apart
+    counts = write(producer, records(100), time, chunk_items=25, max_write_units_per_second=100.0)
+    assert counts.written == 100
+    assert time.slept == pytest.approx([0.25, 0.25, 0.25])
+    # the same chunks again are replays: they stored nothing and are not held back
+    again = FakeTime()
+    replayed = write(producer, records(100), again, chunk_items=25, max_write_units_per_second=100.0)
+    assert replayed.skipped_duplicates == 100
+    assert again.slept == []
+
+
 def test_chunks_stay_under_the_body_limit_for_large_payloads():
     producer = MemoryProducer()
     counts = write(producer, records(30, size=300_000))

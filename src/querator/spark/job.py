@@ -535,9 +535,13 @@ class PartitionWriter:
                 continue
             producer = producer or self.target.connect()
             limiter.acquire(len(chunk))
-            pacer.acquire(sum(write_units(item) for _, item in chunk))
+            # Waits out the share of the chunks written before; a replay wrote nothing and is free.
+            pacer.acquire(0)
+            written_before = progress.written
             if not self._produce(index, producer, chunk, progress, route):
                 stopped = True
+            elif progress.written > written_before:
+                pacer.charge(sum(write_units(item) for _, item in chunk))
         counts = progress.counts()
         log.info("partition %d of job %s: %s", index, self.job_id, counts.summary())
         yield counts
