@@ -20,12 +20,11 @@ command -v java >/dev/null 2>&1 || fail "no java on PATH: PySpark 3.3 needs Java
 
 python310="${PYTHON310:-}"
 if [ -z "$python310" ]; then
-    if command -v pyenv >/dev/null 2>&1; then
-        root="$(pyenv root)"
-        # The newest 3.10.x pyenv has built (version-sorted).
-        candidate="$(ls -d "$root"/versions/3.10.* 2>/dev/null | sort -V | tail -n 1 || true)"
-        [ -n "$candidate" ] && python310="$candidate/bin/python"
-    fi
+    # pyenv's root, or where pyenv keeps it when pyenv itself is not on PATH.
+    root="$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+    # The newest 3.10.x pyenv has built (version-sorted).
+    candidate="$(ls -d "$root"/versions/3.10.* 2>/dev/null | sort -V | tail -n 1 || true)"
+    [ -n "$candidate" ] && python310="$candidate/bin/python"
 fi
 [ -n "$python310" ] && [ -x "$python310" ] || fail "no CPython 3.10 found: set PYTHON310=/path/to/python3.10 \
 or install one with 'pyenv install 3.10' (the oldest Python the package supports, ADR 0021)"
