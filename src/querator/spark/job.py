@@ -252,9 +252,10 @@ def produce_dataframe(
     pacing = max_write_units_per_second or (
         PACING_SHARE * PARTITION_WRITE_UNITS * queue_partitions / min(writers, record.buckets)
     )
-    staged = spark.read.parquet(f"{job_dir(staging_dir, job_id)}/{PLAN_NAME}")
-    keyed = staged.rdd.map(_from_plan)
-    ordered = keyed.repartitionAndSortWithinPartitions(writers, partitionFunc=_partition_of)
+    staged = spark.read.schema(plan_schema()).parquet(f"{job_dir(staging_dir, job_id)}/{PLAN_NAME}")
+    # Spread by bucket (a Spark partition holds whole buckets) and sorted in the JVM: the rows cross
+    # into Python once, in the writers. The staged files make both the same on every recomputation.
+    ordered = staged.repartition(writers, "bucket").sortWithinPartitions("bucket", "row_key", "digest")
     writer = PartitionWriter(
         target=target,
         queue=queue,
@@ -269,7 +270,7 @@ def produce_dataframe(
         RUN_PROPERTY, f"{spark.sparkContext.applicationId}/{uuid.uuid4().hex[:12]}"
     )
     try:
-        reports = ordered.mapPartitionsWithIndex(writer).collect()
+        reports = ordered.rdd.mapPartitionsWithIndex(_PlanWriter(writer)).collect()
     finally:
         spark.sparkContext.setLocalProperty(RUN_PROPERTY, None)  # type: ignore[arg-type]
     counts = sum(reports, ProduceCounts())
@@ -407,9 +408,14 @@ def source_columns(df: DataFrame, columns: ColumnMap) -> list[Column]:
     return selected
 
 
-def _partition_of(key: SortKey) -> int:
-    # Spark takes it modulo the partition count: a partition holds whole buckets.
-    return key[0]
+@dataclass(frozen=True, slots=True)
+class _PlanWriter:
+    """Staged plan rows of one Spark partition → the partition writer (runs in the executors)."""
+
+    writer: PartitionWriter
+
+    def __call__(self, index: int, rows: Iterable[Any]) -> Iterator[ProduceCounts]:
+        return self.writer(index, (_from_plan(row) for row in rows))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
