@@ -3,6 +3,7 @@ store nothing twice, invalid rows are reported, throttling ends in a clear failu
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -18,7 +19,7 @@ from querator.domain.errors import QueueNotFoundError, StoreThrottledError
 from querator.domain.model import MAX_PAYLOAD_BYTES
 from querator.spark.job import ProduceCounts, ProduceFailedError, produce_dataframe
 from querator.spark.mapping import ColumnMap
-from querator.spark.plan import PlanMismatchError
+from querator.spark.plan import PlanMismatchError, RerunTooLateError
 from querator.spark.retry import RetryPolicy
 from tests.spark.helpers import Store, count_items, create_queue, fresh_store, stored, stored_by_partition
 
@@ -167,6 +168,22 @@ def test_a_rerun_that_asks_for_another_plan_is_refused_before_writing(spark, sto
     with pytest.raises(PlanMismatchError, match="columns"):
         produce_dataframe(frame, job_id="fixed", chunk_items=10, **{**options, "columns": other_key})
     assert count_items(store, queue) == 50
+
+
+def test_a_rerun_after_the_stores_memory_of_the_chunks_is_refused(spark, store: Store):
+    queue = create_queue(store.service, "late", partitions=1)
+    frame = rows_frame(spark, 20)
+    options = {"queue": queue, "columns": COLUMNS, "target": store.target, "staging_dir": store.staging}
+    produce_dataframe(frame, job_id="late", **options)
+    # GIVEN the first run's record says it was staged a day ago
+    path = Path(store.staging) / "late" / "job.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "staged_at": record["staged_at"] - 24 * 3600}))
+    Path(store.staging, "late", ".job.json.crc").unlink(missing_ok=True)
+    # THEN a re-run is refused instead of storing the 20 rows again
+    with pytest.raises(RerunTooLateError, match="24 hours"):
+        produce_dataframe(frame, job_id="late", **options)
+    assert count_items(store, queue) == 20
 
 
 def test_expect_rows_that_the_source_does_not_hold_fails_before_writing(spark, store: Store):

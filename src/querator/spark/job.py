@@ -200,7 +200,8 @@ def produce_dataframe(
         Retries ran out, the queue refused a chunk, or the rows accounted for are not the rows
         planned; the error carries the counts.
     PlanMismatchError
-        The job's first run fixed another queue, mapping, bucket count or chunk size.
+        The job's first run fixed another queue, mapping, bucket count or chunk size, or
+        (``RerunTooLateError``) it was more than 23 hours ago.
     ValueError
         A mapped column is missing or has a type that cannot be mapped, or an argument is invalid.
     """
@@ -239,6 +240,7 @@ def produce_dataframe(
         record = _stage_plan(df, columns, wanted, staging_dir, expect_rows)
     else:
         record.check(wanted)
+        record.check_window(time.time())
         if expect_rows is not None and expect_rows != record.rows:
             raise ProduceFailedError(
                 ProduceCounts(rows=record.rows),
@@ -364,6 +366,7 @@ def _stage_plan(
         chunk_items=wanted.chunk_items,
         columns=wanted.columns,
         rows=rows,
+        staged_at=time.time(),
     )
     write_record(spark, staging_dir, record)
     log.info("job %s: staged a plan of %d rows in %d buckets at %s", wanted.job_id, rows, buckets, path)

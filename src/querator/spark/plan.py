@@ -31,8 +31,18 @@ PLAN_NAME = "plan"
 PLAN_VERSION = 1
 
 
+#: A re-run later than this after the first run is refused: the chunk records that make it store
+#: nothing twice live 24 hours (``querator.spark.chunks.RECORD_TTL``, the service's window), and a
+#: re-run must finish before they go.
+RERUN_WINDOW_SECONDS = 23 * 3600
+
+
 class PlanMismatchError(ValueError):
     """A re-run asked for a plan other than the one its job record fixed on the first run."""
+
+
+class RerunTooLateError(PlanMismatchError):
+    """A re-run came after the window in which the store still remembers the job's chunks."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +57,8 @@ class JobRecord:
     columns: dict[str, Any]
     #: Rows the plan holds (valid and invalid); the job fails unless every one is accounted for.
     rows: int
+    #: When the plan was staged, in seconds since the epoch.
+    staged_at: float = 0.0
     version: int = PLAN_VERSION
 
     def to_json(self) -> str:
@@ -55,6 +67,16 @@ class JobRecord:
     @classmethod
     def from_json(cls, text: str) -> JobRecord:
         return cls(**json.loads(text))
+
+    def check_window(self, now: float) -> None:
+        """Raise ``RerunTooLateError`` when the first run is older than ``RERUN_WINDOW_SECONDS``."""
+        age = now - self.staged_at
+        if age > RERUN_WINDOW_SECONDS:
+            raise RerunTooLateError(
+                f"job {self.job_id} was staged {age / 3600:.0f} hours ago; the store remembers a job's "
+                f"chunks for 24 hours, so this re-run could store rows twice and is refused. Load the "
+                "rows that are missing under a new job id."
+            )
 
     def check(self, wanted: JobRecord) -> None:
         """Raise ``PlanMismatchError`` naming every fixed setting ``wanted`` asks to change."""
@@ -109,8 +131,10 @@ def filesystem(spark: SparkSession, path: str) -> tuple[Any, Any]:
 
 __all__ = [
     "PLAN_NAME",
+    "RERUN_WINDOW_SECONDS",
     "JobRecord",
     "PlanMismatchError",
+    "RerunTooLateError",
     "filesystem",
     "job_dir",
     "read_record",
