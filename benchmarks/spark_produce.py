@@ -36,6 +36,7 @@ import http.client
 import json
 import math
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -275,8 +276,11 @@ def job_runs(
         assert counts.written + counts.skipped_duplicates == len(frame_rows)  # noqa: S101
         return JobRun(len(frame_rows) / elapsed, after - before, units_after - units_before)
 
-    produce(rows[:50], "warm-up")  # starts the Python workers and loads the classes; not measured
-    return produce(rows, "bench"), produce(rows, "bench")
+    try:
+        produce(rows[:50], "warm-up")  # starts the Python workers and loads the classes; not measured
+        return produce(rows, "bench"), produce(rows, "bench")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def writer_run(endpoint: str, meter: Meter, rows: list[tuple[int, str]], *, queue_partitions: int) -> JobRun:
