@@ -68,7 +68,6 @@ MAX_BUCKETS = 256
 #: Full chunks per bucket the first run aims at: a bucket's last chunk is partly filled, so fewer
 #: buckets mean fuller requests; more mean more writers (``plan_buckets``).
 CHUNKS_PER_BUCKET = 4
-DEFAULT_BUCKETS = None
 #: Concurrent writers per queue partition when the caller does not say: a DynamoDB partition takes
 #: 1,000 write units a second, about what one writer sends (docs/adr/0022), and a second one covers
 #: a writer's round trips.
@@ -82,8 +81,6 @@ MAX_REPORTED = 100
 #: Spark's sort key of a row: its logical bucket, its row key, then the item's digest (which orders
 #: rows sharing a key).
 SortKey = tuple[int, str, str]
-#: Kept for callers of the first version: the Spark partition count is now derived (``plan_partitions``).
-DEFAULT_PARTITIONS = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -621,8 +618,6 @@ class PartitionWriter:
 
 
 __all__ = [
-    "DEFAULT_BUCKETS",
-    "DEFAULT_PARTITIONS",
     "MAX_BUCKETS",
     "PartitionWriter",
     "ProduceCounts",
