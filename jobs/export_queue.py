@@ -2,7 +2,7 @@
 
 See docs/spark.md.
 
-    spark-submit --py-files querator-0.1.0-py3-none-any.whl jobs/export_queue.py \
+    spark-submit --py-files querator-0.1.0-pyfiles.zip jobs/export_queue.py \
         --queue orders-dead --output s3://bucket/exports/orders-dead/ \
         --items-table querator-items --catalog-table querator-queues
 

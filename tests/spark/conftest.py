@@ -7,6 +7,7 @@ the others never fail a task.
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,6 +19,18 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from pyspark.sql import SparkSession
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import pyspark  # noqa: PLC0415 - only to read its version
+
+    if tuple(int(part) for part in pyspark.__version__.split(".")[:2]) < (3, 4):
+        # PySpark 3.3 leaves the socket it reads a job's results from to the garbage collector
+        # (closed explicitly from 3.4 on); "warnings are errors" would fail whichever test is running.
+        config.addinivalue_line(
+            "filterwarnings",
+            "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning",
+        )
 
 
 @pytest.fixture(scope="session")
@@ -32,5 +45,7 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture
-def store(moto_server: str) -> Store:
-    return fresh_store(moto_server)
+def store(moto_server: str) -> Iterator[Store]:
+    created = fresh_store(moto_server)
+    yield created
+    shutil.rmtree(created.staging, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -31,6 +32,8 @@ class Store:
     service: QueueService
     target: DirectTarget
     endpoint: str
+    #: The produce jobs' staging directory (plans and job records), one per store.
+    staging: str
 
 
 def fresh_store(endpoint: str) -> Store:
@@ -38,7 +41,10 @@ def fresh_store(endpoint: str) -> Store:
     service = build_service(dynamodb_client(endpoint), clock=SystemClock(), prefix=prefix)
     settings = Settings(items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues", region="us-east-1")
     return Store(
-        service=service, target=DirectTarget(settings=settings, endpoint_url=endpoint), endpoint=endpoint
+        service=service,
+        target=DirectTarget(settings=settings, endpoint_url=endpoint),
+        endpoint=endpoint,
+        staging=tempfile.mkdtemp(prefix=f"querator-staging-{prefix}-"),
     )
 
 

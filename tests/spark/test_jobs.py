@@ -66,6 +66,8 @@ def test_the_produce_job_reads_each_source_format_and_a_rerun_adds_nothing(
         "kind",
         "--partitions",
         "2",
+        "--staging-dir",
+        store.staging,
         *store_arguments(store),
         "--JOB_RUN_ID",
         "jr_ignored",  # Glue's own arguments are ignored
@@ -89,14 +91,15 @@ def test_the_produce_job_exits_3_and_lists_invalid_rows(spark, store: Store, tmp
     path.write_text("id,body,at\na,ok,\nb,fine,2099-01-01T00:00:00Z\nc,bad,yesterday-ish\n")
     argv = ["--source", str(path), "--format", "csv", "--queue", queue, "--job-id", "csv"]
     argv += ["--payload", "body", "--key", "id", "--enqueue-at", "at", "--partitions", "1"]
-    argv += store_arguments(store)
+    argv += ["--staging-dir", store.staging, *store_arguments(store)]
 
     assert produce_main(argv, spark=spark) == EXIT_INVALID_ROWS
     report = last_json_line(capsys.readouterr().out)
     assert (report["status"], report["written"], report["invalid"]) == ("invalid_rows", 2, 1)
     assert report["invalid_rows"][0]["row"] == "id='c'"
     assert report["invalid_rows"][0]["column"] == "at"
-    assert produce_main([*argv, "--allow-invalid"], spark=spark) == EXIT_OK
+    # As Glue passes it: every job parameter with a value.
+    assert produce_main([*argv, "--allow-invalid", "true"], spark=spark) == EXIT_OK
     assert count_items(store, queue) == 2
 
 
@@ -124,6 +127,13 @@ def test_the_export_job_writes_every_item_of_every_partition_to_parquet(
     assert bytes(scheduled.payload) == b"scheduled"
     assert len({row.id for row in exported}) == 61
 
+    # Appending reports the rows this run wrote, not what the path holds after it.
+    store.service.produce(queue, [NewItem(payload=b"one more")])
+    append = ["--queue", queue, "--output", output, "--mode", "append", *store_arguments(store)]
+    assert export_main(append, spark=spark) == EXIT_OK
+    assert last_json_line(capsys.readouterr().out)["items"] == 62
+    assert spark.read.parquet(output).count() == 61 + 62
+
 
 def test_the_http_write_path_produces_through_querator_serve(spark, moto_server: str, tmp_path, capsys):
     prefix = f"h{uuid.uuid4().hex[:8]}"
@@ -139,6 +149,7 @@ def test_the_http_write_path_produces_through_querator_serve(spark, moto_server:
             service=DirectTarget(settings=settings, endpoint_url=moto_server).service(),
             target=DirectTarget(settings=settings, endpoint_url=moto_server),
             endpoint=moto_server,
+            staging=str(tmp_path / "staging"),
         )
         queue = create_queue(store.service, "over-http", partitions=2)
         frame = spark.createDataFrame(
@@ -149,11 +160,12 @@ def test_the_http_write_path_produces_through_querator_serve(spark, moto_server:
         frame.write.parquet(source)
         argv = ["--source", source, "--queue", queue, "--job-id", "over-http", "--payload", "body"]
         argv += ["--key", "id", "--enqueue-at", "at", "--write-path", "http", "--base-url", base_url]
-        argv += ["--partitions", "2", "--chunk-items", "50"]
+        argv += ["--chunk-items", "50", "--staging-dir", store.staging]
 
-        assert produce_main(argv, spark=spark) == EXIT_OK
+        assert produce_main([*argv, "--partitions", "4"], spark=spark) == EXIT_OK
         first = last_json_line(capsys.readouterr().out)
-        assert produce_main(argv, spark=spark) == EXIT_OK
+        # The re-run on "another cluster": other Spark partitions, the same chunks.
+        assert produce_main([*argv, "--partitions", "2"], spark=spark) == EXIT_OK
         second = last_json_line(capsys.readouterr().out)
 
         # The produce reply's Idempotency-Replayed header tells new items from replays.

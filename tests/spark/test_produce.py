@@ -3,19 +3,23 @@ store nothing twice, invalid rows are reported, throttling ends in a clear failu
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from pyspark import TaskContext, cloudpickle
+from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql import types as T  # noqa: N812
 
 from querator.domain.errors import QueueNotFoundError, StoreThrottledError
 from querator.domain.model import MAX_PAYLOAD_BYTES
 from querator.spark.job import ProduceCounts, ProduceFailedError, produce_dataframe
 from querator.spark.mapping import ColumnMap
+from querator.spark.plan import PlanMismatchError, RerunTooLateError
 from querator.spark.retry import RetryPolicy
 from tests.spark.helpers import Store, count_items, create_queue, fresh_store, stored, stored_by_partition
 
@@ -72,10 +76,14 @@ def ten_thousand(spark, moto_server: str) -> Load:
     store = fresh_store(moto_server)
     queue = create_queue(store.service, "bulk")
     frame = rows_frame(spark, ROWS)
-    first = produce_dataframe(frame, queue=queue, columns=COLUMNS, target=store.target, job_id="load-1")
+    first = produce_dataframe(
+        frame, queue=queue, columns=COLUMNS, target=store.target, staging_dir=store.staging, job_id="load-1"
+    )
     # Reading 10,000 items back from moto takes many seconds: read them once, count them after.
     after_first = stored_by_partition(store.service, queue)
-    second = produce_dataframe(frame, queue=queue, columns=COLUMNS, target=store.target, job_id="load-1")
+    second = produce_dataframe(
+        frame, queue=queue, columns=COLUMNS, target=store.target, staging_dir=store.staging, job_id="load-1"
+    )
     count_after_second = count_items(store, queue)
     return Load(
         store=store,
@@ -124,6 +132,7 @@ def test_a_rerun_whose_input_arrives_in_other_splits_and_order_adds_nothing(spar
     # No key column: rows are identified by their content and the job id.
     columns = ColumnMap(payload=("body",), reference="ref")
     options = {"queue": queue, "columns": columns, "target": store.target, "job_id": "resplit"}
+    options["staging_dir"] = store.staging
     first = produce_dataframe(frame.coalesce(1), partitions=3, chunk_items=100, **options)
     # The same rows read as 5 splits in reverse order (another cluster, other file splits).
     second = produce_dataframe(
@@ -131,6 +140,122 @@ def test_a_rerun_whose_input_arrives_in_other_splits_and_order_adds_nothing(spar
     )
     assert (first.written, second.written, second.skipped_duplicates) == (600, 0, 600)
     assert count_items(store, queue) == 600
+
+
+def test_a_rerun_with_another_partition_count_adds_nothing(spark, store: Store):
+    queue = create_queue(store.service, "repartitioned", partitions=2)
+    frame = rows_frame(spark, 1000)
+    options = {"queue": queue, "columns": COLUMNS, "target": store.target, "staging_dir": store.staging}
+    # GIVEN a job stored 1,000 rows with 4 Spark partitions
+    first = produce_dataframe(frame, job_id="grow", partitions=4, chunk_items=100, **options)
+    # WHEN it is re-run on "a bigger cluster" with 7, then a smaller one with 1
+    more = produce_dataframe(frame, job_id="grow", partitions=7, chunk_items=100, **options)
+    fewer = produce_dataframe(frame, job_id="grow", partitions=1, chunk_items=100, **options)
+    # THEN the chunks are the same ones (logical buckets, not Spark partitions) and nothing is added
+    assert (first.written, more.written, more.skipped_duplicates) == (1000, 0, 1000)
+    assert (fewer.written, fewer.skipped_duplicates) == (0, 1000)
+    assert count_items(store, queue) == 1000
+
+
+def test_a_rerun_that_asks_for_another_plan_is_refused_before_writing(spark, store: Store):
+    queue = create_queue(store.service, "replanned", partitions=1)
+    frame = rows_frame(spark, 50)
+    options = {"queue": queue, "columns": COLUMNS, "target": store.target, "staging_dir": store.staging}
+    produce_dataframe(frame, job_id="fixed", chunk_items=10, **options)
+    with pytest.raises(PlanMismatchError, match=r"chunk_items: 10 on the first run, 20 now"):
+        produce_dataframe(frame, job_id="fixed", chunk_items=20, **options)
+    other_key = ColumnMap(payload=("body",), key="ref")
+    with pytest.raises(PlanMismatchError, match="columns"):
+        produce_dataframe(frame, job_id="fixed", chunk_items=10, **{**options, "columns": other_key})
+    assert count_items(store, queue) == 50
+
+
+def test_a_rerun_after_the_stores_memory_of_the_chunks_is_refused(spark, store: Store):
+    queue = create_queue(store.service, "late", partitions=1)
+    frame = rows_frame(spark, 20)
+    options = {"queue": queue, "columns": COLUMNS, "target": store.target, "staging_dir": store.staging}
+    produce_dataframe(frame, job_id="late", **options)
+    # GIVEN the first run's record says it was staged a day ago
+    path = Path(store.staging) / "late" / "job.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "staged_at": record["staged_at"] - 24 * 3600}))
+    Path(store.staging, "late", ".job.json.crc").unlink(missing_ok=True)
+    # THEN a re-run is refused instead of storing the 20 rows again
+    with pytest.raises(RerunTooLateError, match="24 hours"):
+        produce_dataframe(frame, job_id="late", **options)
+    assert count_items(store, queue) == 20
+
+
+def test_expect_rows_that_the_source_does_not_hold_fails_before_writing(spark, store: Store):
+    queue = create_queue(store.service, "expected", partitions=1)
+    with pytest.raises(ProduceFailedError, match="1000 were expected"):
+        produce_dataframe(
+            rows_frame(spark, 999),
+            queue=queue,
+            columns=COLUMNS,
+            target=store.target,
+            staging_dir=store.staging,
+            job_id="short",
+            expect_rows=1000,
+        )
+    assert count_items(store, queue) == 0
+
+
+def drifting_source(spark, marker: str, count: int):
+    """Rows of a source that loses one row every time it is read again (a table being rewritten,
+    a non-deterministic query): the first evaluation leaves ``marker`` behind."""
+
+    def rows(index: int, numbers):
+        seen = Path(marker).exists()
+        if index == 0:
+            Path(marker).touch()
+        for n in numbers:
+            if not (seen and n == 0):
+                yield (n, f"drift {n}")
+
+    rdd = spark.sparkContext.parallelize(range(count), 2).mapPartitionsWithIndex(rows)
+    return spark.createDataFrame(rdd, "id long, body string")
+
+
+def test_a_source_that_changes_when_recomputed_fails_the_job_instead_of_dropping_a_row(
+    spark, store: Store, tmp_path
+):
+    queue = create_queue(store.service, "drifting", partitions=1)
+    frame = drifting_source(spark, str(tmp_path / "read-once"), 300)
+    # WHEN the source gives 300 rows to the upfront count and 299 to the plan
+    with pytest.raises(ProduceFailedError, match="299 rows to the plan but 300 were counted"):
+        produce_dataframe(
+            frame,
+            queue=queue,
+            columns=ColumnMap(payload=("body",)),
+            target=store.target,
+            staging_dir=store.staging,
+            job_id="drift",
+        )
+    # THEN the job failed before writing anything (never exit 0 with fewer rows)
+    assert count_items(store, queue) == 0
+
+
+def test_a_nondeterministic_source_and_a_task_lost_mid_write_store_every_row_once(spark, store: Store):
+    queue = create_queue(store.service, "shuffled", partitions=2)
+    # A source whose order (and split) is random on every evaluation, without a key column.
+    frame = rows_frame(spark, 1200).repartition(3).orderBy(F.rand())
+    # GIVEN Spark partition 0 dies after storing 3 chunks, and its retry recomputes its input
+    counts = produce_dataframe(
+        frame,
+        queue=queue,
+        columns=ColumnMap(payload=("body",), reference="ref"),
+        target=DyingTarget(store.target, before_failure=3),
+        staging_dir=store.staging,
+        job_id="shuffled",
+        partitions=2,
+        chunk_items=100,
+    )
+    # THEN the retry read the staged plan: the same chunks, each row stored once
+    assert (counts.rows, counts.failed) == (1200, 0)
+    assert counts.written + counts.skipped_duplicates == 1200
+    items = stored(store.service, queue)
+    assert sorted(item.reference for item in items) == sorted(f"ref-{i}" for i in range(1200))
 
 
 # -- a task that dies after writing part of its partition ------------------------------------------
@@ -143,13 +268,15 @@ class DiesOnFirstAttempt:
         self._inner = inner
         self._left = before_failure
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         context = TaskContext.get()
         if context is not None and context.partitionId() == 0 and context.attemptNumber() == 0:
             if self._left == 0:
                 raise RuntimeError("injected: the executor died mid-partition")
             self._left -= 1
-        return self._inner.produce(queue, items, idempotency_key=idempotency_key)
+        return self._inner.produce(queue, items, idempotency_key=idempotency_key, route=route)
 
     def check_queue(self, queue: str) -> int:
         return self._inner.check_queue(queue)
@@ -173,6 +300,7 @@ def test_a_task_retried_after_writing_part_of_its_partition_leaves_no_duplicates
         queue=queue,
         columns=COLUMNS,
         target=DyingTarget(store.target, before_failure=3),
+        staging_dir=store.staging,
         job_id="retry-job",
         partitions=2,
         chunk_items=100,
@@ -208,7 +336,9 @@ def test_invalid_rows_are_reported_with_their_reason_and_the_rest_is_stored(spar
         schema,
     )
     columns = ColumnMap(payload=("body",), key="id", enqueue_at="at")
-    counts = produce_dataframe(frame, queue=queue, columns=columns, target=store.target, job_id="mixed")
+    counts = produce_dataframe(
+        frame, queue=queue, columns=columns, target=store.target, staging_dir=store.staging, job_id="mixed"
+    )
     assert (counts.rows, counts.written, counts.invalid, counts.failed) == (4, 2, 2, 0)
     reported = {error.row: error for error in counts.invalid_rows}
     assert set(reported) == {"id='too-big'", "id='bad-time'"}
@@ -234,6 +364,7 @@ def test_a_spark_timestamp_column_keeps_its_instant_whatever_the_session_time_zo
             queue=queue,
             columns=ColumnMap(payload=("body",), enqueue_at="at"),
             target=store.target,
+            staging_dir=store.staging,
             job_id="tz",
         )
     finally:
@@ -254,12 +385,14 @@ class ThrottledAfter:
         self._allowed = allowed
         self.calls = 0
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         if self._allowed == 0:
             self.calls += 1
             raise StoreThrottledError("injected: throttled")
         self._allowed -= 1
-        return self._inner.produce(queue, items, idempotency_key=idempotency_key)
+        return self._inner.produce(queue, items, idempotency_key=idempotency_key, route=route)
 
     def check_queue(self, queue: str) -> int:
         return self._inner.check_queue(queue)
@@ -283,6 +416,7 @@ def test_throttling_past_the_retry_budget_fails_with_counts_and_claims_nothing_u
             queue=queue,
             columns=COLUMNS,
             target=ThrottledTarget(store.target, allowed=1),
+            staging_dir=store.staging,
             job_id="throttled",
             partitions=1,
             chunk_items=100,
@@ -304,10 +438,11 @@ def test_the_same_job_finishes_the_load_when_the_store_recovers(spark, store: St
         produce_dataframe(
             frame,
             target=ThrottledTarget(store.target, allowed=2),
+            staging_dir=store.staging,
             retry=RetryPolicy(max_attempts=1),
             **arguments,
         )
-    counts = produce_dataframe(frame, target=store.target, **arguments)
+    counts = produce_dataframe(frame, target=store.target, staging_dir=store.staging, **arguments)
     assert (counts.written, counts.skipped_duplicates) == (300, 200)
     assert len(stored(store.service, queue)) == 500
 
@@ -315,7 +450,12 @@ def test_the_same_job_finishes_the_load_when_the_store_recovers(spark, store: St
 def test_an_unknown_queue_fails_before_any_work(spark, store: Store):
     with pytest.raises(QueueNotFoundError):
         produce_dataframe(
-            rows_frame(spark, 3), queue="nope", columns=COLUMNS, target=store.target, job_id="j"
+            rows_frame(spark, 3),
+            queue="nope",
+            columns=COLUMNS,
+            target=store.target,
+            staging_dir=store.staging,
+            job_id="j",
         )
 
 
@@ -327,5 +467,6 @@ def test_a_missing_column_is_named(spark, store: Store):
             queue=queue,
             columns=ColumnMap(payload=("nothere",)),
             target=store.target,
+            staging_dir=store.staging,
             job_id="j",
         )

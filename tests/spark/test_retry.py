@@ -156,3 +156,15 @@ def test_no_rate_limit_never_waits():
     limiter = RateLimiter(None, clock=time.clock, sleep=time.sleep)
     assert all(limiter.acquire(1000) == 0 for _ in range(3))
     assert time.slept == []
+
+
+def test_pacing_charges_only_what_was_written():
+    # As the writer paces write units: wait for the earlier chunks' share, charge a chunk once stored.
+    time = FakeTime()
+    pacer = RateLimiter(800.0, clock=time.clock, sleep=time.sleep)
+    pacer.acquire(0)
+    pacer.charge(400)  # a chunk of 400 units written
+    pacer.acquire(0)  # the next one waits half a second
+    # a replayed chunk wrote nothing: nothing charged, the one after it goes at once
+    pacer.acquire(0)
+    assert time.slept == [0.5]

@@ -6,16 +6,19 @@ stores nothing; the clock and sleep are fakes, so retries and pacing cost no tim
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from querator.domain.errors import QueueNotFoundError, RequestInProgressError, StoreThrottledError
 from querator.domain.model import QueueInfo
-from querator.service import IDEMPOTENCY_STALE_AFTER, QueueService
+from querator.service import QueueService
+from querator.spark.chunks import ChunkWriter
 from querator.spark.job import PartitionWriter, ProduceCounts
 from querator.spark.mapping import ColumnMap, RowError, item_digest, row_key, row_to_item
 from querator.spark.producer import ChunkReceipt, DirectProducer
@@ -23,7 +26,7 @@ from querator.spark.retry import RetryPolicy
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import DynamoDBItemStore
-from querator.testing import EPOCH, FakeClock, dynamodb_client
+from querator.testing import FakeClock, dynamodb_client
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -57,7 +60,9 @@ class MemoryProducer:
     calls: list[int] = field(default_factory=list)
     says_replayed: bool = True
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         self.calls.append(len(items))
         if self.faults:
             raise self.faults.pop(0)
@@ -86,9 +91,9 @@ def records(count: int, *, invalid: int = 0, size: int = 10) -> list:
     for i in range(count):
         row = {"id": i, "body": f"{i:06d}".ljust(size, "x")}
         item = row_to_item(row, COLUMNS)
-        out.append(((row_key(row, COLUMNS, item, job_id="job"), item_digest(item)), item))
+        out.append(((0, row_key(row, COLUMNS, item, job_id="job"), item_digest(item)), item))
     out += [
-        ((f"{n:064x}", "!"), RowError(row=f"id={n}", column="body", reason="bad")) for n in range(invalid)
+        ((0, f"{n:064x}", "!"), RowError(row=f"id={n}", column="body", reason="bad")) for n in range(invalid)
     ]
     return sorted(out, key=lambda record: record[0])
 
@@ -185,6 +190,20 @@ def test_the_rate_limit_paces_the_partition():
     assert time.slept == [0.5, 0.5, 0.5, 0.5]
 
 
+def test_the_writer_paces_written_chunks_and_lets_replays_through():
+    producer = MemoryProducer()
+    time = FakeTime()
+    # 100 one-unit items at 100 units a second: chunks of 25 go out a quarter of a second apart
+    counts = write(producer, records(100), time, chunk_items=25, max_write_units_per_second=100.0)
+    assert counts.written == 100
+    assert time.slept == pytest.approx([0.25, 0.25, 0.25])
+    # the same chunks again are replays: they stored nothing and are not held back
+    again = FakeTime()
+    replayed = write(producer, records(100), again, chunk_items=25, max_write_units_per_second=100.0)
+    assert replayed.skipped_duplicates == 100
+    assert again.slept == []
+
+
 def test_chunks_stay_under_the_body_limit_for_large_payloads():
     producer = MemoryProducer()
     counts = write(producer, records(30, size=300_000))
@@ -193,70 +212,142 @@ def test_chunks_stay_under_the_body_limit_for_large_payloads():
     assert producer.calls == [9, 9, 9, 3]
 
 
-# -- a chunk whose writer died half-way, against the real service ----------------------------------
+# -- the direct path's chunk writer against a moto server, on a fake clock ------------------------
 
 
-class DiesHalfWay:
-    """An item store whose first ``put_new`` writes one batch of the chunk and then dies."""
+class FaultyClient:
+    """A DynamoDB client that counts calls and, while ``throttle`` says so, leaves every item of a
+    batch write unprocessed (as a throttled partition does); or dies after ``die_after`` batches."""
 
-    def __init__(self, inner: DynamoDBItemStore) -> None:
+    def __init__(self, inner: Any, *, throttle=None, die_after: int | None = None) -> None:
         self._inner = inner
-        self.died = False
+        self._throttle = throttle or (lambda call: False)
+        self._die_after = die_after
+        self._lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
 
-    def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
-        if not self.died:
-            self.died = True
-            self._inner.put_new(queue, partition, items[:25], now=now)
-            raise RuntimeError("injected: the executor died in the middle of a produce call")
-        self._inner.put_new(queue, partition, items, now=now)
+    def batch_write_item(self, **kwargs: Any) -> Any:
+        with self._lock:
+            self.calls["BatchWriteItem"] += 1
+            call = self.calls["BatchWriteItem"]
+            dying = self._die_after is not None and call > self._die_after
+        if dying:
+            raise RuntimeError("injected: the executor died in the middle of a chunk")
+        if self._throttle(call):
+            return {"UnprocessedItems": kwargs["RequestItems"]}
+        return self._inner.batch_write_item(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        method = getattr(self._inner, name)
+
+        def counted(**kwargs: Any) -> Any:
+            with self._lock:
+                self.calls["".join(part.title() for part in name.split("_"))] += 1
+            return method(**kwargs)
+
+        return counted
 
 
-@pytest.mark.server
-def test_a_chunk_whose_writer_died_mid_write_is_finished_by_the_retry_without_duplicates(moto_server):
-    client = dynamodb_client(moto_server)
+@dataclass
+class ChunkRig:
+    client: FaultyClient
+    raw: Any
+    store: DynamoDBItemStore
+    producer: DirectProducer
+    clock: FakeClock
+    items_table: str
+
+    def stored(self) -> list[Item]:
+        return [item for p in range(2) for item in self.store.iter_items("q", p)]
+
+
+def chunk_rig(endpoint: str, **faults: Any) -> ChunkRig:
+    raw = dynamodb_client(endpoint)
     prefix = f"w{uuid.uuid4().hex[:8]}"
-    schema.create_tables(client, items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues")
+    schema.create_tables(raw, items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues")
     clock = FakeClock()
-    store = DiesHalfWay(DynamoDBItemStore(client, f"{prefix}-items"))
-    service = QueueService(
-        catalog=DynamoDBQueueCatalog(f"{prefix}-queues", host=moto_server, region="us-east-1"),
-        store=store,  # type: ignore[arg-type]
-        clock=clock,
-    )
+    client = FaultyClient(raw, **faults)
+    store = DynamoDBItemStore(raw, f"{prefix}-items")
+    catalog = DynamoDBQueueCatalog(f"{prefix}-queues", host=endpoint, region="us-east-1")
+    service = QueueService(catalog=catalog, store=store, clock=clock)
     service.create_queue(
         QueueInfo(
             name="q",
             lease_timeout=timedelta(minutes=1),
             expire_timeout=timedelta(days=7),
+            partitions=2,
             created_at=clock.now(),
             updated_at=clock.now(),
         )
     )
-    recs = records(80)
-    target = MemoryTarget(DirectProducer(service))  # type: ignore[arg-type]
-    writer = PartitionWriter(
-        target=target,
+    writer = ChunkWriter(
+        client, f"{prefix}-items", store=store, catalog=catalog, clock=clock, sleep=clock.sleep, in_flight=4
+    )
+    return ChunkRig(client, raw, store, DirectProducer(service, writer), clock, f"{prefix}-items")
+
+
+def rig_writer(rig: ChunkRig, **options: Any) -> PartitionWriter:
+    return PartitionWriter(
+        target=MemoryTarget(rig.producer),  # type: ignore[arg-type]
         queue="q",
         job_id="job",
-        # The retry's waiting moves the service's clock, so its 15-minute takeover comes in no time.
-        sleep=clock.sleep,
-        clock=lambda: clock.now().timestamp(),
+        sleep=rig.clock.sleep,
+        clock=lambda: rig.clock.now().timestamp(),
+        **options,
     )
 
-    # GIVEN the first attempt stored 25 of the chunk's 80 items and died
+
+@pytest.mark.server
+def test_a_chunk_whose_writer_died_mid_write_is_resumed_at_once_by_its_retry(moto_server):
+    # GIVEN the first attempt stored 2 of the chunk's 8 batches (200 of 200 items) and died
+    rig = chunk_rig(moto_server, die_after=2)
+    recs = records(200)
     with pytest.raises(RuntimeError, match="injected"):
-        list(writer(0, iter(recs)))
-    assert len(service.list_items("q", 0)) == 25
+        list(rig_writer(rig, retry=RetryPolicy(max_attempts=1))(0, iter(recs)))
+    assert 0 < len(rig.stored()) < 200
+    rig.client._die_after = None
 
-    # WHEN the task is retried at once
-    (counts,) = list(writer(0, iter(recs)))
+    # WHEN the same task retries at once (the same owner)
+    started = rig.clock.now()
+    (counts,) = list(rig_writer(rig)(0, iter(recs)))
 
-    # THEN it waited for the dead attempt's record to go stale, took it over and wrote only the rest
-    assert counts.retries > 0
-    assert (counts.written, counts.failed) == (80, 0)
-    assert clock.now() - EPOCH >= IDEMPOTENCY_STALE_AFTER
-    payloads = sorted(item.payload for item in service.list_items("q", 0))
+    # THEN it took its chunk over without waiting, wrote only the missing items, no duplicates
+    assert rig.clock.now() - started < timedelta(seconds=1)
+    assert (counts.written, counts.failed, counts.retries) == (200, 0, 0)
+    payloads = sorted(item.payload for item in rig.stored())
     assert payloads == sorted(item.payload for _, item in recs)
+    assert rig.client.calls["BatchGetItem"] == 2  # which of the 200 ids exist: 100 keys a request
+
+
+@pytest.mark.server
+def test_a_throttled_chunk_finishes_within_its_backoff_budget(moto_server):
+    # GIVEN a queue partition that throttles 30 batch writes in a row, from the 3rd on (~3 s)
+    rig = chunk_rig(moto_server, throttle=lambda call: 3 <= call < 33)
+    recs = records(1000)
+    started = rig.clock.now()
+
+    (counts,) = list(rig_writer(rig)(0, iter(recs)))
+
+    # THEN the chunk is stored once, within the retry policy's budget, not 15 minutes later
+    assert (counts.written, counts.failed) == (1000, 0)
+    assert rig.clock.now() - started < timedelta(seconds=60)
+    assert sorted(i.payload for i in rig.stored()) == sorted(item.payload for _, item in recs)
+    # One compact record claimed per attempt and finished once; no item written one by one
+    assert rig.client.calls["UpdateItem"] <= counts.retries + 2
+    assert rig.client.calls["PutItem"] == 0
+
+
+@pytest.mark.server
+def test_a_fresh_chunk_costs_43_requests_and_a_replay_one(moto_server):
+    rig = chunk_rig(moto_server)
+    recs = records(1000)
+    (first,) = list(rig_writer(rig)(0, iter(recs)))
+    fresh = sum(rig.client.calls.values())
+    (again,) = list(rig_writer(rig)(0, iter(recs)))
+
+    assert (first.written, again.written, again.skipped_duplicates) == (1000, 0, 1000)
+    # The record, 40 batches of 25, the partition's counters (store, not counted here), the finish
+    assert rig.client.calls["BatchWriteItem"] == 40
+    assert fresh == 42  # + 1 counter update through the store's own client: 43
+    assert sum(rig.client.calls.values()) - fresh == 1  # the replay: one refused claim
+    assert len(rig.stored()) == 1000

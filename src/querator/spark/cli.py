@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from querator.config import EnvVar, settings_from
 from querator.spark.export import export_queue
-from querator.spark.job import DEFAULT_PARTITIONS, ProduceFailedError, produce_dataframe
+from querator.spark.job import MAX_BUCKETS, ProduceFailedError, produce_dataframe
 from querator.spark.mapping import MAX_CHUNK_ITEMS, ColumnMap
+from querator.spark.plan import PlanMismatchError
 from querator.spark.producer import DirectTarget, HttpTarget
 from querator.spark.retry import RetryPolicy
 
@@ -36,10 +37,24 @@ log = logging.getLogger(__name__)
 #: Exit statuses of the jobs (argparse uses 2 for a bad command line).
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_PLAN_MISMATCH = 2
 EXIT_INVALID_ROWS = 3
 SOURCE_FORMATS = ("parquet", "json", "csv")
 #: The DynamoDB endpoint variable boto3 honours; read here only to pass it on to the executors.
 _ENDPOINT_ENV = "AWS_ENDPOINT_URL_DYNAMODB"
+
+
+def _flag(value: str) -> bool:
+    """A flag's optional value: Glue passes every job parameter as a key and a value."""
+    if value.lower() in {"true", "1", "yes"}:
+        return True
+    if value.lower() in {"false", "0", "no"}:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+#: An on/off option given alone (``--allow-invalid``) or with a value (``--allow-invalid true``, Glue).
+_FLAG: dict[str, Any] = {"nargs": "?", "const": True, "default": False, "type": _flag}
 
 
 def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,13 +80,27 @@ def produce_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source", required=True, help="path or URI (s3://…, file://…) of the source")
     parser.add_argument("--format", choices=SOURCE_FORMATS, default="parquet", help="source format")
     parser.add_argument(
-        "--csv-no-header", action="store_true", help="CSV files have no header line (columns are _c0, _c1 …)"
+        "--csv-no-header",
+        **_FLAG,
+        help="CSV files have no header line (columns are _c0, _c1 …)",
     )
     parser.add_argument("--queue", required=True, help="the queue to produce into")
     parser.add_argument(
         "--job-id",
         required=True,
-        help="names this load; re-running with the same job id (and partitions) stores nothing twice",
+        help="names this load; re-running with the same job id stores nothing twice",
+    )
+    parser.add_argument(
+        "--staging-dir",
+        required=True,
+        help="durable location (s3://bucket/prefix, hdfs://…) for the job's staged plan and record: "
+        "<staging-dir>/<job-id>/; keep it for re-runs",
+    )
+    parser.add_argument(
+        "--expect-rows",
+        type=int,
+        help="rows the source holds; the job fails unless exactly these are accounted for "
+        "(default: the source is counted once before it is staged)",
     )
     columns = parser.add_argument_group("columns")
     columns.add_argument(
@@ -100,22 +129,34 @@ def produce_parser() -> argparse.ArgumentParser:
     tuning.add_argument(
         "--partitions",
         type=int,
-        default=DEFAULT_PARTITIONS,
-        help="concurrent writers; part of the job's identity, keep it the same on a re-run",
+        help="concurrent writers (Spark partitions); may change between runs "
+        "(default: the cluster's cores, at most 2 per queue partition)",
+    )
+    tuning.add_argument(
+        "--buckets",
+        type=int,
+        help=f"logical buckets (1 to {MAX_BUCKETS}; default: from the row count, 4 chunks each); "
+        "fixed by the job's first run, like --chunk-items",
     )
     tuning.add_argument(
         "--chunk-items",
         type=int,
         default=MAX_CHUNK_ITEMS,
-        help="items per produce call; part of the job's identity as well",
+        help="items per produce call; fixed by the job's first run",
     )
     tuning.add_argument("--max-items-per-second", type=float, help="average rate limit per Spark partition")
+    tuning.add_argument(
+        "--max-write-units-per-second",
+        type=float,
+        help="pacing per Spark partition in write units (default: 80%% of 1,000 per queue partition, "
+        "shared by the writers)",
+    )
     tuning.add_argument(
         "--max-attempts", type=int, default=RetryPolicy().max_attempts, help="calls per chunk"
     )
     parser.add_argument(
         "--allow-invalid",
-        action="store_true",
+        **_FLAG,
         help="exit 0 even when some rows were invalid (they are listed)",
     )
     return parser
@@ -183,19 +224,28 @@ def run_produce(spark: SparkSession, args: argparse.Namespace) -> ProduceCounts:
         columns=column_map(args),
         target=target,
         job_id=args.job_id,
+        staging_dir=args.staging_dir,
         partitions=args.partitions,
+        buckets=args.buckets,
         chunk_items=args.chunk_items,
         retry=RetryPolicy(max_attempts=args.max_attempts),
         max_items_per_second=args.max_items_per_second,
+        max_write_units_per_second=args.max_write_units_per_second,
+        expect_rows=args.expect_rows,
     )
 
 
 def produce_main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None) -> int:
-    """``jobs/produce.py``: 0 all rows stored, 1 some not stored (re-run), 3 invalid rows found."""
+    """``jobs/produce.py``: 0 all rows stored, 1 some not stored (re-run) or rows unaccounted for,
+    2 a re-run that asks for another plan than its first run's, 3 invalid rows found."""
     args = _parse(produce_parser(), argv)
     session = spark or _session("querator-produce")
     try:
         counts = run_produce(session, args)
+    except PlanMismatchError as exc:
+        log.error("%s", exc)
+        sys.stdout.write(json.dumps({"status": "plan_mismatch", "error": str(exc)}) + "\n")
+        return EXIT_PLAN_MISMATCH
     except ProduceFailedError as exc:
         log.error("%s", exc)
         _print_counts(exc.counts, status="failed")
@@ -206,12 +256,13 @@ def produce_main(argv: Sequence[str] | None = None, *, spark: SparkSession | Non
 
 
 def export_main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None) -> int:
-    """``jobs/export_queue.py``: writes the queue's items to Parquet and prints how many."""
+    """``jobs/export_queue.py``: writes the queue's items to Parquet and prints how many it wrote."""
     args = _parse(export_parser(), argv)
     session = spark or _session("querator-export")
     count = export_queue(
         session, queue=args.queue, target=direct_target(args), path=args.output, mode=args.mode
     )
+    # "items": the rows this run wrote, also in append mode (not what the path holds in total).
     sys.stdout.write(
         json.dumps({"status": "ok", "queue": args.queue, "items": count, "output": args.output}) + "\n"
     )
@@ -252,6 +303,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INVALID_ROWS",
     "EXIT_OK",
+    "EXIT_PLAN_MISMATCH",
     "export_main",
     "export_parser",
     "produce_main",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from querator.clock import SystemClock
+from querator.spark.plan import filesystem
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -96,10 +97,25 @@ class _PartitionReader:
             )
 
 
+def parquet_files(spark: SparkSession, path: str) -> list[str]:
+    """The Parquet files directly under ``path`` (none when it does not exist yet)."""
+    fs, directory = filesystem(spark, path)
+    if not fs.exists(directory):
+        return []
+    return [
+        status.getPath().toString()
+        for status in fs.listStatus(directory)
+        if status.isFile() and status.getPath().getName().endswith(".parquet")
+    ]
+
+
 def export_queue(
     spark: SparkSession, *, queue: str, target: DirectTarget, path: str, mode: str = "errorifexists"
 ) -> int:
-    """Write every item of ``queue`` to Parquet at ``path``; return how many were written.
+    """Write every item of ``queue`` to Parquet at ``path``; return how many rows this call wrote.
+
+    Counted in the Parquet files this call added to ``path``, not in the whole path: in append mode
+    the path also holds earlier exports.
 
     Raises
     ------
@@ -110,10 +126,13 @@ def export_queue(
     rows = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(
         _PartitionReader(target, queue)
     )
+    before = set(parquet_files(spark, path))
     spark.createDataFrame(rows, export_schema()).write.mode(mode).parquet(path)
-    count = spark.read.parquet(path).count()
+    # Overwrite may reuse no name (each write's files carry its job's UUID), so "added" is exact.
+    added = sorted(set(parquet_files(spark, path)) - before)
+    count = spark.read.schema(export_schema()).parquet(*added).count() if added else 0
     log.info("exported %d items of %s (%d partitions) to %s", count, queue, partitions, path)
     return count
 
 
-__all__ = ["PAGE_SIZE", "export_queue", "export_schema", "iter_partition"]
+__all__ = ["PAGE_SIZE", "export_queue", "export_schema", "iter_partition", "parquet_files"]

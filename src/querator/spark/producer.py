@@ -11,8 +11,9 @@ through ``querator.client``.
 from __future__ import annotations
 
 import functools
+import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import boto3
 from botocore.config import Config
@@ -31,6 +32,7 @@ from querator.domain.errors import (
     StoreUnavailableError,
 )
 from querator.service import QueueService
+from querator.spark.chunks import IN_FLIGHT, ChunkWriter
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 
@@ -57,12 +59,17 @@ class ChunkReceipt:
 class Producer(Protocol):
     """Stores one chunk of items in a queue with one idempotent produce call.
 
+    ``route`` is the chunk's place in the job's plan; the direct path sends the chunk to queue
+    partition ``route mod partitions`` (the HTTP path leaves the choice to the service).
+
     Errors are the domain's (``querator.domain.errors``), so retry decisions are the same for
     both paths: ``RetryLaterError`` / ``RequestInProgressError`` / ``StoreUnavailableError`` are
     worth retrying, anything else is not.
     """
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt: ...
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt: ...
 
     def check_queue(self, queue: str) -> int:
         """The queue's partition count; raises ``QueueNotFoundError`` when it does not exist."""
@@ -77,14 +84,17 @@ class Target(Protocol):
 
 # -- direct: QueueService over the DynamoDB tables ------------------------------------------------
 
-#: Standard retry mode backs off on throttling below our own retries; a task writes one chunk at a
-#: time, so a small pool is enough.
+#: Standard retry mode backs off on throttling below our own retries; the pool holds every batch
+#: request a chunk writer keeps in flight, plus the record and counter calls.
 _DIRECT_CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 4},
     connect_timeout=5,
     read_timeout=30,
-    max_pool_connections=4,
+    max_pool_connections=IN_FLIGHT + 4,
 )
+#: The Spark local property naming one run of a produce job (set by the driver, read in the tasks):
+#: a chunk record's owner is the run and the task, so a task's retry resumes its chunk at once.
+RUN_PROPERTY = "querator.produce.run"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,21 +116,40 @@ class DirectTarget:
     endpoint_url: str | None = None
 
     def connect(self) -> DirectProducer:
-        return DirectProducer(self.service())
+        return DirectProducer(self.service(), _chunk_writer(self))
 
     def service(self) -> QueueService:
         """The worker process's ``QueueService`` over these tables (built once, then reused)."""
         return _direct_service(self)
 
 
-def _build_direct_service(target: DirectTarget) -> QueueService:
-    """The executor-side composition root, as ``querator.bootstrap`` does it from explicit settings."""
-    client = boto3.client(
+def _client(target: DirectTarget) -> Any:
+    return boto3.client(
         "dynamodb",
         region_name=target.settings.region,
         endpoint_url=target.endpoint_url,
         config=_DIRECT_CLIENT_CONFIG,
     )
+
+
+@functools.lru_cache(maxsize=4)
+def _chunk_writer(target: DirectTarget) -> ChunkWriter:
+    # One per worker process: its thread pool and connections serve every task the worker runs.
+    client = _client(target)
+    return ChunkWriter(
+        client,
+        target.settings.items_table,
+        store=DynamoDBItemStore(client, target.settings.items_table),
+        catalog=DynamoDBQueueCatalog(
+            target.settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
+        ),
+        clock=SystemClock(),
+    )
+
+
+def _build_direct_service(target: DirectTarget) -> QueueService:
+    """The executor-side composition root, as ``querator.bootstrap`` does it from explicit settings."""
+    client = _client(target)
     return QueueService(
         catalog=DynamoDBQueueCatalog(
             target.settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
@@ -138,14 +167,32 @@ def _direct_service(target: DirectTarget) -> QueueService:
 
 
 class DirectProducer:
-    """``Producer`` over a ``QueueService``; its errors are the service's, unchanged."""
+    """``Producer`` over the chunk writer (``querator.spark.chunks``); the queue check goes through
+    ``QueueService``. Errors are the domain's."""
 
-    def __init__(self, service: QueueService) -> None:
+    def __init__(self, service: QueueService, writer: ChunkWriter) -> None:
         self._service = service
+        self._writer = writer
+        # Outside a Spark task (tests, a driver-side call), retries through this producer own the chunk.
+        self._fallback_owner = f"local-{uuid.uuid4().hex}"
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
-        receipt = self._service.produce(queue, items, idempotency_key=idempotency_key)
-        return ChunkReceipt(items=len(receipt.ids), replayed=receipt.replayed, partition=receipt.partition)
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
+        outcome = self._writer.write(
+            queue, items, chunk_key=idempotency_key, owner=self._owner(), route=route
+        )
+        return ChunkReceipt(items=outcome.items, replayed=outcome.replayed, partition=outcome.partition)
+
+    def _owner(self) -> str:
+        """The run of the job and the Spark task: the same for every attempt of that task."""
+        from pyspark import TaskContext  # noqa: PLC0415 - pyspark only where Spark runs
+
+        context = TaskContext.get()
+        run = context.getLocalProperty(RUN_PROPERTY) if context is not None else None
+        if context is None or not run:
+            return self._fallback_owner
+        return f"{run}:{context.stageId()}:{context.partitionId()}"
 
     def check_queue(self, queue: str) -> int:
         return self._service.get_queue(queue).partitions
@@ -201,7 +248,9 @@ class HttpProducer:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    def produce(self, queue: str, items: Sequence[NewItem], *, idempotency_key: str) -> ChunkReceipt:
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
         wire_items = [
             ClientItem(
                 payload=item.payload,
@@ -250,6 +299,7 @@ def domain_error(exc: QueratorClientError) -> QueratorError:
 
 
 __all__ = [
+    "RUN_PROPERTY",
     "ChunkReceipt",
     "DirectProducer",
     "DirectTarget",

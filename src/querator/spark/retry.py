@@ -149,5 +149,13 @@ class RateLimiter:
         self._next = start + items / self._rate
         return waited
 
+    def charge(self, items: int) -> None:
+        """Count ``items`` already sent: the next ``acquire`` waits for their share of time."""
+        if self._rate is None:
+            return
+        now = self._clock()
+        start = now if self._next is None else max(now, self._next)
+        self._next = start + items / self._rate
+
 
 __all__ = ["RateLimiter", "RetriesExhaustedError", "RetryPolicy", "call_with_retries", "is_retryable"]

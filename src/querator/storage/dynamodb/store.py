@@ -262,6 +262,10 @@ class DynamoDBItemStore:
         self._count_added(queue, partition, written, now)
         return result
 
+    def count_added(self, queue: str, partition: int, items: Iterable[Item], *, now: datetime) -> None:
+        """Count items a caller wrote itself (the Spark producer's chunk writer) in the partition's head."""
+        self._count_added(queue, partition, items, now)
+
     def _count_added(self, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
         counts = CounterDeltas()
         for item in items:
