@@ -12,6 +12,8 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 ``architecture``            ``arm64`` (default) or ``x86_64``
 ``reaperRateMinutes``       schedule of the reaper, default 1 (``rate(1 minute)``)
 ``reservedConcurrency``     ``{function: n}``, unset by default
+``memoryMb``                ``{function: MB}``: replaces a function's memory from ``infra/timeouts.py``
+                            (128 to 10,240; memory also buys CPU: 1,769 MB is one vCPU)
 ``provisionedConcurrency``  ``{function: n}``; a function with n > 0 is served through alias ``live``
 ``logRetentionDays``        one of CloudWatch's retention values, default 30
 ``retainData``              keep tables and logs when the stack is deleted; default: stage is not dev
@@ -77,6 +79,7 @@ class StageConfig:
     architecture: str = "arm64"
     reaper_rate_minutes: int = 1
     reserved_concurrency: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    memory_mb: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     provisioned_concurrency: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     log_retention_days: int = 30
     #: ``None``: derived from the stage (dev stages do not retain).
@@ -129,6 +132,11 @@ class StageConfig:
                 raise StageConfigError(f"{name}: unknown function(s) {sorted(unknown)}")
             if any(value < 0 for value in table.values()):
                 raise StageConfigError(f"{name}: counts are >= 0")
+        unknown = set(self.memory_mb) - set(FUNCTION_NAMES)
+        if unknown:
+            raise StageConfigError(f"memoryMb: unknown function(s) {sorted(unknown)}")
+        if any(not 128 <= value <= 10240 for value in self.memory_mb.values()):
+            raise StageConfigError("memoryMb: 128 to 10240 MB (Lambda's range)")
 
     @property
     def stack_name(self) -> str:

@@ -17,6 +17,8 @@ from querator.observability import count, lambda_entry, logger, seconds
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
+#: A run whose oldest waiting item is older than this logs at info level, naming its queue.
+LOG_OLDEST_AFTER = timedelta(minutes=1)
 
 
 def reap(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -42,9 +44,15 @@ def reap(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "stragglers": report.stragglers,
         "recounted": report.recounted,
         "finished": report.finished,
+        "oldest_item_age_seconds": round(report.oldest_item_age.total_seconds(), 3),
+        "oldest_item_queue": report.oldest_item_queue,
+        "dead_letter_depth": report.dead_letter_depth,
     }
     # A run that changed nothing is the common case (every minute); log it only at debug level.
-    acted = report.dead_lettered or report.deleted or report.queues_deleted or not report.finished
+    # The oldest item's queue is logged whenever the OldestItemAge alarm could be on, so its alarm
+    # can be traced to a queue in Logs Insights without a metric per queue.
+    late = report.oldest_item_age >= LOG_OLDEST_AFTER
+    acted = report.dead_lettered or report.deleted or report.queues_deleted or not report.finished or late
     (logger.info if acted else logger.debug)("reaper run", extra=summary)
     return summary
 

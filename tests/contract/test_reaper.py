@@ -115,4 +115,5 @@ def test_the_oldest_item_age_is_of_source_queues_and_dead_letters_count_as_depth
     report = service.reap(clock.now(), timedelta(seconds=30))
 
     assert report.oldest_item_age == timedelta(minutes=5)  # "fresh"; not the hour-old dead letter
+    assert report.oldest_item_queue == "jobs"
     assert report.dead_letter_depth == 1

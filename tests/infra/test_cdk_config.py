@@ -9,6 +9,7 @@ import pytest
 from aws_cdk import App
 
 from infra.config import StageConfig, StageConfigError
+from infra.timeouts import limits
 
 pytestmark = pytest.mark.infra
 
@@ -25,12 +26,24 @@ def test_dev_stage_from_cdk_json_destroys_its_data_and_keeps_logs_two_weeks() ->
     assert config.reaper_rate_minutes == 1
 
 
-def test_prod_stage_retains_data_and_reserves_one_reaper() -> None:
+def test_prod_stage_retains_data_and_reserves_a_reaper_and_the_long_polls() -> None:
     context = {**CDK_JSON["context"], "stage": "prod", "alarmTopicArn": TOPIC}
     config = StageConfig.from_context(App(context=context).node)
     assert config.stack_name == "querator-prod"
     assert config.retains_data
-    assert dict(config.reserved_concurrency) == {"reaper": 1}
+    # Waiting leases get a pool of their own, so long-polls cannot take produce's and complete's.
+    assert dict(config.reserved_concurrency) == {"reaper": 1, "lease": 200}
+
+
+def test_memory_per_function_replaces_the_table_and_only_for_the_named_function() -> None:
+    default = limits(StageConfig(stage="dev"))
+    assert default["lease"].memory_mb == 256  # chosen by benchmarks.idle (ADR 0012)
+    tuned = limits(StageConfig.from_mapping({"memoryMb": '{"lease": 1024}'}))
+    assert tuned["lease"].memory_mb == 1024
+    assert tuned["lease"].timeout_seconds == default["lease"].timeout_seconds
+    assert {n: lim for n, lim in tuned.items() if n != "lease"} == {
+        n: lim for n, lim in default.items() if n != "lease"
+    }
 
 
 def test_command_line_strings_override_the_stage_object() -> None:
@@ -84,6 +97,8 @@ def test_a_stage_that_retains_data_needs_an_alarm_destination_and_a_placeholder_
         ({"architecture": "sparc"}, "architecture"),
         ({"logRetentionDays": 31}, "logRetentionDays"),
         ({"reservedConcurrency": {"nope": 1}}, "reservedConcurrency"),
+        ({"memoryMb": {"lease": 64}}, "memoryMb"),
+        ({"memoryMb": {"nope": 512}}, "memoryMb"),
         ({"leaseWaitCapSeconds": 25}, "leaseWaitCapSeconds"),
         ({"tracing": "maybe"}, "tracing"),
         ({"reaperRateMinutes": "soon"}, "reaperRateMinutes"),

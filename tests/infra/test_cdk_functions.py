@@ -133,6 +133,15 @@ def test_a_lease_waits_less_than_its_function_runs_and_the_function_less_than_ap
     assert 20 < props["Timeout"] < 29
 
 
+@pytest.mark.parametrize("name", FUNCTION_NAMES)
+def test_each_function_gets_the_memory_of_the_table(synth: Synth, name: str) -> None:
+    props = synth.resources[synth.logical_id(synth.stack.functions[name].function)]["Properties"]
+    assert props["MemorySize"] == limits(StageConfig())[name].memory_mb
+    if name == "lease":
+        # A waiting lease bills its whole wait at this size (ADR 0012): the smallest that claims in time.
+        assert props["MemorySize"] == 256
+
+
 def test_the_reaper_finishes_within_half_its_schedule_period(synth: Synth) -> None:
     # Half the period stays free: a late EventBridge delivery never starts a run over the last one.
     props = synth.resources[synth.logical_id(synth.stack.functions["reaper"].function)]["Properties"]

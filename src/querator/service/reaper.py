@@ -43,6 +43,9 @@ class ReapReport:
     #: Age of the oldest waiting item of every queue that is not a dead-letter queue (how far behind
     #: consumers are); dead-letter queues report ``dead_letter_depth`` instead.
     oldest_item_age: timedelta = timedelta(0)
+    #: The queue that holds that item ("" when none waits): the metric is one figure per stage (a
+    #: dimension per queue would be a custom metric per queue), so the run's log line names the queue.
+    oldest_item_queue: str = ""
     #: Items stored in queues that serve as another queue's dead-letter queue (from their counters).
     dead_letter_depth: int = 0
     #: Expired leases found through their lease records.
@@ -182,7 +185,9 @@ class Reaper:
             )
             report.scanned += len(page.items)
             if first and page.items and not is_dead_queue:
-                report.oldest_item_age = max(report.oldest_item_age, now - page.items[0].created_at)
+                age = now - page.items[0].created_at
+                if age > report.oldest_item_age:
+                    report.oldest_item_age, report.oldest_item_queue = age, queue.name
             first = False
             found = []
             for state in page.items:
