@@ -80,6 +80,30 @@ def test_consume_settles_each_item_by_the_commands_exit_status(
     assert "4 leased, 1 completed, 1 retried, 2 dead-lettered, 0 put back, 0 lost" in result.err
 
 
+def test_consume_with_stream_has_items_pushed_and_renews_over_the_stream(
+    run: Run, client: Client, queue_name: str, tmp_path: Path
+) -> None:
+    # GIVEN a 1 s lease, a command that outlasts it, and two quick ones
+    run("queues", "create", queue_name, "--lease-timeout", "1s")
+    run("produce", queue_name, "sleep 2.5", "ok", "ok")
+    script, log = tmp_path / "command.py", tmp_path / "calls.jsonl"
+    script.write_text(COMMAND)
+
+    result = run(
+        "consume", queue_name, "--stream", "--concurrency", "2", "--max-items", "3", "-o", "json",
+        "--", sys.executable, str(script), str(log),
+    )  # fmt: skip
+
+    # THEN every item ran once, pushed over the stream, the slow one kept its lease by renewals
+    assert result.code == 0, result.err
+    report = json.loads(result.out.splitlines()[-1])
+    assert report["transport"] == "stream"
+    assert (report["completed"], report["lost"], report["unsettled"]) == (3, 0, 0)
+    assert report["renewed"] >= 1
+    assert sorted(c["payload"] for c in _calls(log)) == ["ok", "ok", "sleep 2.5"]
+    assert client.stats(queue_name).total == 0
+
+
 def test_consume_renews_the_lease_while_the_command_runs(
     run: Run, client: Client, queue_name: str, tmp_path: Path
 ) -> None:

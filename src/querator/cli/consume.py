@@ -125,6 +125,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="the longest such pause (default 15s)",
     )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="have items pushed over the server's stream (credit: --concurrency) instead of "
+        "long-polling; long-polls where the server has none",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="log each failed item on stderr")
 
 
@@ -166,6 +172,7 @@ def _consume(args: argparse.Namespace) -> int:
                 idle_timeout=idle,
                 idle_backoff=idle_backoff,
                 idle_backoff_max=idle_backoff_max,
+                mode="stream" if args.stream else "poll",
             )
         finally:
             # Items of commands still running were put back; their commands must not go on.

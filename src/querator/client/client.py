@@ -546,6 +546,16 @@ class Client:
 
         return consume(self, queue_name, handler, **options)
 
+    def stream(
+        self, queue_name: str, handler: Callable[[LeasedItem], object], *, credit: int = 10, **options: Any
+    ) -> WorkerReport:
+        """Run a consumer worker whose items are pushed over the endpoint's stream: ``consume`` with
+        ``mode="stream"`` and ``concurrency=credit`` (the worker holds at most ``credit`` items, one
+        handler thread each). Long-polls where the endpoint has no stream."""
+        from querator.client.worker import consume  # noqa: PLC0415 - the worker imports this module
+
+        return consume(self, queue_name, handler, mode="stream", concurrency=credit, **options)
+
 
 # -- helpers ------------------------------------------------------------------------------------------
 

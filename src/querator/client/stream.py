@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import random
+import threading
 import time
 import uuid
 from collections import Counter, deque
@@ -20,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.sync.client import connect
 
 from querator.client.errors import ApiError, ConnectionFailedError, ItemNotLeasedError, error_for
@@ -181,6 +183,130 @@ class Stream:
             return None
         message: dict[str, Any] = json.loads(text)
         return message
+
+
+class SharedStream(Stream):
+    """A ``Stream`` that several threads use at once (the consumer worker's ``mode="stream"``).
+
+    One reader thread takes every message off the connection: pushed leases go to ``pushed`` (then
+    ``None`` once the connection has ended), each reply to the thread whose call waits for it, so
+    ``complete`` / ``retry`` / ``renew`` / ``give_credit`` may be called from any thread while
+    another waits for leases. ``failure`` is the error that ended the subscription, if the server
+    sent one (an unknown queue, …).
+    """
+
+    #: How often the reader looks up from the connection to see whether it was closed, in seconds.
+    _READ_TICK: Final = 0.2
+    #: How long a call waits for its reply (the server's calls are short; a long-poll is never one).
+    _CALL_TIMEOUT: Final = 60.0
+
+    def __init__(self, base_url: str, queue_name: str, **options: Any) -> None:
+        super().__init__(base_url, queue_name, **options)
+        self.pushed: queue.SimpleQueue[Lease | None] = queue.SimpleQueue()
+        self.failure: ApiError | None = None
+        self.ended = threading.Event()
+        self._state = threading.Lock()
+        self._sending = threading.Lock()
+        self._replies: dict[str, _Reply] = {}
+        self._reader: threading.Thread | None = None
+
+    def open(self) -> SharedStream:
+        super().open()
+        # Leases that arrived before "subscribed" was read were kept by the plain stream.
+        while self._leases:
+            self.pushed.put(self._leases.popleft())
+        self._reader = threading.Thread(target=self._read, name="querator-stream-reader", daemon=True)
+        self._reader.start()
+        return self
+
+    def close(self) -> None:
+        self.ended.set()
+        if self._reader is not None:
+            self._reader.join(timeout=2 * self._READ_TICK + 1.0)
+        super().close()
+
+    def leases(self, *, timeout: float | None = None) -> Iterator[Lease]:
+        while True:
+            try:
+                lease = self.pushed.get(timeout=timeout)
+            except queue.Empty:
+                return
+            if lease is None:
+                self.pushed.put(None)  # ended for every later reader too
+                return
+            yield lease
+
+    def give_credit(self, count: int) -> None:
+        self._send({"type": "credit", "credit": count})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with self._sending:
+            super()._send(message)
+
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        request_id = uuid.uuid4().hex
+        slot = _Reply()
+        with self._state:
+            if self.ended.is_set():
+                raise ConnectionFailedError("the stream has ended", sent=False)
+            self._replies[request_id] = slot
+        try:
+            self._send({**message, "request_id": request_id})
+            if not slot.done.wait(self._CALL_TIMEOUT):
+                raise ConnectionFailedError(
+                    f"no reply from {self._url} within {self._CALL_TIMEOUT:.0f} s", sent=True, timed_out=True
+                )
+        finally:
+            with self._state:
+                self._replies.pop(request_id, None)
+        reply = slot.message
+        if reply is None:
+            # Sent, and the connection ended before the answer: it may or may not have been applied.
+            raise ConnectionFailedError("the stream ended before its reply", sent=True)
+        if reply["type"] == "error":
+            raise error_for(int(reply["code"]), reply)
+        answer: dict[str, Any] = reply.get("reply") or {}
+        return answer
+
+    def _read(self) -> None:
+        socket = self._socket
+        try:
+            while socket is not None and not self.ended.is_set():
+                try:
+                    text = socket.recv(timeout=self._READ_TICK)
+                except TimeoutError:
+                    continue
+                message: dict[str, Any] = json.loads(text)
+                if message["type"] == "lease":
+                    self.pushed.put(Lease.from_wire(message))
+                elif message.get("request_id"):
+                    with self._state:
+                        slot = self._replies.get(str(message["request_id"]))
+                    if slot is not None:
+                        slot.message = message
+                        slot.done.set()
+                elif message["type"] == "error":
+                    self.failure = error_for(int(message["code"]), message)
+                    return
+        except (ConnectionClosed, WebSocketException, OSError, ValueError):
+            return  # the connection ended (or sent something that is not the protocol): stop reading
+        finally:
+            with self._state:
+                self.ended.set()
+                waiting = list(self._replies.values())
+            for slot in waiting:
+                slot.done.set()  # with no message: "ended before its reply"
+            self.pushed.put(None)
+
+
+class _Reply:
+    """Where the reader leaves one call's reply."""
+
+    __slots__ = ("done", "message")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.message: dict[str, Any] | None = None
 
 
 def stream_consume(

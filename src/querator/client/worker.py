@@ -8,6 +8,11 @@ dead-letter queue when it raises one of ``dead_letter_on``. On SIGTERM / SIGINT 
 worker stops leasing, lets running handlers finish for up to ``shutdown_timeout`` and puts back at
 once every item it still holds, so none waits for its lease to run out. See docs/client.md and
 docs/adr/0033-consumer-worker.md.
+
+With ``mode="stream"`` the items are pushed over a WebSocket (``querator.client.stream``) instead of
+long-polled: the worker subscribes with a credit of ``concurrency`` and settles and renews over the
+same connection, which gives the credit back. Where the endpoint has no stream, or the connection
+ends, it long-polls instead.
 """
 
 from __future__ import annotations
@@ -33,13 +38,14 @@ from querator.client.errors import (
     UnknownMethodError,
     UnsupportedContentError,
 )
-from querator.client.models import LeasedItem, RetryItem
+from querator.client.models import LeasedItem, Renewal, RetryItem
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from types import FrameType
 
     from querator.client.client import Client
+    from querator.client.stream import SharedStream
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -55,6 +61,8 @@ _POLL: Final = 0.2
 #: Pause after the first empty lease call, and the most it grows to (``consume``'s ``idle_backoff``).
 DEFAULT_IDLE_BACKOFF: Final = 1.0
 DEFAULT_IDLE_BACKOFF_MAX: Final = 15.0
+#: How ``consume`` gets its items: long-polled ``queue.lease`` calls, or pushed over a stream.
+MODES: Final = ("poll", "stream")
 
 
 class DeadLetter(Exception):  # noqa: N818 - an instruction to the worker, not an error report
@@ -90,6 +98,8 @@ class WorkerReport:
     elapsed: float = 0.0
     #: Why it stopped: ``"SIGTERM"``, ``"SIGINT"``, ``"stop"``, ``"max_items"``, ``"idle"``, ``"error"``.
     stopped_by: str = ""
+    #: How items arrived: ``"poll"``, ``"stream"``, or ``"stream, then poll"`` (the stream ended).
+    transport: str = "poll"
 
     @property
     def settled(self) -> int:
@@ -162,6 +172,7 @@ def consume(
     handle_signals: bool = True,
     idle_backoff: float = DEFAULT_IDLE_BACKOFF,
     idle_backoff_max: float = DEFAULT_IDLE_BACKOFF_MAX,
+    mode: str = "poll",
 ) -> WorkerReport:
     """Lease items of ``queue_name`` and run ``handler(item)`` for each until stopped.
 
@@ -198,6 +209,12 @@ def consume(
         a Lambda invocation, so an idle consumer that pauses costs a fraction of one that polls back
         to back (docs/capacity.md); ``0`` polls without pausing. An item produced during a pause
         waits for its end.
+    mode
+        ``"poll"`` (long-polled ``queue.lease`` calls) or ``"stream"``: items pushed over the
+        endpoint's WebSocket stream with a credit of ``concurrency`` (``batch_size`` and the idle
+        backoff do not apply; nothing is called while the queue is empty), settled and renewed over
+        the same connection. Where the endpoint has no stream, or the connection ends, the worker
+        long-polls instead (``WorkerReport.transport`` says which).
 
     Raises
     ------
@@ -221,6 +238,7 @@ def consume(
         idle_timeout=idle_timeout,
         idle_backoff=idle_backoff,
         idle_backoff_max=idle_backoff_max,
+        mode=mode,
     )
     return worker.run(handle_signals=handle_signals)
 
@@ -244,9 +262,20 @@ class _Worker:
         idle_timeout: float | None,
         idle_backoff: float = 0.0,
         idle_backoff_max: float = 0.0,
+        mode: str = "poll",
     ) -> None:
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be at least 1")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        #: The stream the items come from in ``mode="stream"`` (None: long-polling).
+        self.stream: SharedStream | None = None
+        #: Settle and renew over the stream (which gives its credit back): only while taking items
+        #: from it, so a stopping worker is pushed nothing more.
+        self.streaming = False
+        self.transport = "poll"
+        self.leased_total = 0
         if idle_backoff < 0 or idle_backoff_max < idle_backoff:
             raise ValueError("idle_backoff must be >= 0 and idle_backoff_max >= idle_backoff")
         self.idle_backoff = idle_backoff
@@ -283,6 +312,10 @@ class _Worker:
         self.max_attempts = info.max_attempts
         if self.renew_every is None:
             self.renew_every = max(0.05, info.lease_timeout.total_seconds() / 2)
+        if self.mode == "stream":
+            self.stream = self._open_stream()
+            self.streaming = self.stream is not None
+            self.transport = "poll" if self.stream is None else "stream"
         previous = self._install_signals() if handle_signals else {}
         threads = [
             threading.Thread(target=self._run_handlers, name=f"querator-handler-{n}", daemon=True)
@@ -304,11 +337,14 @@ class _Worker:
             self.settler_done.set()
             renewer.join(timeout=self.client.timeout)
             settler.join(timeout=self.client.timeout)
+            self._close_stream()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         with self.state.lock:
             counts = dict(self.state.counts)
-        report = WorkerReport(elapsed=time.monotonic() - started, stopped_by=self.stopped_by, **counts)
+        report = WorkerReport(
+            elapsed=time.monotonic() - started, stopped_by=self.stopped_by, transport=self.transport, **counts
+        )
         log.info("worker on %s stopped (%s): %s", self.queue_name, self.stopped_by, report.as_dict())
         if fatal is not None:
             raise fatal
@@ -329,15 +365,139 @@ class _Worker:
             previous[sig] = signal.signal(sig, on_signal)
         return previous
 
+    # -- the stream (mode="stream") ----------------------------------------------------------------
+
+    def _open_stream(self) -> SharedStream | None:
+        """Subscribe with a credit of ``concurrency`` (never more than ``max_items``); ``None`` where the
+        endpoint has no stream (the worker long-polls)."""
+        from querator.client.stream import SharedStream, StreamUnavailableError  # noqa: PLC0415 - imports us
+
+        base_url = getattr(self.client, "base_url", None)
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            # The embedded library (in process: no socket to push over) or a client of its own.
+            log.warning(
+                "%s has no stream endpoint; long-polling %s", type(self.client).__name__, self.queue_name
+            )
+            return None
+        credit = self.concurrency if self.max_items is None else max(1, min(self.concurrency, self.max_items))
+        stream = SharedStream(base_url, self.queue_name, credit=credit)
+        try:
+            return stream.open()
+        except StreamUnavailableError as exc:
+            log.warning("%s; long-polling %s", exc, self.queue_name)
+        except ConnectionFailedError as exc:
+            log.warning("cannot open the stream (%s); long-polling %s", exc, self.queue_name)
+        stream.close()
+        return None
+
+    def _stream_loop(self, stream: SharedStream) -> bool:
+        """Take pushed leases until the run ends (True) or the connection does (False: long-poll on)."""
+        last_item_at = time.monotonic()
+        while not self.stop.is_set():
+            if self.max_items is not None and self.leased_total >= self.max_items:
+                self.stopped_by = "max_items"
+                return True
+            try:
+                lease = stream.pushed.get(timeout=_POLL)
+            except queue.Empty:
+                if self.idle_timeout is not None and time.monotonic() - last_item_at >= self.idle_timeout:
+                    with self.state.lock:
+                        running = len(self.state.jobs)
+                    if running == 0:
+                        self.stopped_by = "idle"
+                        return True
+                continue
+            if lease is None:
+                if stream.failure is not None:
+                    raise stream.failure  # the subscription itself failed (unknown queue, …)
+                log.warning("the stream of %s ended; long-polling instead", self.queue_name)
+                self.transport = "stream, then poll"
+                return False
+            items = list(lease.items)
+            keep = len(items) if self.max_items is None else max(0, self.max_items - self.leased_total)
+            if len(items) > keep:
+                # Pushed past max_items (the credit came back before the last one was counted).
+                self._put_back(lease.partition, [item.id for item in items[keep:]])
+                items = items[:keep]
+            if not items:
+                continue
+            last_item_at = time.monotonic()
+            self.leased_total += len(items)
+            self.state.count("leased", len(items))
+            self._accept(items)
+        self.stopped_by = self.stopped_by or "stop"
+        return True
+
+    def _close_stream(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is None:
+            return
+        stream.close()  # the reader has ended: whatever was pushed is in ``pushed``
+        # Pushed after the worker stopped taking items: leased to us, so put back at once (over HTTP).
+        # An item the server sent as the connection closed is never read; its lease runs out.
+        while True:
+            try:
+                lease = stream.pushed.get_nowait()
+            except queue.Empty:
+                break
+            if lease is not None and lease.items:
+                self._put_back(lease.partition, list(lease.ids))
+
+    def _put_back(self, partition: int, ids: list[str]) -> None:
+        try:
+            self._retry(partition, [RetryItem(id=item_id) for item_id in ids])
+        except (ApiError, ConnectionFailedError) as exc:
+            log.warning("could not put back %d item(s) of %s (%s)", len(ids), self.queue_name, exc)
+
+    # The calls on leased items go over the stream while it is open (which gives its credit back)
+    # and over HTTP otherwise, or when the stream could not send them.
+
+    def _complete(self, partition: int, ids: list[str]) -> None:
+        stream = self.stream if self.streaming else None
+        if stream is not None:
+            try:
+                stream.complete(partition, ids)
+                return
+            except ConnectionFailedError as exc:
+                if exc.sent:
+                    raise
+        self.client.complete(self.queue_name, ids, partition=partition)
+
+    def _retry(self, partition: int, items: Sequence[RetryItem]) -> None:
+        stream = self.stream if self.streaming else None
+        if stream is not None:
+            try:
+                stream.retry(partition, list(items))
+                return
+            except ConnectionFailedError as exc:
+                if exc.sent:
+                    raise
+        self.client.retry(self.queue_name, list(items), partition=partition)
+
+    def _renewal(self, partition: int, ids: list[str]) -> Renewal:
+        stream = self.stream if self.streaming else None
+        if stream is not None:
+            try:
+                return Renewal.from_wire(stream.renew(partition, ids))
+            except ConnectionFailedError as exc:
+                if exc.sent:
+                    raise
+        return self.client.renew(self.queue_name, ids, partition=partition)
+
     # -- leasing --------------------------------------------------------------------------------------
 
     def _lease_loop(self) -> None:
-        leased_total = 0
+        if self.stream is not None:
+            try:
+                if self._stream_loop(self.stream):
+                    return
+            finally:
+                self.streaming = False
         last_item_at = time.monotonic()
         error_streak = 0
         empty_streak = 0
         while not self.stop.is_set():
-            if self.max_items is not None and leased_total >= self.max_items:
+            if self.max_items is not None and self.leased_total >= self.max_items:
                 self.stopped_by = "max_items"
                 return
             free = self._wait_for_free_handler()
@@ -345,7 +505,7 @@ class _Worker:
                 continue
             wanted = min(self.batch_size, free)
             if self.max_items is not None:
-                wanted = min(wanted, self.max_items - leased_total)
+                wanted = min(wanted, self.max_items - self.leased_total)
             try:
                 lease = self.client.lease(self.queue_name, wanted, request_timeout=self._lease_wait())
             except DuplicateClientError as exc:
@@ -382,7 +542,7 @@ class _Worker:
                 continue
             empty_streak = 0
             last_item_at = time.monotonic()
-            leased_total += len(lease.items)
+            self.leased_total += len(lease.items)
             self.state.count("leased", len(lease.items))
             self._accept(lease.items)
         self.stopped_by = self.stopped_by or "stop"
@@ -497,10 +657,9 @@ class _Worker:
         unsettled = False
         try:
             if completing:
-                self.client.complete(self.queue_name, ids, partition=partition)
+                self._complete(partition, ids)
             else:
-                retries = [s.retry for s in group if s.retry is not None]
-                self.client.retry(self.queue_name, retries, partition=partition)
+                self._retry(partition, [s.retry for s in group if s.retry is not None])
         except ItemNotLeasedError as exc:
             # The others were applied; these leases ran out and the items went to someone else.
             failed = set(exc.failed_ids)
@@ -557,7 +716,7 @@ class _Worker:
         failed: set[str] = set()
         deadlines: dict[str, datetime | None] = {}
         try:
-            renewal = self.client.renew(self.queue_name, ids, partition=partition)
+            renewal = self._renewal(partition, ids)
             deadlines = {renewed.id: renewed.lease_deadline for renewed in renewal.items}
         except ItemNotLeasedError as exc:
             # Completed meanwhile (harmless), or lost: expired and leased by someone else.
@@ -629,7 +788,7 @@ class _Worker:
             ids = [job.item.id for job in owned]
             lost: set[str] = set()
             try:
-                self.client.retry(self.queue_name, ids, partition=partition)
+                self._retry(partition, [RetryItem(id=item_id) for item_id in ids])
             except ItemNotLeasedError as exc:
                 lost = set(exc.failed_ids)
             except (ApiError, ConnectionFailedError) as exc:

@@ -1,0 +1,176 @@
+"""The consumer worker over the stream (``consume(mode="stream")``, ``Client.stream``) against
+``querator serve``: the credit bounds what the server holds, every item reaches one handler, a stop
+puts back what was pushed, and a dropped connection falls back to long-polling without losing or
+doubling an item. Waits poll with a deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from querator.client import Client, DeadLetter, LeasedItem
+from querator.client import stream as stream_module
+from querator.client.stream import SharedStream
+from querator.testing import serve_process
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+DEADLINE = 20.0
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with serve_process("--store", "memory", "--reaper-interval", "0.5") as url:
+        yield url
+
+
+@pytest.fixture
+def api(server: str) -> Iterator[Client]:
+    with Client(server) as client:
+        yield client
+
+
+def fresh_queue(api: Client, **options: Any) -> str:
+    name = f"sw-{uuid.uuid4().hex[:8]}"
+    api.create_queue(name, lease_timeout=options.pop("lease_timeout", "30s"), expire_timeout="1h", **options)
+    return name
+
+
+def test_every_item_reaches_one_handler_and_the_server_holds_no_more_than_the_credit(
+    server: str, api: Client
+) -> None:
+    # GIVEN: 40 items waiting, and a watcher with its own client
+    queue = fresh_queue(api)
+    api.produce(queue, [f"job {n}" for n in range(40)])
+    lock = threading.Lock()
+    seen: list[bytes] = []
+    running = [0]
+    most_running = [0]
+    most_leased = [0]
+
+    def handle(item: LeasedItem) -> None:
+        with lock:
+            running[0] += 1
+            most_running[0] = max(most_running[0], running[0])
+        with Client(server) as watcher:
+            leased = watcher.stats(queue).total_leased
+        with lock:
+            most_leased[0] = max(most_leased[0], leased)
+            seen.append(item.payload)
+            running[0] -= 1
+
+    # WHEN: a worker streams them with a credit of 4
+    with Client(server) as client:
+        report = client.stream(queue, handle, credit=4, max_items=40, handle_signals=False)
+
+    # THEN: each item was handled once, never more than 4 at a time, never more than 4 held
+    assert report.transport == "stream"
+    assert sorted(seen) == sorted(f"job {n}".encode() for n in range(40))
+    assert (report.leased, report.completed, report.settled) == (40, 40, 40)
+    assert most_running[0] <= 4
+    assert most_leased[0] <= 4
+    assert api.stats(queue).total == 0
+
+
+def test_items_produced_while_the_worker_waits_are_pushed_and_failures_are_retried_or_dead_lettered(
+    server: str, api: Client
+) -> None:
+    dead = fresh_queue(api)
+    queue = fresh_queue(api, dead_queue=dead, max_attempts=2)
+    attempts: dict[bytes, int] = {}
+
+    def handle(item: LeasedItem) -> None:
+        attempts[item.payload] = item.attempts
+        if item.payload == b"poison":
+            raise DeadLetter("cannot be done")
+        if item.payload == b"flaky" and item.attempts == 1:
+            raise RuntimeError("first try fails")
+
+    def produce_later() -> None:
+        time.sleep(0.3)  # the worker is subscribed and idle by then
+        api.produce(queue, ["ok", "poison", "flaky"])
+
+    producer = threading.Thread(target=produce_later)
+    producer.start()
+    with Client(server) as client:
+        report = client.consume(
+            queue,
+            handle,
+            mode="stream",
+            concurrency=2,
+            max_items=4,
+            handle_signals=False,
+            backoff=lambda attempts: timedelta(milliseconds=100),
+        )
+    producer.join()
+
+    assert report.transport == "stream"
+    assert (report.completed, report.retried, report.dead_lettered) == (2, 1, 1)
+    assert attempts == {b"ok": 1, b"poison": 1, b"flaky": 2}
+    assert api.stats(queue).total == 0
+    assert api.stats(dead).total == 1
+
+
+def test_a_stop_puts_back_every_item_pushed_to_the_worker(server: str, api: Client) -> None:
+    queue = fresh_queue(api)
+    api.produce(queue, [f"job {n}" for n in range(20)])
+    stop = threading.Event()
+    handled: list[bytes] = []
+
+    def handle(item: LeasedItem) -> None:
+        handled.append(item.payload)
+        stop.set()  # the first handler stops the worker; the other pushed items go back
+
+    with Client(server) as client:
+        report = client.stream(queue, handle, credit=3, stop=stop, handle_signals=False)
+
+    assert report.stopped_by == "stop"
+    assert report.leased == report.settled
+    assert report.completed == len(handled)
+    stats = api.stats(queue)
+    assert stats.total_leased == 0
+    assert stats.total == 20 - report.completed
+
+
+def test_a_dropped_stream_falls_back_to_long_polling_and_loses_nothing(
+    server: str, api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN: the worker's stream will be cut once its first item is handled
+    queue = fresh_queue(api, lease_timeout="2s")
+    api.produce(queue, [f"job {n}" for n in range(10)])
+    opened: list[SharedStream] = []
+    real_open = SharedStream.open
+
+    def recording_open(self: SharedStream) -> SharedStream:
+        opened.append(self)
+        return real_open(self)
+
+    monkeypatch.setattr(stream_module.SharedStream, "open", recording_open)
+    completed: list[bytes] = []
+    lock = threading.Lock()
+
+    def handle(item: LeasedItem) -> None:
+        with lock:
+            if not completed and opened and opened[0]._socket is not None:  # the cut
+                opened[0]._socket.close()
+            completed.append(item.payload)
+
+    # WHEN: the worker runs until it has handled ten items
+    with Client(server) as client:
+        report = client.stream(queue, handle, credit=3, max_items=10, handle_signals=False)
+
+    # THEN: the items in flight on the cut connection came back when their leases ran out and were
+    # leased by polling; each payload was completed once, nothing is left
+    assert report.transport == "stream, then poll"
+    deadline = time.monotonic() + DEADLINE
+    while api.stats(queue).total and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert api.stats(queue).total == 0
+    assert sorted(completed) == sorted(f"job {n}".encode() for n in range(10))
+    assert report.completed + report.lost + report.unsettled == report.leased
