@@ -286,7 +286,10 @@ class SharedStream(Stream):
                         slot.message = message
                         slot.done.set()
                 elif message["type"] == "error":
-                    self.failure = error_for(int(message["code"]), message)
+                    failure = error_for(int(message["code"]), message)
+                    if failure.code >= 500:
+                        continue  # a lease attempt failed on the server; the subscription stays
+                    self.failure = failure  # the subscription ended (unknown queue, …)
                     return
         except (ConnectionClosed, WebSocketException, OSError, ValueError):
             return  # the connection ended (or sent something that is not the protocol): stop reading
