@@ -40,6 +40,10 @@ class EnvVar:
     #: The deployed stage (``dev``, ``prod`` ...): a dimension of every metric, so one stage's
     #: datapoints never feed another's alarms. Unset locally.
     STAGE: Final = "QUERATOR_STAGE"
+    #: The stream's connections table (``querator.storage.dynamodb.connections``); stream functions only.
+    CONNECTIONS_TABLE: Final = "QUERATOR_CONNECTIONS_TABLE"
+    #: Where the stream functions post to connections: the WebSocket stage's callback URL.
+    STREAM_ENDPOINT: Final = "QUERATOR_STREAM_ENDPOINT"
     #: The region, which Lambda sets; the local server sets it too.
     REGION: Final = "AWS_REGION"
     # Powertools reads its own variables; named here so the CDK app sets them from one place.
@@ -127,6 +131,9 @@ class Settings(BaseModel):
     #: Required for the DynamoDB store only.
     items_table: str = Field(default="", max_length=255)
     catalog_table: str = Field(default="", max_length=255)
+    #: The stream functions' (empty elsewhere).
+    connections_table: str = Field(default="", max_length=255)
+    stream_endpoint: str = ""
     region: str | None = None
     lease_wait_cap: timedelta = Field(default=DEFAULT_LEASE_WAIT_CAP, gt=timedelta(0))
     reaper_margin: timedelta = Field(default=DEFAULT_REAPER_MARGIN, ge=timedelta(0))
@@ -153,6 +160,8 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         "store": store,
         "items_table": environ.get(EnvVar.ITEMS_TABLE, ""),
         "catalog_table": environ.get(EnvVar.CATALOG_TABLE, ""),
+        "connections_table": environ.get(EnvVar.CONNECTIONS_TABLE, ""),
+        "stream_endpoint": environ.get(EnvVar.STREAM_ENDPOINT, ""),
         "region": environ.get(EnvVar.REGION) or None,
     }
     seconds = (

@@ -70,6 +70,7 @@ class Stream:
         self._socket: ClientConnection | None = None
         self._exit = contextlib.ExitStack()
         self._leases: deque[Lease] = deque()
+        self._parts = _Assembler()
 
     def __enter__(self) -> Stream:
         return self.open()
@@ -158,8 +159,8 @@ class Stream:
             self._dispatch(message)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        if message["type"] == "lease":
-            self._leases.append(Lease.from_wire(message))
+        if message["type"] in ("lease", "part"):
+            self._leases.extend(self._parts.feed(message))
         elif message["type"] == "error" and not message.get("request_id"):
             # The subscription failed (unknown queue, …): nothing more will come.
             raise error_for(int(message["code"]), message)
@@ -277,8 +278,9 @@ class SharedStream(Stream):
                 except TimeoutError:
                     continue
                 message: dict[str, Any] = json.loads(text)
-                if message["type"] == "lease":
-                    self.pushed.put(Lease.from_wire(message))
+                if message["type"] in ("lease", "part"):
+                    for lease in self._parts.feed(message):
+                        self.pushed.put(lease)
                 elif message.get("request_id"):
                     with self._state:
                         slot = self._replies.get(str(message["request_id"]))
@@ -300,6 +302,47 @@ class SharedStream(Stream):
             for slot in waiting:
                 slot.done.set()  # with no message: "ended before its reply"
             self.pushed.put(None)
+
+
+class _Assembler:
+    """Pushed leases whose items come in parts: a deployed stack's messages are at most 128 KB, so an
+    item too large for one arrives in its ``lease`` frame without payload (``parts: n``), followed by
+    ``n`` ``part`` frames. A lease is handed on once all its items are whole."""
+
+    def __init__(self) -> None:
+        #: Leases waiting for parts: the frame, and per item id its parts so far.
+        self._waiting: list[tuple[dict[str, Any], dict[str, list[str | None]]]] = []
+
+    def feed(self, message: dict[str, Any]) -> list[Lease]:
+        if message["type"] == "lease":
+            parts: dict[str, list[str | None]] = {
+                str(item["id"]): [None] * int(item["parts"])
+                for item in message.get("items", [])
+                if int(item.get("parts") or 0) > 0
+            }
+            if not parts:
+                return [Lease.from_wire(message)]
+            self._waiting.append((message, parts))
+            return []
+        for index, (frame, waiting) in enumerate(self._waiting):
+            chunks = waiting.get(str(message.get("id")))
+            if chunks is None:
+                continue
+            chunks[int(message["index"])] = str(message.get("bytes") or "")
+            if any(chunk is None for pending in waiting.values() for chunk in pending):
+                return []
+            del self._waiting[index]
+            items = [
+                {key: value for key, value in item.items() if key != "parts"}
+                | (
+                    {"bytes": "".join(str(c) for c in waiting[str(item["id"])])}
+                    if str(item["id"]) in waiting
+                    else {}
+                )
+                for item in frame.get("items", [])
+            ]
+            return [Lease.from_wire({**frame, "items": items})]
+        return []  # a part of nothing we wait for (its lease frame was lost with a reconnect)
 
 
 class _Reply:

@@ -1,0 +1,142 @@
+"""The stream's Lambda entry points on a deployed stack: WebSocket events and DynamoDB Streams.
+
+``websocket_event`` serves the WebSocket API's routes (``$connect``, ``$disconnect``, ``$default``)
+and ``dispatch_event`` the dispatcher: a batch of DynamoDB Streams records of the items table (the
+keys of rows written) or the scheduled sweep. Both drive one ``Dispatcher`` over the connections
+table, the HTTP API's own route code in process (``queue.lease`` / ``complete`` / ``retry`` /
+``renew``: same claims, same validation) and API Gateway's management API for pushes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
+from botocore.exceptions import ClientError
+
+from querator.api.gateway import FunctionApp, build_app
+from querator.api.routes import by_path
+from querator.bootstrap import get_client, get_service
+from querator.config import ConfigurationError, load_settings
+from querator.domain.ids import ID_LENGTH, visible_at_of
+from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.connections import DynamoDBConnections
+from querator.stream.dispatch import Dispatcher
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+_HEX: Final = frozenset("0123456789abcdef")
+_GONE: Final = "GoneException"
+
+
+def written_queues(records: Iterable[dict[str, Any]], now: datetime) -> set[str]:
+    """The queues that got an item ready to lease, from DynamoDB Streams records of the items table.
+
+    Only inserts of item rows count (an item's sort key is its 30-hex id); head rows, lease records,
+    idempotency records, updates (claims, renewals) and removals do not make anything leasable. An
+    item scheduled for later is left to the sweep, which runs when it may be due.
+    """
+    queues: set[str] = set()
+    for record in records:
+        if record.get("eventName") != "INSERT":
+            continue
+        keys = (record.get("dynamodb") or {}).get("Keys") or {}
+        pk = str((keys.get(schema.PK) or {}).get("S", ""))
+        sk = str((keys.get(schema.SK) or {}).get("S", ""))
+        if len(sk) != ID_LENGTH or not set(sk) <= _HEX or schema.SEPARATOR not in pk:
+            continue
+        if visible_at_of(sk) > now:
+            continue
+        queues.add(pk.rsplit(schema.SEPARATOR, 1)[0])
+    return queues
+
+
+class InProcessApi:
+    """``api(path, body)`` for the dispatcher: the route's own function code, without HTTP."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self._apps: dict[str, FunctionApp] = {}
+
+    def __call__(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        route = by_path(path)
+        if route is None:  # the dispatcher only calls routes that exist
+            raise LookupError(path)
+        app = self._apps.get(route.function)
+        if app is None:
+            app = self._apps[route.function] = build_app(
+                route.function, service=get_service, settings=load_settings
+            )
+        event = {
+            "httpMethod": "POST",
+            "path": path,
+            "headers": {"Content-Type": "application/json"},
+            "body": json.dumps(body),
+            "isBase64Encoded": False,
+            "requestContext": {},
+        }
+        reply = app.resolve(event, self._context)
+        text = reply.get("body") or ""
+        return int(reply["statusCode"]), json.loads(text) if text else {}
+
+
+def management_post(endpoint: str) -> Callable[[str, str], bool]:
+    """``post(connection_id, frame)`` through API Gateway's management API at ``endpoint``."""
+    client = _management_client(endpoint, load_settings().region)
+
+    def post(connection_id: str, frame: str) -> bool:
+        try:
+            client.post_to_connection(ConnectionId=connection_id, Data=frame.encode("utf-8"))
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == _GONE:
+                return False
+            raise
+        return True
+
+    return post
+
+
+@functools.cache
+def _management_client(endpoint: str, region: str | None) -> Any:
+    # Made on first use, once per process: only the stream functions ever need it.
+    return boto3.client("apigatewaymanagementapi", endpoint_url=endpoint, region_name=region)
+
+
+def dispatcher(context: Any) -> Dispatcher:
+    """The process's dispatcher over the stack's tables and WebSocket endpoint (from the environment)."""
+    settings = load_settings()
+    if not settings.connections_table or not settings.stream_endpoint:
+        raise ConfigurationError(
+            "the stream functions need QUERATOR_CONNECTIONS_TABLE and QUERATOR_STREAM_ENDPOINT"
+        )
+    connections = DynamoDBConnections(get_client(), settings.connections_table)
+    return Dispatcher(connections, InProcessApi(context), management_post(settings.stream_endpoint))
+
+
+def websocket_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The WebSocket API's routes. ``$connect`` was authorized by IAM before it got here."""
+    request = event.get("requestContext") or {}
+    route = request.get("routeKey")
+    connection_id = str(request.get("connectionId") or "")
+    if route == "$connect":
+        return {"statusCode": 200}
+    if route == "$disconnect":
+        dispatcher(context).disconnect(connection_id)
+        return {"statusCode": 200}
+    body = event.get("body") or ""
+    dispatcher(context).message(connection_id, body)
+    return {"statusCode": 200}
+
+
+def dispatch_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """DynamoDB Streams records of the items table, or the scheduled sweep (an EventBridge event)."""
+    now = datetime.now(timezone.utc)
+    if "Records" in event:
+        queues = written_queues(event["Records"], now)
+        pushed = dispatcher(context).queues_written(queues) if queues else 0
+        return {"queues": len(queues), "pushed": pushed}
+    return {"swept": True, "pushed": dispatcher(context).sweep()}

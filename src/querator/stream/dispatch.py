@@ -1,0 +1,264 @@
+"""The stream on a deployed stack: subscriptions in the connections table, pushes through API Gateway.
+
+Locally one thread owns a connection and keeps its state in memory (``querator.stream.session``). On
+AWS every message and every push is a separate Lambda invocation, so a connection's subscription,
+credit and held items live in a table (``querator.storage.dynamodb.connections``) and the
+``Dispatcher`` works on them with conditional updates: it **reserves** credit before it leases, so
+two invocations pushing to one connection can never push more than its credit between them.
+
+What makes a push happen (docs/adr/0091-stream-on-aws.md):
+
+- a ``subscribe``, a ``credit`` message, or a ``complete`` / ``retry`` over the stream (credit came
+  back): the stream function pumps that connection at once;
+- an item written to a queue (produce, retry, a lease that ran out and was put back): DynamoDB
+  Streams invokes the dispatcher with the items' keys, and it pumps every subscriber of those queues
+  that has credit;
+- an item that becomes ready by time writes nothing: the dispatcher's scheduled sweep pumps every
+  subscription with credit once a minute, like the reaper's period.
+
+Every lease is the HTTP API's own ``queue.lease`` (same claims, same fencing), settled by the same
+``queue.complete`` / ``retry`` / ``renew``: the protocol (``querator.stream.protocol``) is the
+local server's. A pushed lease larger than API Gateway's 128 KB message limit is split: items into
+several ``lease`` frames, and an item too large for any frame into its ``lease`` frame (with
+``parts``) followed by ``part`` frames that carry its payload in order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from querator.stream import protocol
+from querator.stream.session import parse_timestamp
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+    from querator.storage.dynamodb.connections import Subscription
+
+log = logging.getLogger(__name__)
+
+#: API Gateway's WebSocket message limit is 128 KB; frames stay under it with room to spare.
+MAX_FRAME_BYTES: Final = 120_000
+#: Base64 characters of payload per ``part`` frame (a multiple of 4, so each part decodes alone).
+PART_CHARS: Final = 96_000
+_PATHS: Final = {
+    "lease": "/v1/queue.lease",
+    "complete": "/v1/queue.complete",
+    "retry": "/v1/queue.retry",
+    "renew": "/v1/queue.renew",
+}
+_RELEASING: Final = frozenset({"complete", "retry"})
+_STATUS_TEXT: Final = {400: "Bad Request", 500: "Internal Server Error"}
+
+#: ``api(path, body) -> (status, reply body)``: one call of the HTTP API, in process.
+Api = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]]]
+#: ``post(connection_id, frame) -> delivered``; ``False``: the connection is gone.
+Post = Callable[[str, str], bool]
+
+
+class Connections(Protocol):
+    """What the dispatcher needs of the connections table (``DynamoDBConnections``)."""
+
+    def subscribe(self, connection_id: str, queue_name: str, client_id: str, credit: int) -> bool: ...
+    def get(self, connection_id: str) -> Subscription | None: ...
+    def subscribers(self, queue_name: str) -> Iterator[Subscription]: ...
+    def all(self) -> Iterator[Subscription]: ...
+    def add_credit(self, connection_id: str, credit: int, *, most: int) -> bool: ...
+    def reserve(self, connection_id: str, credit: int) -> bool: ...
+    def hold(self, connection_id: str, leased: Mapping[str, datetime], unused: int) -> bool: ...
+    def release(self, connection_id: str, ids: Sequence[str]) -> int: ...
+    def renewed(self, connection_id: str, deadlines: Mapping[str, datetime]) -> None: ...
+    def delete(self, connection_id: str) -> None: ...
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Dispatcher:
+    """Handles one connection's messages and pushes leased items to subscribers."""
+
+    def __init__(
+        self, connections: Connections, api: Api, post: Post, *, now: Callable[[], datetime] = utc_now
+    ) -> None:
+        self._connections = connections
+        self._api = api
+        self._post = post
+        self._now = now
+
+    # -- the stream function: messages of one connection -------------------------------------------
+
+    def disconnect(self, connection_id: str) -> None:
+        """The connection closed: forget it. Its leases run out and the items go back to the queue."""
+        self._connections.delete(connection_id)
+
+    def message(self, connection_id: str, text: str | bytes) -> None:
+        """One client message: answered on the connection, then a push if it gave credit back."""
+        try:
+            message = protocol.parse(text)
+        except protocol.ProtocolError as error:
+            self._post(connection_id, protocol.error(400, "Bad Request", str(error)))
+            return
+        if isinstance(message, protocol.Subscribe):
+            client_id = message.client_id or f"stream-{uuid.uuid4().hex[:16]}"
+            if not self._connections.subscribe(connection_id, message.queue_name, client_id, message.credit):
+                self._post(
+                    connection_id, protocol.error(400, "Bad Request", "Invalid message; already subscribed")
+                )
+                return
+            self._post(
+                connection_id,
+                protocol.encode("subscribed", queue_name=message.queue_name, credit=message.credit),
+            )
+            self.pump(connection_id)
+            return
+        subscription = self._connections.get(connection_id)
+        if subscription is None:
+            self._post(connection_id, protocol.error(400, "Bad Request", "Invalid message; subscribe first"))
+            return
+        if isinstance(message, protocol.Credit):
+            self._connections.add_credit(connection_id, message.credit, most=protocol.MAX_CREDIT)
+            self.pump(connection_id)
+            return
+        body = {"queue_name": subscription.queue_name, "partition": message.partition, **message.body}
+        status, reply = self._api(_PATHS[message.verb], body)
+        if message.verb in _RELEASING:
+            # Completed, retried, or refused because the lease is gone: held no longer, either way.
+            self._connections.release(connection_id, message.ids)
+        elif status == 200:
+            self._connections.renewed(
+                connection_id,
+                {
+                    item["id"]: parse_timestamp(item["lease_deadline"])
+                    for item in reply.get("items", [])
+                    if item.get("id") in subscription.held and item.get("lease_deadline")
+                },
+            )
+        if status == 200:
+            self._post(connection_id, protocol.encode("ok", request_id=message.request_id, reply=reply))
+        else:
+            self._post(connection_id, _error(status, reply, request_id=message.request_id))
+        if message.verb in _RELEASING:
+            self.pump(connection_id)
+
+    # -- pushes -------------------------------------------------------------------------------------
+
+    def pump(self, connection: str | Subscription) -> int:
+        """Lease what the connection's credit allows, now, and push it; how many items were pushed."""
+        subscription = self._connections.get(connection) if isinstance(connection, str) else connection
+        if subscription is None:
+            return 0
+        cid = subscription.connection_id
+        expired = subscription.expired(self._now())
+        if expired:
+            self._connections.release(cid, expired)
+            subscription = self._connections.get(cid)
+            if subscription is None:
+                return 0
+        credit = subscription.credit
+        if credit <= 0 or not self._connections.reserve(cid, credit):
+            return 0  # no credit, or another invocation took it first and is pushing
+        status, reply = self._api(
+            _PATHS["lease"],
+            {
+                "queue_name": subscription.queue_name,
+                "batch_size": credit,
+                # Unique per push: two pushes to one connection may lease at the same moment.
+                "client_id": f"{subscription.client_id}-{uuid.uuid4().hex[:8]}",
+                "request_timeout": "0s",
+            },
+        )
+        items: list[dict[str, Any]] = reply.get("items", []) if status == 200 else []
+        held = self._connections.hold(
+            cid,
+            {item["id"]: parse_timestamp(item["lease_deadline"]) for item in items},
+            unused=credit - len(items),
+        )
+        if not held:
+            return 0  # disconnected meanwhile: what was just leased comes back when the leases run out
+        if status not in (200, 454):
+            self._post(cid, _error(status, reply))
+            if 400 <= status < 500:
+                # The subscription cannot work (the queue was deleted): say why and end it.
+                self._connections.delete(cid)
+            return 0
+        if not items:
+            return 0
+        for frame in lease_frames(reply):
+            if not self._post(cid, frame):
+                # Gone without a $disconnect yet: what it held comes back when the leases run out.
+                log.info("connection %s is gone; its %d pushed item(s) will expire", cid, len(items))
+                self._connections.delete(cid)
+                return 0
+        return len(items)
+
+    def queues_written(self, queue_names: Iterable[str]) -> int:
+        """Items were written to these queues: pump each of their subscribers that has credit (or
+        holds a lease that ran out, whose credit is due back). Returns the items pushed."""
+        pushed = 0
+        for queue_name in sorted(set(queue_names)):
+            for subscription in self._connections.subscribers(queue_name):
+                if subscription.credit > 0 or subscription.expired(self._now()):
+                    pushed += self.pump(subscription)
+        return pushed
+
+    def sweep(self) -> int:
+        """Pump every subscription with credit: items that became ready by time (scheduled, or a
+        lease that ran out before the reaper put it back) write nothing a stream could see."""
+        pushed = 0
+        for subscription in self._connections.all():
+            if subscription.credit > 0 or subscription.expired(self._now()):
+                pushed += self.pump(subscription)
+        return pushed
+
+
+def lease_frames(reply: Mapping[str, Any], *, limit: int = MAX_FRAME_BYTES) -> list[str]:
+    """A ``queue.lease`` reply as ``lease`` frames of at most ``limit`` bytes, each with as many items
+    as fit; an item that fits in no frame alone goes with its payload left out (``bytes: ""``,
+    ``parts: n``), followed by the ``part`` frames that carry it."""
+    head = {"queue_name": reply.get("queue_name", ""), "partition": reply.get("partition", 0)}
+    empty = len(protocol.encode("lease", **head, items=[]).encode())
+    frames: list[str] = []
+    batch: list[dict[str, Any]] = []
+    size = empty
+
+    def flush() -> None:
+        nonlocal batch, size
+        if batch:
+            frames.append(protocol.encode("lease", **head, items=batch))
+        batch, size = [], empty
+
+    for item in reply.get("items", []):
+        item_size = len(json.dumps(item, separators=(",", ":")).encode()) + 1
+        if empty + item_size > limit:
+            flush()
+            payload = str(item.get("bytes") or "")
+            parts = [payload[n : n + PART_CHARS] for n in range(0, len(payload), PART_CHARS)]
+            frames.append(
+                protocol.encode("lease", **head, items=[{**item, "bytes": "", "parts": len(parts)}])
+            )
+            frames.extend(
+                protocol.encode("part", id=item["id"], index=index, bytes=chunk)
+                for index, chunk in enumerate(parts)
+            )
+            continue
+        if size + item_size > limit:
+            flush()
+        batch.append(item)
+        size += item_size
+    flush()
+    return frames
+
+
+def _error(status: int, reply: Mapping[str, Any], *, request_id: str = "") -> str:
+    return protocol.error(
+        status,
+        str(reply.get("code_text") or _STATUS_TEXT.get(status, "Error")),
+        str(reply.get("message") or "request failed"),
+        request_id=request_id,
+    )
