@@ -35,10 +35,15 @@ class TableRole(StrEnum):
     ITEMS = "items"
     #: Queue definitions and the reaper's bookmark.
     CATALOG = "catalog"
+    #: The stream's WebSocket connections (``querator.storage.dynamodb.connections``).
+    CONNECTIONS = "connections"
 
 
 #: The scheduled function (it serves no route).
 REAPER: Final = Function.REAPER
+#: The stream's functions: the WebSocket API's routes, and the pushes on writes and on a schedule.
+STREAM: Final = Function.STREAM
+DISPATCHER: Final = Function.DISPATCHER
 
 #: Every function the stack deploys: the route-serving ones and the reaper.
 FUNCTION_NAMES: Final[tuple[str, ...]] = tuple(Function)
@@ -100,8 +105,25 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
             catalog=("Query", "GetItem", "PutItem", "DeleteItem"),
             items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem"),
         ),
+        # A subscription's row (put, read, credit and held items updated, deleted on disconnect);
+        # pushes lease as ``queue.lease`` does and messages settle as ``queue.complete`` / ``retry``
+        # / ``renew`` do, through the same code.
+        STREAM: _grants(
+            connections=("PutItem", "GetItem", "UpdateItem", "DeleteItem"),
+            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            catalog=("GetItem",),
+        ),
+        # A queue's subscribers (a Query of the by_queue index), every subscription (the timed
+        # sweep's Scan); credit and held items; a gone connection's row; leases as ``queue.lease``.
+        DISPATCHER: _grants(
+            connections=("Query", "Scan", "GetItem", "UpdateItem", "DeleteItem"),
+            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            catalog=("GetItem",),
+        ),
     }
 )
+#: Functions that post to WebSocket connections (``execute-api:ManageConnections`` on the stream API).
+MANAGES_CONNECTIONS: Final = frozenset({STREAM, DISPATCHER})
 
 
 class Caller(StrEnum):

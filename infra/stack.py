@@ -12,8 +12,9 @@ from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
 from infra.constructs.monitoring import QueueMonitoring
 from infra.constructs.reaper import Reaper
+from infra.constructs.stream import QueueStream
 from infra.constructs.table import QueueTables
-from infra.permissions import REAPER
+from infra.permissions import DISPATCHER, REAPER, STREAM
 
 if TYPE_CHECKING:
     from constructs import Construct
@@ -40,16 +41,24 @@ class QueratorStack(Stack):
             self, "Functions", config=config, layer=self.layer, tables=self.tables
         )
         self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer, tables=self.tables)
+        self.stream = QueueStream(self, "Stream", config=config, layer=self.layer, tables=self.tables)
         self.functions: dict[str, ServiceFunction] = {
             **self.api_functions.by_name,
             REAPER: self.reaper.function,
+            STREAM: self.stream.function,
+            DISPATCHER: self.stream.dispatcher,
         }
         self.api = QueueApi(self, "Api", config=config, functions=self.api_functions.by_name)
         self.monitoring = QueueMonitoring(
             self, "Monitoring", config=config, tables=self.tables, functions=self.functions, api=self.api.api
         )
-        self.callers = CallerPolicies(self, "Callers", config=config, api=self.api.api)
+        self.callers = CallerPolicies(
+            self, "Callers", config=config, api=self.api.api, stream=self.stream.api
+        )
         CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL; append /v1/<noun>.<verb>")
+        CfnOutput(
+            self, "StreamUrl", value=self.stream.url, description="WebSocket URL of the stream (docs/api.md)"
+        )
         for caller, policy in self.callers.policies.items():
             CfnOutput(
                 self,

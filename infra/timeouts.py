@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from infra.permissions import REAPER
+from infra.permissions import DISPATCHER, REAPER, STREAM
 from querator.api.routes import Function
 
 if TYPE_CHECKING:
@@ -36,6 +36,11 @@ REAPER_MARGIN_SECONDS: Final = 5
 REAPER_MIN_SECONDS: Final = 15
 #: Lambda's longest timeout.
 LAMBDA_MAX_SECONDS: Final = 900
+#: API Gateway's WebSocket integration timeout (as REST's).
+WEBSOCKET_SECONDS: Final = 29
+#: A dispatcher run: a batch of stream records or a sweep, each subscriber a lease of up to 1,000
+#: items and their pushes; a failed batch is retried by the event source mapping.
+DISPATCHER_SECONDS: Final = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,4 +80,8 @@ def _defaults(config: StageConfig) -> dict[str, Limit]:
             min(LAMBDA_MAX_SECONDS, max(REAPER_MIN_SECONDS, config.reaper_rate_minutes * 60 // 2)),
             "half the schedule period: a late delivery never overlaps the previous run",
         ),
+        STREAM: Limit(
+            256, WEBSOCKET_SECONDS, "a message: a settle of up to 1,000 ids, then a push of the credit back"
+        ),
+        DISPATCHER: Limit(512, DISPATCHER_SECONDS, "a lease and its pushes per subscriber with credit"),
     }

@@ -5,13 +5,15 @@ read-only ``queues.info`` every client reads (``SHARED_PATHS``), method and path
 ``<api-id>/<stage>/*``, which would let a producer clear or delete queues). The stack outputs their
 ARNs; attaching them to a user, group or role is the deployer's decision (docs/deploy.md). The
 catch-all methods that answer 400/501 are in nobody's policy: an unsigned or unauthorized request to
-them gets API Gateway's 403, as before.
+them gets API Gateway's 403, as before. Consumers may also open the stream (``$connect`` of the
+WebSocket API; its messages need no further grant).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -19,6 +21,7 @@ from infra.permissions import Caller, caller_routes
 
 if TYPE_CHECKING:
     from aws_cdk import aws_apigateway as apigw
+    from aws_cdk import aws_apigatewayv2 as apigw2
 
     from infra.config import StageConfig
 
@@ -27,11 +30,25 @@ class CallerPolicies(Construct):
     """One managed policy per caller (``policies`` by ``Caller``)."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: StageConfig, api: apigw.RestApi
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        api: apigw.RestApi,
+        stream: apigw2.WebSocketApi,
     ) -> None:
         super().__init__(scope, construct_id)
         self.policies: dict[Caller, iam.ManagedPolicy] = {}
+        connect = Stack.of(self).format_arn(
+            service="execute-api", resource=stream.api_id, resource_name=f"{config.stage}/$connect"
+        )
         for caller in Caller:
+            stream_grants = (
+                [iam.PolicyStatement(actions=["execute-api:Invoke"], resources=[connect])]
+                if caller is Caller.CONSUMER
+                else []
+            )
             self.policies[caller] = iam.ManagedPolicy(
                 self,
                 caller.value.capitalize(),
@@ -43,6 +60,7 @@ class CallerPolicies(Construct):
                             api.arn_for_execute_api(route.method, route.path, config.stage)
                             for route in caller_routes(caller)
                         ],
-                    )
+                    ),
+                    *stream_grants,
                 ],
             )

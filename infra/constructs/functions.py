@@ -1,4 +1,5 @@
-"""The Lambda functions: one per ``routes.Function`` plus the reaper, each with its own role.
+"""The Lambda functions: one per ``routes.Function`` (the reaper and the stream's included), each with
+its own role.
 
 Every function gets the same environment (names from ``querator.config.EnvVar``), JSON logs into its
 own log group with the stage's retention, and only the DynamoDB actions that
@@ -8,7 +9,7 @@ explicit so no AWS-managed policy (with ``logs:*`` on every log group) is attach
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
@@ -22,6 +23,10 @@ from infra.permissions import DYNAMODB_ACTIONS, TableRole
 from infra.timeouts import REAPER_MARGIN_SECONDS, limits
 from querator.api.routes import Function
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
+from querator.storage.dynamodb.connections import BY_QUEUE_INDEX
+
+#: The secondary indexes of each table (from the schemas), granted by name.
+INDEXES: Final[dict[TableRole, tuple[str, ...]]] = {TableRole.CONNECTIONS: (BY_QUEUE_INDEX,)}
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -79,9 +84,26 @@ class ServiceFunction(Construct):
         table_of: Mapping[TableRole, dynamodb.Table] = {
             TableRole.ITEMS: tables.items,
             TableRole.CATALOG: tables.catalog,
+            TableRole.CONNECTIONS: tables.connections,
         }
         for table, actions in DYNAMODB_ACTIONS[name].items():
-            table_of[table].grant(self.role, *sorted(actions))
+            indexes = INDEXES.get(table, ())
+            if not indexes:
+                table_of[table].grant(self.role, *sorted(actions))
+                continue
+            # CDK's table grant gives every action on "<table>/index/*" too. Here a Query is of the
+            # index (the table's own key is looked up by GetItem), so the index gets exactly that,
+            # by name, and the table the rest.
+            arn = table_of[table].table_arn
+            on_table = sorted(actions - {"dynamodb:Query"})
+            if on_table:
+                self.role.add_to_policy(iam.PolicyStatement(actions=on_table, resources=[arn]))
+            if "dynamodb:Query" in actions:
+                self.role.add_to_policy(
+                    iam.PolicyStatement(
+                        actions=["dynamodb:Query"], resources=[f"{arn}/index/{index}" for index in indexes]
+                    )
+                )
 
         size = limits(config)[name]
         self.function = lambda_.Function(

@@ -54,6 +54,10 @@ def metric_dimensions(stage: str) -> dict[str, str]:
     return {"service": SERVICE_NAME, "stage": stage}
 
 
+#: Milliseconds the dispatcher may lag the items table's stream before it is an alarm.
+DISPATCHER_ITERATOR_AGE_MS: Final = 60_000
+
+
 @dataclass(frozen=True, slots=True)
 class Signal:
     """One alarm: what it watches and when it fires."""
@@ -146,7 +150,22 @@ class QueueMonitoring(Construct):
                     1,
                 ),
             ]
-        for title, table in (("Items", tables.items), ("Catalog", tables.catalog)):
+        signals.append(
+            Signal(
+                "DispatcherIteratorAge",
+                "The stream dispatcher is over a minute behind the items table's writes: subscribers "
+                "get items late (dispatcher errors, throttles or too little concurrency).",
+                functions[Function.DISPATCHER].function.metric(
+                    "IteratorAge", period=PERIOD, statistic="Maximum"
+                ),
+                DISPATCHER_ITERATOR_AGE_MS,
+            )
+        )
+        for title, table in (
+            ("Items", tables.items),
+            ("Catalog", tables.catalog),
+            ("Connections", tables.connections),
+        ):
             signals.append(
                 Signal(
                     f"{title}TableThrottles",

@@ -1,9 +1,10 @@
-"""The two DynamoDB tables, built from ``querator.storage.dynamodb.schema``.
+"""The DynamoDB tables, built from ``querator.storage.dynamodb.schema`` (and the stream's
+``connections`` definition).
 
-Stateful: the construct ids ``Tables``, ``Items`` and ``Catalog`` are never renamed, because a new
-logical id replaces the table (and its data). Key names, key types and billing mode come from the
-schema module's ``CreateTable`` definitions, so CDK, the moto fixtures and the local store cannot
-drift apart.
+Stateful: the construct ids ``Tables``, ``Items``, ``Catalog`` and ``Connections`` are never renamed,
+because a new logical id replaces the table (and its data). Key names, key types, indexes and billing
+mode come from the schema modules' ``CreateTable`` definitions, so CDK, the moto fixtures and the
+local store cannot drift apart.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from constructs import Construct
 
 from infra.constructs.common import removal_policy
 from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.connections import TTL as CONNECTION_TTL
+from querator.storage.dynamodb.connections import connections_table_definition
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,6 +30,10 @@ _ATTRIBUTE_TYPES = {
     "B": dynamodb.AttributeType.BINARY,
 }
 _BILLING = {"PAY_PER_REQUEST": dynamodb.BillingMode.PAY_PER_REQUEST}
+_PROJECTIONS = {
+    "ALL": dynamodb.ProjectionType.ALL,
+    "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY,
+}
 # The definitions are CreateTable arguments; the name there is a placeholder, CloudFormation names
 # the deployed tables (the stack outputs them).
 _PLACEHOLDER = "placeholder"
@@ -43,7 +50,7 @@ def _key(definition: dict[str, Any], key_type: str) -> dynamodb.Attribute | None
 
 
 class QueueTables(Construct):
-    """The items table and the queue catalog."""
+    """The items table, the queue catalog and the stream's connections."""
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
         super().__init__(scope, construct_id)
@@ -54,8 +61,15 @@ class QueueTables(Construct):
             # Only produce's idempotency records carry the attribute; items leave by completion or
             # the reaper, never by TTL.
             ttl_attribute=schema.TTL,
+            # Keys only: the stream dispatcher needs to know which queue got which item id, nothing
+            # more (a record's size is what a stream read costs).
+            stream=dynamodb.StreamViewType.KEYS_ONLY,
         )
         self.catalog = self._table("Catalog", schema.catalog_table_definition, config=config)
+        # A row per open WebSocket connection; DynamoDB drops rows whose $disconnect never came.
+        self.connections = self._table(
+            "Connections", connections_table_definition, config=config, ttl_attribute=CONNECTION_TTL
+        )
 
     def _table(
         self,
@@ -64,15 +78,16 @@ class QueueTables(Construct):
         *,
         config: StageConfig,
         ttl_attribute: str | None = None,
+        stream: dynamodb.StreamViewType | None = None,
     ) -> dynamodb.Table:
         definition = definition_of(_PLACEHOLDER)
-        if definition.get("GlobalSecondaryIndexes") or definition.get("LocalSecondaryIndexes"):
-            # The schema has no indexes today; fail loudly rather than deploy a table without them.
-            raise NotImplementedError("schema defines secondary indexes: add them to QueueTables")
+        if definition.get("LocalSecondaryIndexes"):
+            # No schema has one; fail loudly rather than deploy a table without it.
+            raise NotImplementedError("schema defines local secondary indexes: add them to QueueTables")
         partition_key = _key(definition, "HASH")
         if partition_key is None:
             raise ValueError(f"{construct_id}: the schema defines no partition key")
-        return dynamodb.Table(
+        table = dynamodb.Table(
             self,
             construct_id,
             partition_key=partition_key,
@@ -87,4 +102,14 @@ class QueueTables(Construct):
             time_to_live_attribute=ttl_attribute,
             removal_policy=removal_policy(config),
             deletion_protection=config.retains_data,
+            stream=stream,
         )
+        for index in definition.get("GlobalSecondaryIndexes", []):
+            projection = index["Projection"]["ProjectionType"]
+            table.add_global_secondary_index(
+                index_name=index["IndexName"],
+                partition_key=_key({**definition, "KeySchema": index["KeySchema"]}, "HASH"),
+                sort_key=_key({**definition, "KeySchema": index["KeySchema"]}, "RANGE"),
+                projection_type=_PROJECTIONS[projection],
+            )
+        return table

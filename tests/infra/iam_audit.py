@@ -40,8 +40,15 @@ def _table(name: str) -> str:
     return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
 
 
-def iam_requests(call: Call) -> list[Request]:
-    """What IAM checks for ``call``; fails on a call this audit cannot map (so it is never ignored)."""
+def iam_requests(call: Call, stream_api: str = "", stage: str = "") -> list[Request]:
+    """What IAM checks for ``call``; fails on a call this audit cannot map (so it is never ignored).
+    ``stream_api`` / ``stage``: the WebSocket API's id and stage, for posts to its connections."""
+    if call.service == "execute-api" and call.operation.startswith("POST /@connections/"):
+        connection = call.operation.removeprefix("POST /@connections/")
+        resource = (
+            f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{stream_api}/{stage}/POST/@connections/{connection}"
+        )
+        return [Request("execute-api:ManageConnections", resource)]
     if call.service != "dynamodb":
         raise AssertionError(
             f"a function called {call.service}:{call.operation}; teach the audit its resource"
@@ -126,7 +133,22 @@ def platform_grant(deployment: Deployment, fn: DeployedFunction, grant: Request)
         return grant.resource.split(":log-group:")[-1].removesuffix(":*") == log_group
     if grant.action in {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}:
         return fn.tracing and grant.resource == "*"
+    if grant.action in STREAM_READS:
+        # The event source mapping's poller reads the items table's stream as the dispatcher's role
+        # (ListStreams takes no resource); the function's code never does.
+        items = deployment.outputs["ItemsTableName"]
+        return fn.name == "dispatcher" and (
+            grant.resource == "*"
+            if grant.action == "dynamodb:ListStreams"
+            else f"table/{items}/stream/" in grant.resource
+        )
     return False
+
+
+#: What Lambda's event source mapping calls to read a DynamoDB stream.
+STREAM_READS: Final = frozenset(
+    {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+)
 
 
 @dataclass
@@ -158,8 +180,9 @@ def _short(resource: str) -> str:
 def audit(deployment: Deployment, fn: DeployedFunction) -> Audit:
     statements = role_statements(deployment, fn)
     used: dict[Request, int] = {}
+    stream_api = deployment.physical_of("AWS::ApiGatewayV2::Api")
     for call in deployment.calls_of(fn.name):
-        for request in iam_requests(call):
+        for request in iam_requests(call, stream_api, deployment.stage):
             used[request] = used.get(request, 0) + 1
     granted = grants(statements)
     platform = [g for g in granted if platform_grant(deployment, fn, g)]

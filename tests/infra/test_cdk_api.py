@@ -104,7 +104,14 @@ def test_api_gateway_may_invoke_each_route_function(synth: Synth) -> None:
         if perm["Properties"]["Principal"] == "apigateway.amazonaws.com"
     }
     route_functions = {synth.logical_id(synth.stack.functions[route.function].function) for route in ROUTES}
-    assert permitted == route_functions
+    # ... and the stream function, for the WebSocket API's routes (only from that API).
+    stream_function = synth.logical_id(synth.stack.stream.function.function)
+    assert permitted == route_functions | {stream_function}
+    for perm in synth.of_type("AWS::Lambda::Permission").values():
+        if perm["Properties"]["FunctionName"]["Fn::GetAtt"][0] == stream_function:
+            assert {"Ref": synth.logical_id(synth.stack.stream.api)} in perm["Properties"]["SourceArn"][
+                "Fn::Join"
+            ][1]
 
 
 def test_the_access_log_records_integration_latency_and_error_and_the_callers_arn(synth: Synth) -> None:

@@ -19,6 +19,13 @@ def _paths(synth: Synth, caller: Caller) -> set[str]:
     """``METHOD /path`` of every resource in the caller's policy (the tail of each ARN)."""
     policy = synth.resources[synth.logical_id(synth.stack.callers.policies[caller])]
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    stream_api = {"Ref": synth.logical_id(synth.stack.stream.api)}
+    stream = [r for r in statement["Resource"] if r["Fn::Join"][1][-2] == stream_api]
+    # Consumers may also open the stream: $connect of the WebSocket API, this stage, nothing else.
+    assert [r["Fn::Join"][1][-1] for r in stream] == (
+        [f"/{synth.stack.config.stage}/$connect"] if caller is Caller.CONSUMER else []
+    )
+    statement = {**statement, "Resource": [r for r in statement["Resource"] if r not in stream]}
     assert statement["Effect"] == "Allow"
     assert statement["Action"] == "execute-api:Invoke"
     paths = set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,6 +17,7 @@ from infra.timeouts import (
     limits,
 )
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
+from querator.storage.dynamodb.connections import BY_QUEUE_INDEX
 
 if TYPE_CHECKING:
     from tests.infra.synth import Synth
@@ -41,20 +43,54 @@ def _grants(synth: Synth, name: str, prefix: str) -> set[tuple[str, str]]:
     tables = {
         synth.logical_id(synth.stack.tables.items): TableRole.ITEMS.value,
         synth.logical_id(synth.stack.tables.catalog): TableRole.CATALOG.value,
+        synth.logical_id(synth.stack.tables.connections): TableRole.CONNECTIONS.value,
         synth.logical_id(fn.log_group): "own-log-group",
     }
     pairs = set()
     for statement in _statements_of_role(synth, synth.logical_id(fn.role)):
         assert statement["Effect"] == "Allow"
-        for action in _as_list(statement["Action"]):
-            if not action.startswith(prefix):
-                continue
-            for resource in _as_list(statement["Resource"]):
-                # A table or log group is referenced by its Arn attribute, never by a literal or "*".
+        actions = [a for a in _as_list(statement["Action"]) if a.startswith(prefix)]
+        if not actions or set(actions) <= STREAM_READS:
+            continue  # the event source mapping's reads of the items table's stream (below)
+        for action in actions:
+            for granted in _as_list(statement["Resource"]):
+                # A table or log group is referenced by its Arn attribute, never by a literal or "*";
+                # a table's index as "<its Arn>/index/<name>", and only for a Query.
+                resource = granted
+                if "Fn::Join" in granted:
+                    resource, suffix = granted["Fn::Join"][1]
+                    assert suffix == f"/index/{BY_QUEUE_INDEX}"
+                    assert action == "dynamodb:Query"
                 logical_id, attribute = resource["Fn::GetAtt"]
                 assert attribute == "Arn"
                 pairs.add((action, tables[logical_id]))
     return pairs
+
+
+#: What Lambda's event source mapping needs to read a DynamoDB stream (granted by DynamoEventSource).
+STREAM_READS = frozenset(
+    {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+)
+
+
+def test_only_the_dispatcher_reads_the_items_tables_stream_and_only_that_stream(synth: Synth) -> None:
+    stream_arn = {"Fn::GetAtt": [synth.logical_id(synth.stack.tables.items), "StreamArn"]}
+    readers = {}
+    for name in FUNCTION_NAMES:
+        fn = synth.stack.functions[name]
+        for statement in _statements_of_role(synth, synth.logical_id(fn.role)):
+            actions = set(_as_list(statement["Action"])) & STREAM_READS
+            if actions:
+                readers.setdefault(name, set()).update(
+                    (a, json.dumps(r, sort_keys=True))
+                    for a in actions
+                    for r in _as_list(statement["Resource"])
+                )
+    assert set(readers) == {"dispatcher"}
+    assert readers["dispatcher"] == {
+        ("dynamodb:ListStreams", json.dumps("*")),  # takes no resource
+        *{(a, json.dumps(stream_arn, sort_keys=True)) for a in STREAM_READS - {"dynamodb:ListStreams"}},
+    }
 
 
 @pytest.mark.parametrize("name", FUNCTION_NAMES)
@@ -82,7 +118,9 @@ def test_no_policy_grants_a_wildcard_action_or_a_wildcard_dynamodb_resource(synt
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             actions = _as_list(statement["Action"])
             assert not [a for a in actions if "*" in a]
-            if any(a.startswith("dynamodb:") for a in actions):
+            dynamodb_actions = [a for a in actions if a.startswith("dynamodb:")]
+            # ListStreams (the dispatcher's event source mapping) is the one that takes no resource.
+            if dynamodb_actions and dynamodb_actions != ["dynamodb:ListStreams"]:
                 assert "*" not in _as_list(statement["Resource"])
 
 
@@ -156,7 +194,7 @@ def test_the_reaper_never_overlaps_itself_at_any_rate(minutes: int) -> None:
     assert timeout <= 900  # Lambda's maximum
 
 
-@pytest.mark.parametrize("name", [n for n in FUNCTION_NAMES if n != "reaper"])
+@pytest.mark.parametrize("name", [n for n in FUNCTION_NAMES if n not in ("reaper", "dispatcher")])
 def test_every_function_behind_the_api_ends_before_api_gateway_gives_up(synth: Synth, name: str) -> None:
     props = synth.resources[synth.logical_id(synth.stack.functions[name].function)]["Properties"]
     assert props["Timeout"] <= API_GATEWAY_SECONDS

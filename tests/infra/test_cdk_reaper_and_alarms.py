@@ -67,7 +67,7 @@ def test_the_dashboard_counts_client_errors_apart_from_empty_leases(synth: Synth
 
 def test_the_schedule_invokes_the_reaper_every_minute(synth: Synth) -> None:
     reaper_id = synth.logical_id(synth.stack.functions[REAPER].function)
-    (rule,) = synth.of_type("AWS::Events::Rule").values()
+    rule = synth.resources[synth.logical_id(synth.stack.reaper.schedule)]
     props = rule["Properties"]
     assert props["ScheduleExpression"] == "rate(1 minute)"
     assert props["State"] == "ENABLED"
@@ -129,9 +129,9 @@ def test_a_reaper_that_stops_running_alarms(synth: Synth) -> None:
     assert alarm["Period"] == 600  # ten one-minute schedule periods
 
 
-@pytest.mark.parametrize("which", ["items", "catalog"])
+@pytest.mark.parametrize("which", ["items", "catalog", "connections"])
 def test_each_table_has_a_throttle_alarm_on_reads_and_writes(synth: Synth, which: str) -> None:
-    table = synth.stack.tables.items if which == "items" else synth.stack.tables.catalog
+    table = getattr(synth.stack.tables, which)
     table_ref = {"Ref": synth.logical_id(table)}
     watched = set()
     for alarm in _alarms(synth):

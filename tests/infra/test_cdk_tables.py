@@ -11,6 +11,8 @@ from aws_cdk.assertions import Template
 from infra.config import StageConfig
 from infra.constructs.table import QueueTables
 from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.connections import TTL as CONNECTION_TTL
+from querator.storage.dynamodb.connections import connections_table_definition
 
 if TYPE_CHECKING:
     from tests.infra.synth import Synth
@@ -20,15 +22,24 @@ pytestmark = pytest.mark.infra
 DEFINITIONS = {
     "items": schema.items_table_definition("placeholder"),
     "catalog": schema.catalog_table_definition("placeholder"),
+    "connections": connections_table_definition("placeholder"),
 }
 
 
 def _table(synth: Synth, which: str) -> dict[str, Any]:
-    table = synth.stack.tables.items if which == "items" else synth.stack.tables.catalog
+    table = {
+        "items": synth.stack.tables.items,
+        "catalog": synth.stack.tables.catalog,
+        "connections": synth.stack.tables.connections,
+    }[which]
     return synth.resources[synth.logical_id(table)]
 
 
-@pytest.mark.parametrize("which", ["items", "catalog"])
+def _index(index: dict[str, Any]) -> dict[str, Any]:
+    return {key: index[key] for key in ("IndexName", "KeySchema", "Projection")}
+
+
+@pytest.mark.parametrize("which", ["items", "catalog", "connections"])
 def test_table_keys_and_billing_equal_the_schema_module(synth: Synth, which: str) -> None:
     props = _table(synth, which)["Properties"]
     definition = DEFINITIONS[which]
@@ -37,12 +48,20 @@ def test_table_keys_and_billing_equal_the_schema_module(synth: Synth, which: str
         definition["AttributeDefinitions"], key=lambda a: a["AttributeName"]
     )
     assert props["BillingMode"] == definition["BillingMode"] == "PAY_PER_REQUEST"
-    # The schema defines no secondary index; neither may the deployed table.
-    assert props.get("GlobalSecondaryIndexes") == definition.get("GlobalSecondaryIndexes")
+    # The deployed table has exactly the indexes of the schema (the connections' by_queue).
+    assert [_index(i) for i in props.get("GlobalSecondaryIndexes", [])] == [
+        _index(i) for i in definition.get("GlobalSecondaryIndexes", [])
+    ]
     assert props.get("LocalSecondaryIndexes") == definition.get("LocalSecondaryIndexes")
 
 
-@pytest.mark.parametrize("which", ["items", "catalog"])
+def test_only_the_items_table_has_a_stream_and_it_carries_keys_only(synth: Synth) -> None:
+    assert _table(synth, "items")["Properties"]["StreamSpecification"] == {"StreamViewType": "KEYS_ONLY"}
+    for which in ("catalog", "connections"):
+        assert "StreamSpecification" not in _table(synth, which)["Properties"]
+
+
+@pytest.mark.parametrize("which", ["items", "catalog", "connections"])
 def test_tables_have_point_in_time_recovery_and_kms_encryption(synth: Synth, which: str) -> None:
     props = _table(synth, which)["Properties"]
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
@@ -51,16 +70,21 @@ def test_tables_have_point_in_time_recovery_and_kms_encryption(synth: Synth, whi
     assert props["SSESpecification"] == {"SSEEnabled": True}
 
 
-def test_only_the_items_table_expires_records_by_ttl_on_the_schema_attribute(synth: Synth) -> None:
+def test_items_and_connections_expire_records_by_ttl_on_their_schema_attribute(synth: Synth) -> None:
     assert _table(synth, "items")["Properties"]["TimeToLiveSpecification"] == {
         "AttributeName": schema.TTL,
         "Enabled": True,
     }
     assert "TimeToLiveSpecification" not in _table(synth, "catalog")["Properties"]
+    # A connection whose $disconnect never came leaves its row to expire.
+    assert _table(synth, "connections")["Properties"]["TimeToLiveSpecification"] == {
+        "AttributeName": CONNECTION_TTL,
+        "Enabled": True,
+    }
 
 
 def test_dev_stage_tables_are_deleted_with_the_stack(synth: Synth) -> None:
-    for which in ("items", "catalog"):
+    for which in ("items", "catalog", "connections"):
         table = _table(synth, which)
         assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Delete"
         assert table["Properties"].get("DeletionProtectionEnabled") is False
@@ -73,7 +97,7 @@ def test_tables_outside_dev_are_retained_and_protected() -> None:
     QueueTables(stack, "Tables", config=StageConfig(stage="prod", alarm_email="ops@example.com"))
     # WHEN synthesized
     tables = Template.from_stack(stack).find_resources("AWS::DynamoDB::Table")
-    # THEN both tables survive a stack deletion or replacement and refuse DeleteTable
+    # THEN every table survives a stack deletion or replacement and refuse DeleteTable
     assert len(tables) == len(DEFINITIONS)
     for table in tables.values():
         assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
@@ -84,6 +108,7 @@ def test_table_construct_ids_are_stable(synth: Synth) -> None:
     # Renaming a stateful construct replaces the table and loses its data.
     assert synth.stack.tables.items.node.path == "querator-dev/Tables/Items"
     assert synth.stack.tables.catalog.node.path == "querator-dev/Tables/Catalog"
+    assert synth.stack.tables.connections.node.path == "querator-dev/Tables/Connections"
 
 
 def test_outputs_name_the_api_url_and_both_tables(synth: Synth) -> None:

@@ -40,6 +40,10 @@ class Function(StrEnum):
     META = "meta"
     #: Scheduled, not an HTTP route: no route names it.
     REAPER = "reaper"
+    #: The WebSocket API's routes (``$connect``, ``$disconnect``, ``$default``), not the REST API's.
+    STREAM = "stream"
+    #: Invoked by DynamoDB Streams of the items table and a schedule: pushes to stream subscribers.
+    DISPATCHER = "dispatcher"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
