@@ -21,6 +21,9 @@ from querator.cli.commands import add_command, make_client, seconds
 from querator.cli.output import CliError, ExitCode, print_json
 from querator.client import DeadLetter, WorkerReport, consume, default_backoff
 
+#: Where ``consume --stream`` connects when ``--stream-url`` is not given (a deployed stack's StreamUrl).
+STREAM_URL_ENV: Final = "QUERATOR_STREAM_URL"
+
 if TYPE_CHECKING:
     import argparse
 
@@ -126,6 +129,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="the longest such pause (default 15s)",
     )
     parser.add_argument(
+        "--stream-url",
+        default=os.environ.get(STREAM_URL_ENV) or None,
+        metavar="URL",
+        help=f"the stream's WebSocket URL: a deployed stack's StreamUrl output (default: ${STREAM_URL_ENV}, "
+        "or the server's own /v1/stream)",
+    )
+    parser.add_argument(
         "--stream",
         action="store_true",
         help="have items pushed over the server's stream (credit: --concurrency) instead of "
@@ -151,6 +161,7 @@ def _consume(args: argparse.Namespace) -> int:
         logging.getLogger("querator.client.worker").setLevel(logging.INFO)
     runner = _Runner(args.queue_name, list(args.command), args.dead_letter_exit)
     with make_client(args) as client:
+        client.stream_url = args.stream_url
         info = client.queue_info(args.queue_name)
         if args.dead_letter_exit is not None and not info.dead_queue:
             print(  # noqa: T201

@@ -121,6 +121,9 @@ class Client:
         How many times a call that failed in a retryable way is sent again (0: never).
     request_timeout_margin
         Seconds the client waits beyond a ``request_timeout`` it sends before giving up on the reply.
+    stream_url
+        Where ``consume(mode="stream")`` / ``stream`` connect: a deployed stack's ``StreamUrl``
+        (``wss://…/<stage>``); by default ``<base_url>/v1/stream`` (``querator serve``).
     """
 
     def __init__(
@@ -138,10 +141,16 @@ class Client:
         client_id: str | None = None,
         signer: RequestSigner | None = None,
         request_timeout_margin: float = REQUEST_TIMEOUT_MARGIN,
+        stream_url: str | None = None,
     ) -> None:
         if signer is None and sigv4_region:
             signer = SigV4Signer(sigv4_region, credentials)
         self.base_url = base_url.rstrip("/")
+        #: The stream's WebSocket URL: a deployed stack's ``StreamUrl`` output; ``None``: the
+        #: server's own ``/v1/stream`` (``querator serve``).
+        self.stream_url = stream_url
+        #: Signs the stream's handshake as it signs requests (SigV4 for a deployed stack).
+        self.signer = signer
         self.timeout = timeout
         self.request_timeout_margin = request_timeout_margin
         self.max_retries = max_retries

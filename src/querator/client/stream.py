@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
     from websockets.sync.client import ClientConnection
 
+    from querator.client.transport import RequestSigner
+
 #: A pushed lease may carry up to 5 MB of payloads (the API's reply limit), plus its JSON.
 _MAX_MESSAGE: Final = 8 * 1024 * 1024
 PATH: Final = "/v1/stream"
@@ -61,11 +63,17 @@ class Stream:
         credit: int = 10,
         client_id: str | None = None,
         open_timeout: float = 10.0,
+        url: str | None = None,
+        signer: RequestSigner | None = None,
     ) -> None:
+        """``url``: the WebSocket URL when it is not ``base_url``'s ``/v1/stream`` (a deployed
+        stack's ``StreamUrl``); ``signer``: signs the handshake (SigV4: the stack's ``$connect`` is
+        IAM-authorized)."""
         self.queue_name = queue_name
         self.credit = credit
         self._client_id = client_id
-        self._url = stream_url(base_url)
+        self._url = url or stream_url(base_url)
+        self._signer = signer
         self._open_timeout = open_timeout
         self._socket: ClientConnection | None = None
         self._exit = contextlib.ExitStack()
@@ -82,7 +90,12 @@ class Stream:
         try:
             # Entered as a context manager (what websockets asks for); closed by close().
             self._socket = self._exit.enter_context(
-                connect(self._url, open_timeout=self._open_timeout, max_size=_MAX_MESSAGE)
+                connect(
+                    self._url,
+                    open_timeout=self._open_timeout,
+                    max_size=_MAX_MESSAGE,
+                    additional_headers=self._handshake_headers(),
+                )
             )
         except InvalidStatus as error:
             raise StreamUnavailableError(
@@ -104,6 +117,15 @@ class Stream:
     def close(self) -> None:
         self._socket = None
         self._exit.close()
+
+    def _handshake_headers(self) -> dict[str, str]:
+        """The signature of the handshake's GET (signed as the ``https`` request it upgrades)."""
+        if self._signer is None:
+            return {}
+        parts = urlsplit(self._url)
+        https = urlunsplit(({"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme), *parts[1:]))
+        signed = self._signer.sign("GET", https, {"Host": parts.netloc}, b"")
+        return {name: value for name, value in signed.items() if name.lower() != "host"}
 
     def leases(self, *, timeout: float | None = None) -> Iterator[Lease]:
         """Pushed leases as they arrive; ends when ``timeout`` seconds pass without one (``None``:

@@ -373,14 +373,23 @@ class _Worker:
         from querator.client.stream import SharedStream, StreamUnavailableError  # noqa: PLC0415 - imports us
 
         base_url = getattr(self.client, "base_url", None)
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        url = getattr(self.client, "stream_url", None)
+        if url is None and (
+            not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+        ):
             # The embedded library (in process: no socket to push over) or a client of its own.
             log.warning(
                 "%s has no stream endpoint; long-polling %s", type(self.client).__name__, self.queue_name
             )
             return None
         credit = self.concurrency if self.max_items is None else max(1, min(self.concurrency, self.max_items))
-        stream = SharedStream(base_url, self.queue_name, credit=credit)
+        stream = SharedStream(
+            str(base_url),
+            self.queue_name,
+            credit=credit,
+            url=url,
+            signer=getattr(self.client, "signer", None),
+        )
         try:
             return stream.open()
         except StreamUnavailableError as exc:
