@@ -291,9 +291,10 @@ def test_bad_messages_are_answered_and_the_subscription_stays(api: Api, streams:
     streams.send(connection, "not json")
     streams.send(connection, {"type": "subscribe", "queue_name": queue, "credit": 1})
     streams.send(connection, {"type": "subscribe", "queue_name": queue, "credit": 1})
+    streams.send(connection, {"type": "ping"})
 
     frames = streams.frames(connection)
-    assert [f["type"] for f in frames] == ["error", "error", "subscribed", "error"]
+    assert [f["type"] for f in frames] == ["error", "error", "subscribed", "error", "pong"]
     assert "subscribe first" in frames[0]["message"]
     assert "already subscribed" in frames[3]["message"]
 

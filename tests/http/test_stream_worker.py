@@ -15,7 +15,7 @@ import pytest
 
 from querator.client import Client, DeadLetter, LeasedItem
 from querator.client import stream as stream_module
-from querator.client.stream import SharedStream
+from querator.client.stream import SharedStream, StreamUnavailableError
 from querator.testing import serve_process
 
 if TYPE_CHECKING:
@@ -138,22 +138,32 @@ def test_a_stop_puts_back_every_item_pushed_to_the_worker(server: str, api: Clie
     assert stats.total == 20 - report.completed
 
 
-def test_a_dropped_stream_falls_back_to_long_polling_and_loses_nothing(
-    server: str, api: Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN: the worker's stream will be cut once its first item is handled
-    queue = fresh_queue(api, lease_timeout="2s")
-    api.produce(queue, [f"job {n}" for n in range(10)])
+def _cut_after_first_item(
+    monkeypatch: pytest.MonkeyPatch, *, reopen: bool
+) -> tuple[list[SharedStream], list[bytes], threading.Lock]:
+    """Streams opened by the worker; the first one is cut when its first item is handled. With
+    ``reopen=False`` every later open fails as on a server without a stream."""
     opened: list[SharedStream] = []
     real_open = SharedStream.open
 
     def recording_open(self: SharedStream) -> SharedStream:
+        if opened and not reopen:
+            raise StreamUnavailableError("no stream any more", sent=False)
         opened.append(self)
         return real_open(self)
 
     monkeypatch.setattr(stream_module.SharedStream, "open", recording_open)
-    completed: list[bytes] = []
-    lock = threading.Lock()
+    return opened, [], threading.Lock()
+
+
+@pytest.mark.parametrize("reopen", [True, False])
+def test_a_dropped_stream_is_opened_again_or_long_polled_and_loses_nothing(
+    server: str, api: Client, monkeypatch: pytest.MonkeyPatch, reopen: bool
+) -> None:
+    # GIVEN: the worker's stream will be cut once its first item is handled
+    queue = fresh_queue(api, lease_timeout="2s")
+    api.produce(queue, [f"job {n}" for n in range(10)])
+    opened, completed, lock = _cut_after_first_item(monkeypatch, reopen=reopen)
 
     def handle(item: LeasedItem) -> None:
         with lock:
@@ -165,12 +175,26 @@ def test_a_dropped_stream_falls_back_to_long_polling_and_loses_nothing(
     with Client(server) as client:
         report = client.stream(queue, handle, credit=3, max_items=10, handle_signals=False)
 
-    # THEN: the items in flight on the cut connection came back when their leases ran out and were
-    # leased by polling; each payload was completed once, nothing is left
-    assert report.transport == "stream, then poll"
+    # THEN: it subscribed again (or long-polled when it could not); the items in flight on the cut
+    # connection came back when their leases ran out; each payload was completed once
+    assert report.transport == ("stream" if reopen else "stream, then poll")
+    assert len(opened) == (2 if reopen else 1)
     deadline = time.monotonic() + DEADLINE
     while api.stats(queue).total and time.monotonic() < deadline:
         time.sleep(0.1)
     assert api.stats(queue).total == 0
     assert sorted(completed) == sorted(f"job {n}".encode() for n in range(10))
     assert report.completed + report.lost + report.unsettled == report.leased
+
+
+def test_a_ping_is_answered_and_keeps_the_subscription(server: str, api: Client) -> None:
+    queue = fresh_queue(api)
+    with SharedStream(server, queue, credit=1, keepalive=0.3) as stream:
+        deadline = time.monotonic() + DEADLINE
+        while stream.pongs < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # idle: the reader pings about every 0.3 s, the server answers each
+        assert stream.pongs >= 2
+        api.produce(queue, ["after pings"])
+        lease = next(stream.leases(timeout=DEADLINE))
+        assert [item.payload for item in lease.items] == [b"after pings"]
+        stream.complete(lease.partition, lease.ids)

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 #: A pushed lease may carry up to 5 MB of payloads (the API's reply limit), plus its JSON.
 _MAX_MESSAGE: Final = 8 * 1024 * 1024
+#: A shared stream pings after this long without sending: under API Gateway's 10-minute idle limit.
+KEEPALIVE_SECONDS: Final = 540.0
 PATH: Final = "/v1/stream"
 
 
@@ -223,8 +225,16 @@ class SharedStream(Stream):
     #: How long a call waits for its reply (the server's calls are short; a long-poll is never one).
     _CALL_TIMEOUT: Final = 60.0
 
-    def __init__(self, base_url: str, queue_name: str, **options: Any) -> None:
+    def __init__(
+        self, base_url: str, queue_name: str, *, keepalive: float | None = KEEPALIVE_SECONDS, **options: Any
+    ) -> None:
+        """``keepalive``: send a ``ping`` after this many seconds without sending anything (API
+        Gateway closes a connection idle for 10 minutes); ``None``: never."""
         super().__init__(base_url, queue_name, **options)
+        self._keepalive = keepalive
+        self._last_sent = time.monotonic()
+        #: ``pong`` answers received (each ``ping`` the keepalive sent gets one).
+        self.pongs = 0
         self.pushed: queue.SimpleQueue[Lease | None] = queue.SimpleQueue()
         self.failure: ApiError | None = None
         self.ended = threading.Event()
@@ -265,6 +275,7 @@ class SharedStream(Stream):
     def _send(self, message: dict[str, Any]) -> None:
         with self._sending:
             super()._send(message)
+            self._last_sent = time.monotonic()
 
     def _call(self, message: dict[str, Any]) -> dict[str, Any]:
         request_id = uuid.uuid4().hex
@@ -298,11 +309,15 @@ class SharedStream(Stream):
                 try:
                     text = socket.recv(timeout=self._READ_TICK)
                 except TimeoutError:
+                    if self._keepalive is not None and time.monotonic() - self._last_sent >= self._keepalive:
+                        self._send({"type": "ping"})
                     continue
                 message: dict[str, Any] = json.loads(text)
                 if message["type"] in ("lease", "part"):
                     for lease in self._parts.feed(message):
                         self.pushed.put(lease)
+                elif message["type"] == "pong":
+                    self.pongs += 1
                 elif message.get("request_id"):
                     with self._state:
                         slot = self._replies.get(str(message["request_id"]))
@@ -315,7 +330,7 @@ class SharedStream(Stream):
                         continue  # a lease attempt failed on the server; the subscription stays
                     self.failure = failure  # the subscription ended (unknown queue, …)
                     return
-        except (ConnectionClosed, WebSocketException, OSError, ValueError):
+        except (ConnectionClosed, WebSocketException, ConnectionFailedError, OSError, ValueError):
             return  # the connection ended (or sent something that is not the protocol): stop reading
         finally:
             with self._state:

@@ -17,6 +17,7 @@ ends, it long-polls instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
@@ -276,6 +277,11 @@ class _Worker:
         self.streaming = False
         self.transport = "poll"
         self.leased_total = 0
+        #: Which subscription pushed each item it holds (``generation``, bumped at each reconnect).
+        self.pushed_by: dict[str, int] = {}
+        self.generation = 0
+        #: Credit for the next connection, from items settled while it was being opened.
+        self.owed_credit = 0
         if idle_backoff < 0 or idle_backoff_max < idle_backoff:
             raise ValueError("idle_backoff must be >= 0 and idle_backoff_max >= idle_backoff")
         self.idle_backoff = idle_backoff
@@ -367,7 +373,7 @@ class _Worker:
 
     # -- the stream (mode="stream") ----------------------------------------------------------------
 
-    def _open_stream(self) -> SharedStream | None:
+    def _open_stream(self, credit: int | None = None) -> SharedStream | None:
         """Subscribe with a credit of ``concurrency`` (never more than ``max_items``); ``None`` where the
         endpoint has no stream (the worker long-polls)."""
         from querator.client.stream import SharedStream, StreamUnavailableError  # noqa: PLC0415 - imports us
@@ -382,7 +388,10 @@ class _Worker:
                 "%s has no stream endpoint; long-polling %s", type(self.client).__name__, self.queue_name
             )
             return None
-        credit = self.concurrency if self.max_items is None else max(1, min(self.concurrency, self.max_items))
+        if credit is None:
+            credit = self.concurrency
+        if self.max_items is not None:
+            credit = max(1, min(credit, self.max_items - self.leased_total))
         stream = SharedStream(
             str(base_url),
             self.queue_name,
@@ -399,8 +408,32 @@ class _Worker:
         stream.close()
         return None
 
+    def _reconnect(self, old: SharedStream) -> SharedStream | None:
+        """The connection ended without an error (API Gateway ends every one after two hours): a new
+        subscription with the credit of the handler threads not busy with the old one's items.
+        Those settle over HTTP, and each then gives its credit to the new connection."""
+        old.close()
+        with self.state.lock:
+            # From now on the items the old connection pushed are "earlier" ones; settles before
+            # the new connection is open are owed to it.
+            self.generation += 1
+            self.stream = None
+            busy = len(self.state.jobs)
+        stream = self._open_stream(max(1, self.concurrency - busy))
+        with self.state.lock:
+            self.stream = stream
+            owed, self.owed_credit = self.owed_credit, 0
+        if stream is None:
+            return None
+        if owed:
+            with contextlib.suppress(ConnectionFailedError):
+                stream.give_credit(owed)
+        log.info("the stream of %s ended; subscribed again", self.queue_name)
+        return stream
+
     def _stream_loop(self, stream: SharedStream) -> bool:
-        """Take pushed leases until the run ends (True) or the connection does (False: long-poll on)."""
+        """Take pushed leases until the run ends (True) or the stream does and cannot be opened again
+        (False: long-poll on)."""
         last_item_at = time.monotonic()
         while not self.stop.is_set():
             if self.max_items is not None and self.leased_total >= self.max_items:
@@ -419,9 +452,13 @@ class _Worker:
             if lease is None:
                 if stream.failure is not None:
                     raise stream.failure  # the subscription itself failed (unknown queue, …)
-                log.warning("the stream of %s ended; long-polling instead", self.queue_name)
-                self.transport = "stream, then poll"
-                return False
+                again = None if self.stop.is_set() else self._reconnect(stream)
+                if again is None:
+                    log.warning("the stream of %s ended; long-polling instead", self.queue_name)
+                    self.transport = "stream, then poll"
+                    return False
+                stream = again
+                continue
             items = list(lease.items)
             keep = len(items) if self.max_items is None else max(0, self.max_items - self.leased_total)
             if len(items) > keep:
@@ -433,6 +470,8 @@ class _Worker:
             last_item_at = time.monotonic()
             self.leased_total += len(items)
             self.state.count("leased", len(items))
+            with self.state.lock:
+                self.pushed_by.update((item.id, self.generation) for item in items)
             self._accept(items)
         self.stopped_by = self.stopped_by or "stop"
         return True
@@ -458,40 +497,97 @@ class _Worker:
         except (ApiError, ConnectionFailedError) as exc:
             log.warning("could not put back %d item(s) of %s (%s)", len(ids), self.queue_name, exc)
 
-    # The calls on leased items go over the stream while it is open (which gives its credit back)
-    # and over HTTP otherwise, or when the stream could not send them.
+    # The calls on leased items go over the stream that pushed them while it is open (which gives
+    # their credit back and keeps its deadlines true) and over HTTP otherwise: items leased by
+    # polling, pushed by a connection that has ended, or when the stream could not send the call.
+
+    def _split(self, ids: Sequence[str]) -> tuple[SharedStream | None, list[str], list[str]]:
+        """The stream to use, the ids it pushed, and the rest."""
+        stream = self.stream if self.streaming else None
+        with self.state.lock:
+            ours = [i for i in ids if stream is not None and self.pushed_by.get(i) == self.generation]
+        mine = set(ours)
+        return stream, ours, [i for i in ids if i not in mine]
+
+    def _both_ways(
+        self,
+        ids: Sequence[str],
+        on_stream: Callable[[SharedStream, list[str]], object],
+        on_http: Callable[[list[str]], object],
+        *,
+        settles: bool,
+    ) -> None:
+        """``on_stream`` for the current stream's ids, ``on_http`` for the rest; failed ids of both
+        are raised together as one ``ItemNotLeasedError``. A settle of an item an ended connection
+        pushed gives its credit to the current one (its handler thread is free again)."""
+        stream, current, rest = self._split(ids)
+        failed: list[str] = []
+        refusal: ItemNotLeasedError | None = None
+        if current and stream is not None:
+            try:
+                on_stream(stream, current)
+            except ItemNotLeasedError as exc:
+                failed += exc.failed_ids
+                refusal = exc
+            except ConnectionFailedError as exc:
+                if exc.sent:
+                    raise
+                rest += current
+        try:
+            if rest:
+                on_http(rest)
+        except ItemNotLeasedError as exc:
+            failed += exc.failed_ids
+            refusal = exc
+        finally:
+            if settles:
+                with self.state.lock:
+                    earlier = [i for i in rest if self.pushed_by.get(i, self.generation) != self.generation]
+                    for item_id in ids:
+                        self.pushed_by.pop(item_id, None)
+                    stream = self.stream if self.streaming else None
+                    if earlier and stream is None and self.streaming:
+                        self.owed_credit += len(earlier)  # a reconnect is under way: it pays them
+                if earlier and stream is not None:
+                    with contextlib.suppress(ConnectionFailedError):
+                        stream.give_credit(len(earlier))
+        if refusal is not None:
+            raise ItemNotLeasedError(
+                refusal.code, refusal.code_text, refusal.message, failed_ids=tuple(failed), body=refusal.body
+            )
 
     def _complete(self, partition: int, ids: list[str]) -> None:
-        stream = self.stream if self.streaming else None
-        if stream is not None:
-            try:
-                stream.complete(partition, ids)
-                return
-            except ConnectionFailedError as exc:
-                if exc.sent:
-                    raise
-        self.client.complete(self.queue_name, ids, partition=partition)
+        self._both_ways(
+            ids,
+            lambda stream, chosen: stream.complete(partition, chosen),
+            lambda chosen: self.client.complete(self.queue_name, chosen, partition=partition),
+            settles=True,
+        )
 
     def _retry(self, partition: int, items: Sequence[RetryItem]) -> None:
-        stream = self.stream if self.streaming else None
-        if stream is not None:
-            try:
-                stream.retry(partition, list(items))
-                return
-            except ConnectionFailedError as exc:
-                if exc.sent:
-                    raise
-        self.client.retry(self.queue_name, list(items), partition=partition)
+        by_id = {item.id: item for item in items}
+        self._both_ways(
+            list(by_id),
+            lambda stream, chosen: stream.retry(partition, [by_id[i] for i in chosen]),
+            lambda chosen: self.client.retry(
+                self.queue_name, [by_id[i] for i in chosen], partition=partition
+            ),
+            settles=True,
+        )
 
     def _renewal(self, partition: int, ids: list[str]) -> Renewal:
-        stream = self.stream if self.streaming else None
-        if stream is not None:
-            try:
-                return Renewal.from_wire(stream.renew(partition, ids))
-            except ConnectionFailedError as exc:
-                if exc.sent:
-                    raise
-        return self.client.renew(self.queue_name, ids, partition=partition)
+        renewed: list[Renewal] = []
+        self._both_ways(
+            ids,
+            lambda stream, chosen: renewed.append(Renewal.from_wire(stream.renew(partition, chosen))),
+            lambda chosen: renewed.append(self.client.renew(self.queue_name, chosen, partition=partition)),
+            settles=False,
+        )
+        return Renewal(
+            queue_name=self.queue_name,
+            partition=partition,
+            items=tuple(item for renewal in renewed for item in renewal.items),
+        )
 
     # -- leasing --------------------------------------------------------------------------------------
 

@@ -104,6 +104,9 @@ class Dispatcher:
         except protocol.ProtocolError as error:
             self._post(connection_id, protocol.error(400, "Bad Request", str(error)))
             return
+        if isinstance(message, protocol.Ping):
+            self._post(connection_id, protocol.encode("pong"))
+            return
         if isinstance(message, protocol.Subscribe):
             client_id = message.client_id or f"stream-{uuid.uuid4().hex[:16]}"
             if not self._connections.subscribe(connection_id, message.queue_name, client_id, message.credit):

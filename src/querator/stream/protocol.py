@@ -6,14 +6,16 @@ client → server
     ``subscribe {queue_name, credit, client_id?}``: start receiving leased items of one queue; the
     server may hold up to ``credit`` items leased for this connection at once.
     ``credit {credit}``: return credit for items settled over the HTTP API.
+    ``ping``: nothing but proof of life (API Gateway closes a connection idle for 10 minutes).
     ``complete {request_id, partition, ids}``, ``retry {request_id, partition, items}``,
     ``renew {request_id, partition, ids, lease_timeout?}``: as the HTTP calls; each id this
     connection was holding returns its credit whatever the outcome (it is no longer held).
 
 server → client
     ``subscribed {queue_name, credit}``; ``lease {queue_name, partition, items}`` (the shape of a
-    ``queue.lease`` reply); ``ok {request_id, reply}``; ``error {request_id?, code, code_text,
-    message}`` (the HTTP error envelope).
+    ``queue.lease`` reply); ``part {id, index, bytes}`` (a deployed stack: the payload of an item
+    too large for one 128 KB message, in order); ``ok {request_id, reply}``; ``error {request_id?,
+    code, code_text, message}`` (the HTTP error envelope); ``pong`` (the answer to ``ping``).
 
 Pure: the local server and the Lambda functions share it; it validates shapes, the API validates
 the rest (the same rules as over HTTP).
@@ -48,6 +50,11 @@ class Credit:
 
 
 @dataclass(frozen=True, slots=True)
+class Ping:
+    """Keeps a connection alive; answered with ``pong``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """``complete`` / ``retry`` / ``renew``: forwarded to the HTTP API's route of that name."""
 
@@ -59,7 +66,7 @@ class Call:
     ids: tuple[str, ...]
 
 
-Message = Subscribe | Credit | Call
+Message = Subscribe | Credit | Ping | Call
 
 _CALL_FIELDS: Final = {
     "complete": {"ids"},
@@ -87,6 +94,9 @@ def parse(text: str | bytes) -> Message:
     if kind == "credit":
         _only(message, {"type", "credit"})
         return Credit(credit=_credit(message))
+    if kind == "ping":
+        _only(message, {"type"})
+        return Ping()
     if kind in _CALL_FIELDS:
         _only(message, {"type", "request_id", "partition"} | _CALL_FIELDS[kind])
         partition = message.get("partition", 0)
@@ -106,7 +116,9 @@ def parse(text: str | bytes) -> Message:
         return Call(
             verb=kind, request_id=_text(message, "request_id"), partition=partition, body=body, ids=ids
         )
-    raise ProtocolError(f"Invalid message; unknown type {kind!r} (subscribe, credit, complete, retry, renew)")
+    raise ProtocolError(
+        f"Invalid message; unknown type {kind!r} (subscribe, credit, ping, complete, retry, renew)"
+    )
 
 
 def _only(message: dict[str, Any], allowed: set[str]) -> None:

@@ -62,6 +62,8 @@ class StreamSession:
             message = protocol.parse(text)
         except protocol.ProtocolError as error:
             return [protocol.error(400, "Bad Request", str(error))]
+        if isinstance(message, protocol.Ping):
+            return [protocol.encode("pong")]
         if isinstance(message, protocol.Subscribe):
             if self.subscribed:
                 return [
