@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,6 +34,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
+from benchmarks.idle import CHOSEN_MB, MONTH, call_seconds, lambda_cost
 from benchmarks.meter import CostMeter
 
 REGION = "us-east-1"
@@ -45,6 +47,8 @@ PRICE_CONNECTION_MINUTE = 0.25 / 1e6
 PRICE_WRITE_UNIT = 0.625 / 1e6
 PRICE_READ_UNIT = 0.125 / 1e6
 PRICE_LAMBDA_REQUEST = 0.20 / 1e6
+#: The REST API's requests (the long-poll path): $3.50 per million.
+PRICE_REST_REQUEST = 3.50 / 1e6
 
 
 #: What the functions read, as the stack would set it (tables by the names created here).
@@ -70,6 +74,8 @@ class Figures:
     read_units: float
     invocations: int
     messages: int
+    #: CPU seconds the invocations took in this process (for Lambda's duration).
+    cpu: float = 0.0
 
     def per_item(self, value: float) -> float:
         return value / self.items
@@ -104,6 +110,7 @@ class Bench:
         self.api = aws.InProcessApi(self.context)
         self.aws = aws
         self.invocations = 0
+        self.cpu = 0.0
 
     def _count_message(self, params: dict[str, Any], **_: Any) -> None:
         # Billed per 32 KB of a message.
@@ -136,17 +143,23 @@ class Bench:
                 )
         return records
 
-    def message(self, connection: str, body: dict[str, Any]) -> None:
+    def message(self, connection: str, body: dict[str, Any] | None, route: str = "$default") -> None:
         self.invocations += 1
         event = {
-            "requestContext": {"routeKey": "$default", "connectionId": connection},
-            "body": json.dumps(body),
+            "requestContext": {"routeKey": route, "connectionId": connection},
+            "body": None if body is None else json.dumps(body),
         }
+        started = time.process_time()
         self.aws.websocket_event(event, self.context)
+        self.cpu += time.process_time() - started
 
-    def dispatch(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def dispatch(self, records: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """The dispatcher with stream records, or (``None``) its scheduled sweep."""
         self.invocations += 1
-        return self.aws.dispatch_event({"Records": records}, self.context)
+        started = time.process_time()
+        result = self.aws.dispatch_event({"Records": records} if records is not None else {}, self.context)
+        self.cpu += time.process_time() - started
+        return result
 
     def frames(self, connection: str) -> list[dict[str, Any]]:
         from moto.apigatewaymanagementapi.models import apigatewaymanagementapi_backends  # noqa: PLC0415
@@ -164,12 +177,13 @@ class Bench:
         self.meter.reset()
         self.messages = 0
         self.invocations = 0
+        self.cpu = 0.0
 
     def figures(self, path: str, batch: int, items: int) -> Figures:
         snapshot = self.meter.snapshot()
         return Figures(
             path, batch, items, snapshot.requests, snapshot.write_units, snapshot.read_units,
-            self.invocations, self.messages,
+            self.invocations, self.messages, self.cpu,
         )  # fmt: skip
 
 
@@ -214,13 +228,13 @@ def long_poll(bench: Bench, batch: int, rounds: int) -> Figures:
         bench.produce(queue, batch)
     bench.start()
     done = 0
+    body = {"queue_name": queue, "batch_size": batch, "client_id": "poll", "request_timeout": "0s"}
     for _ in range(rounds):
-        reply = bench.call(
-            "/v1/queue.lease",
-            {"queue_name": queue, "batch_size": batch, "client_id": "poll", "request_timeout": "0s"},
-        )
+        started = time.process_time()
+        reply = bench.call("/v1/queue.lease", body)
         ids = [item["id"] for item in reply["items"]]
         bench.call("/v1/queue.complete", {"queue_name": queue, "partition": 0, "ids": ids})
+        bench.cpu += time.process_time() - started
         bench.invocations += 2
         done += len(ids)
     return bench.figures("HTTP lease + complete", batch, done)
@@ -240,6 +254,104 @@ def _unmetered(bench: Bench, action: Any) -> Any:
     bench.meter._write_units -= after.write_units - before.write_units
     bench.meter._read_units -= after.read_units - before.read_units
     return result
+
+
+#: API Gateway ends a WebSocket connection after 2 hours and one idle for 10 minutes: the client
+#: reconnects every 2 hours and pings after 9 minutes without sending (``KEEPALIVE_SECONDS``).
+RECONNECTS_A_MONTH = MONTH / 7200
+PINGS_A_MONTH = MONTH / 540
+SWEEPS_A_MONTH = MONTH / 60
+
+
+def idle_month(bench: Bench) -> dict[str, Figures]:
+    """One subscriber of an empty queue: a reconnect ($connect, subscribe, $disconnect), a ping, and
+    a sweep with it as the only subscription (the sweep runs once a minute per stack)."""
+    for batch in (1, 10, 100):  # the other cases' consumers leave: one subscriber, as described
+        for name in (f"arrival{batch}", f"backlog{batch}"):
+            bench.message(name, None, "$disconnect")
+    queue, connection = bench.queue(), "idle"
+    found = {}
+    bench.start()
+    bench.message(connection, None, "$connect")
+    bench.message(connection, {"type": "subscribe", "queue_name": queue, "credit": 10})
+    bench.message(connection, None, "$disconnect")
+    found["reconnect"] = bench.figures("reconnect", 10, 1)
+    bench.message(connection, {"type": "subscribe", "queue_name": queue, "credit": 10})
+    bench.frames(connection)
+    bench.start()
+    bench.message(connection, {"type": "ping"})
+    found["ping"] = bench.figures("ping", 10, 1)
+    bench.start()
+    bench.dispatch(None)
+    found["sweep"] = bench.figures("sweep", 10, 1)
+    return found
+
+
+def _month_cost(calls: float, figures: Figures) -> tuple[float, float, float]:
+    """Lambda, DynamoDB and API Gateway dollars of ``calls`` repetitions of what ``figures`` measured."""
+    per_invocation = call_seconds(
+        figures.cpu * 1000 / max(1, figures.invocations),
+        figures.requests / max(1, figures.invocations),
+        CHOSEN_MB,
+    )
+    invocations = figures.invocations * calls
+    lam = lambda_cost(per_invocation * invocations, CHOSEN_MB, invocations)
+    dynamo = calls * (figures.write_units * PRICE_WRITE_UNIT + figures.read_units * PRICE_READ_UNIT)
+    return lam, dynamo, calls * figures.messages * PRICE_MESSAGE
+
+
+def idle_report(found: dict[str, Figures]) -> str:
+    lines = [
+        "One idle stream consumer for a month (a 1-partition queue; stream functions at 256 MB):",
+        "",
+        "| part | times a month | Lambda $ | DynamoDB $ | API Gateway $ |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    total = [0.0, 0.0, 0.0]
+    for name, calls in (
+        ("reconnect", RECONNECTS_A_MONTH),
+        ("ping", PINGS_A_MONTH),
+        ("sweep", SWEEPS_A_MONTH),
+    ):
+        cost = _month_cost(calls, found[name])
+        total = [a + b for a, b in zip(total, cost, strict=True)]
+        lines.append(f"| {name} | {calls:,.0f} | {cost[0]:.4f} | {cost[1]:.4f} | {cost[2]:.4f} |")
+    minutes = MONTH / 60 * PRICE_CONNECTION_MINUTE
+    lines.append(f"| connection minutes | {MONTH / 60:,.0f} | | | {minutes:.4f} |")
+    lines.append(f"| **total** | | {total[0]:.4f} | {total[1]:.4f} | {total[2] + minutes:.4f} |")
+    lines.append("")
+    lines.append(f"Total: ${sum(total) + minutes:.3f} a month.")
+    for name, figures in found.items():
+        lines.append(
+            f"{name}: {figures.invocations} invocation(s), {figures.requests} DynamoDB requests, "
+            f"{figures.write_units:.1f} write and {figures.read_units:.1f} read units, "
+            f"{figures.messages} message(s), {figures.cpu * 1000:.0f} ms CPU here"
+        )
+    return "\n".join(lines)
+
+
+def million_report(rows: list[Figures]) -> str:
+    lines = [
+        "A million delivered items (100 B), the consumer's side (produce is the same either way):",
+        "",
+        "| path | batch | Lambda $ | DynamoDB $ | API Gateway $ | total $ |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        per_call = call_seconds(
+            row.cpu * 1000 / max(1, row.invocations), row.requests / max(1, row.invocations), CHOSEN_MB
+        )
+        invocations = row.per_item(row.invocations) * 1e6
+        lam = lambda_cost(per_call * invocations, CHOSEN_MB, invocations)
+        dynamo = 1e6 * (
+            row.per_item(row.write_units) * PRICE_WRITE_UNIT + row.per_item(row.read_units) * PRICE_READ_UNIT
+        )
+        gateway = 1e6 * row.per_item(row.messages) * PRICE_MESSAGE
+        if row.path.startswith("HTTP"):
+            gateway = invocations * PRICE_REST_REQUEST
+        total = lam + dynamo + gateway
+        lines.append(f"| {row.path} | {row.batch} | {lam:.2f} | {dynamo:.2f} | {gateway:.2f} | {total:.2f} |")
+    return "\n".join(lines)
 
 
 def report(rows: list[Figures]) -> str:
@@ -273,7 +385,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(arrival(bench, batch, args.rounds))
             rows.append(backlog(bench, batch, args.rounds))
             rows.append(long_poll(bench, batch, args.rounds))
+        idle = idle_month(bench)
     print(report(rows))
+    print()
+    print(million_report(rows))
+    print()
+    print(idle_report(idle))
     print(
         f"\n({args.rounds} rounds per case; {started:%Y-%m-%d}; moto in process, units by benchmarks.meter)"
     )

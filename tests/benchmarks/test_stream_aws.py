@@ -11,20 +11,18 @@ from moto import mock_aws
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-from benchmarks.stream_aws import Bench, arrival, backlog, long_poll
+from benchmarks.stream_aws import ENVIRONMENT, Bench, arrival, backlog, long_poll
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[Bench]:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "testing")
-    for name in (
-        "QUERATOR_ITEMS_TABLE",
-        "QUERATOR_CATALOG_TABLE",
-        "QUERATOR_CONNECTIONS_TABLE",
-        "QUERATOR_STREAM_ENDPOINT",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    # Bench sets the stack's environment (metrics disabled among it). Setting it through monkeypatch
+    # first records what each variable was, so later tests get their own environment back; delenv
+    # of an absent variable would record nothing, and the metrics switch leaked into later tests.
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
     with mock_aws():
         yield Bench()
     from querator import bootstrap  # noqa: PLC0415

@@ -213,13 +213,19 @@ def test_a_disconnect_mid_lease_loses_nothing_and_the_old_ids_stay_fenced(api: A
     assert handler("stream")(ws_event(first, "$disconnect"), context())["statusCode"] == 200
     assert DynamoDBConnections(bootstrap.get_client(), "connections").get(first) is None
 
-    # The lease runs out; a new subscriber gets the item again, with a new id.
+    # The lease runs out and the reaper puts the item back at the tail: that write is an insert the
+    # dispatcher sees, so a new subscriber gets the item again, with a new id. (The sweep does not
+    # pump it before then: the queue's counters still show the item leased.)
     second = streams.connect(queue_name=queue, credit=1)
+    assert streams.leased(second) == []
+    handler("dispatcher")(scheduled_event(), context("dispatcher"))
+    assert streams.leased(second) == []
     deadline = time.monotonic() + DEADLINE
-    again: list[dict[str, Any]] = streams.leased(second)
+    again: list[dict[str, Any]] = []
     while not again and time.monotonic() < deadline:
         time.sleep(0.2)
-        handler("dispatcher")(scheduled_event(), context("dispatcher"))
+        handler("reaper")(scheduled_event(), context("reaper"))
+        streams.dispatch()
         again = streams.leased(second)
     assert [item["payload"] for item in again] == [b"precious"]
     assert again[0]["id"] != held["id"]
@@ -312,6 +318,28 @@ def test_a_gone_connection_is_forgotten_and_its_items_come_back_by_their_leases(
     assert connections.get("gone") is None
     stats = api.ok("/v1/queue.stats", {"queue_name": queue})["logicalQueues"][0]["partitions"][0]
     assert stats["total_leased"] == 1  # leased to the gone connection until its lease runs out
+
+
+def test_the_sweep_reads_an_idle_queues_counters_once_and_leases_only_where_something_is_ready(
+    api: Api, streams: Streams
+) -> None:
+    idle, busy = new_queue(api), new_queue(api)
+    connections = DynamoDBConnections(bootstrap.get_client(), "connections")
+    for connection_id, queue in (("idle-1", idle), ("idle-2", idle), ("busy", busy)):
+        connections.subscribe(connection_id, queue, connection_id, 2)
+    produce(api, busy, ["ready"])
+    calls: list[tuple[str, str]] = []
+    in_process = stream_aws.InProcessApi(context())
+
+    def counted(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        calls.append((path, body["queue_name"]))
+        return in_process(path, body)
+
+    dispatcher = Dispatcher(connections, counted, lambda cid, frame: True)
+
+    assert dispatcher.sweep() == 1
+    assert sorted(call for call in calls if call[1] == idle) == [("/v1/queue.stats", idle)]
+    assert ("/v1/queue.lease", busy) in calls
 
 
 def test_only_inserted_ready_item_rows_name_a_queue() -> None:

@@ -51,6 +51,7 @@ _PATHS: Final = {
     "complete": "/v1/queue.complete",
     "retry": "/v1/queue.retry",
     "renew": "/v1/queue.renew",
+    "stats": "/v1/queue.stats",
 }
 _RELEASING: Final = frozenset({"complete", "retry"})
 _STATUS_TEXT: Final = {400: "Bad Request", 500: "Internal Server Error"}
@@ -211,13 +212,36 @@ class Dispatcher:
         return pushed
 
     def sweep(self) -> int:
-        """Pump every subscription with credit: items that became ready by time (scheduled, or a
-        lease that ran out before the reaper put it back) write nothing a stream could see."""
-        pushed = 0
+        """Pump the subscriptions whose queue may have something ready: items that became ready by
+        time (scheduled, or a lease that ran out before the reaper put it back) write nothing a
+        stream could see. One ``queue.stats`` read per subscribed queue decides, so an idle
+        subscriber costs a share of that read a minute, not a lease attempt; a subscription whose
+        held leases ran out is pumped anyway (its credit is due back)."""
+        by_queue: dict[str, list[Subscription]] = {}
         for subscription in self._connections.all():
-            if subscription.credit > 0 or subscription.expired(self._now()):
+            by_queue.setdefault(subscription.queue_name, []).append(subscription)
+        pushed = 0
+        now = self._now()
+        for queue_name, subscriptions in sorted(by_queue.items()):
+            waiting = [s for s in subscriptions if s.credit > 0 or s.expired(now)]
+            if not waiting:
+                continue
+            if not self._may_have_ready(queue_name):
+                waiting = [s for s in waiting if s.expired(now)]
+            for subscription in waiting:
                 pushed += self.pump(subscription)
         return pushed
+
+    def _may_have_ready(self, queue_name: str) -> bool:
+        """Whether the queue's counters show unleased or scheduled items (or cannot be read: then
+        the pump finds out)."""
+        status, reply = self._api(_PATHS["stats"], {"queue_name": queue_name})
+        if status != 200:
+            return True
+        partitions = [p for q in reply.get("logicalQueues", []) for p in q.get("partitions", [])]
+        return any(
+            p.get("total", 0) - p.get("total_leased", 0) > 0 or p.get("scheduled", 0) > 0 for p in partitions
+        )
 
 
 def lease_frames(reply: Mapping[str, Any], *, limit: int = MAX_FRAME_BYTES) -> list[str]:
