@@ -13,8 +13,10 @@ What makes a push happen (docs/adr/0091-stream-on-aws.md):
 - an item written to a queue (produce, retry, a lease that ran out and was put back): DynamoDB
   Streams invokes the dispatcher with the items' keys, and it pumps every subscriber of those queues
   that has credit;
-- an item that becomes ready by time writes nothing: the dispatcher's scheduled sweep pumps every
-  subscription with credit once a minute, like the reaper's period.
+- an item that becomes ready by time writes nothing: the dispatcher's scheduled sweep, once a
+  minute like the reaper, reads each subscribed queue's counters (one ``queue.stats``) and pumps the
+  subscriptions with credit of the queues that have unleased or scheduled items, and those whose
+  held leases ran out.
 
 Every lease is the HTTP API's own ``queue.lease`` (same claims, same fencing), settled by the same
 ``queue.complete`` / ``retry`` / ``renew``: the protocol (``querator.stream.protocol``) is the
