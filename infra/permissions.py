@@ -89,11 +89,12 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
             items=("Query", "BatchWriteItem"),
         ),
         # stats (a batched read of the head rows), listings; clear (conditional deletes, putting
-        # expired leases back first), storage import (batched writes) and delete; the head row's
-        # counters after each.
+        # expired leases back first), storage import (batched writes) and delete; redrive (which
+        # queues dead-letter into this one: a Query of the catalog; moves: Delete + Put
+        # transactions); the head row's counters after each.
         Function.ADMIN: _grants(
             items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem"),
-            catalog=("GetItem",),
+            catalog=("GetItem", "Query"),
         ),
         # health, openapi
         Function.META: _grants(catalog=("Query",)),

@@ -72,6 +72,8 @@ class Metric:
     ITEMS_COMPLETED: Final = "ItemsCompleted"
     #: Lease requests that waited and found nothing (Count): 454 answers.
     LEASE_EMPTY: Final = "LeaseEmpty"
+    #: Items ``queue.redrive`` moved out of a dead-letter queue (Count).
+    ITEMS_REDRIVEN: Final = "ItemsRedriven"
     #: Items the reaper moved to a dead-letter queue (Count).
     DEAD_LETTERED: Final = "ItemsDeadLettered"
     #: Items the reaper deleted because their queue has no dead-letter queue (Count).

@@ -46,6 +46,7 @@ COMMANDS = [
     ["consume"],
     ["peek"],
     ["clear"],
+    ["redrive"],
 ]
 
 
@@ -420,6 +421,92 @@ def test_dead_letters_of_a_queue_without_one_exits_3(run: Run, queue_name: str) 
     result = run("dead-letters", queue_name)
     assert result.code == ExitCode.BAD_REQUEST
     assert "has no dead-letter queue" in result.err
+
+
+def _dead_lettered(run: Run, queue_name: str, *payloads: str) -> str:
+    dead_queue = f"{queue_name}-dead"
+    run("queues", "create", dead_queue)
+    run("queues", "create", queue_name, "--dead-queue", dead_queue)
+    run("produce", queue_name, *payloads)
+    leased = _lease(run, queue_name, len(payloads))
+    for item in leased["items"]:  # type: ignore[attr-defined]
+        retried = run("retry", queue_name, item["id"], "--dead", "--partition", str(leased["partition"]))
+        assert retried.code == 0, retried.err
+    return dead_queue
+
+
+def test_redrive_moves_every_dead_letter_back_with_attempts_reset(
+    run: Run, client: Client, queue_name: str
+) -> None:
+    dead_queue = _dead_lettered(run, queue_name, "one", "two", "three")
+
+    result = run("redrive", dead_queue, "-o", "json")
+
+    assert result.code == 0, result.err
+    assert result.json() == {"queue_name": dead_queue, "moved": 3, "remaining": 0, "stranded": 0}
+    back = run("peek", queue_name, "-o", "json").json()["items"]
+    assert sorted(i["utf8"] for i in back) == ["one", "three", "two"]
+    assert {i["attempts"] for i in back} == {0}
+    assert client.stats(dead_queue).total == 0
+
+
+def test_redrive_with_a_limit_a_rate_and_to_reports_what_remains(
+    run: Run, client: Client, queue_name: str
+) -> None:
+    dead_queue = _dead_lettered(run, queue_name, "a", "b", "c")
+    other = f"{queue_name}-other"
+    run("queues", "create", other)
+
+    result = run("redrive", dead_queue, "--to", other, "--limit", "2", "--rate", "1000")
+
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == [f"moved 2 item(s) out of {dead_queue}", "1 item(s) remain"]
+    assert client.stats(other).total == 2 and client.stats(queue_name).total == 0
+
+
+def test_redrive_refusals_exit_3_and_move_nothing(run: Run, client: Client, queue_name: str) -> None:
+    dead_queue = _dead_lettered(run, queue_name, "a")
+
+    into_itself = run("redrive", dead_queue, "--to", dead_queue)
+    not_a_dead_letter_queue = run("redrive", queue_name)
+    unknown = run("redrive", dead_queue, "--to", f"{queue_name}-nope")
+
+    assert [r.code for r in (into_itself, not_a_dead_letter_queue, unknown)] == [ExitCode.BAD_REQUEST] * 3
+    assert "not the dead_queue of any queue" in not_a_dead_letter_queue.err
+    assert "does not exist" in unknown.err
+    assert client.stats(dead_queue).total == 1
+    assert run("redrive", dead_queue, "--limit", "0").code == ExitCode.USAGE
+
+
+def test_redrive_draws_a_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from querator.cli import commands  # noqa: PLC0415
+    from querator.client import Redriven  # noqa: PLC0415
+
+    class _Stats:
+        partitions = (type("P", (), {"total": 5, "scheduled": 0})(),)
+
+    class _Client:
+        def __enter__(self) -> _Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def stats(self, name: str) -> _Stats:
+            return _Stats()
+
+        def redrive_all(self, name: str, **kw: object) -> list[Redriven]:
+            return [Redriven(moved=3, remaining=2, stranded=0), Redriven(moved=2, remaining=0, stranded=0)]
+
+    drawn = io.StringIO()
+    real = Progress
+    monkeypatch.setattr(commands, "make_client", lambda args: _Client())
+    monkeypatch.setattr(
+        commands, "Progress", lambda total, label: real(total, label=label, stream=drawn, force=True)
+    )
+
+    assert main(["redrive", "dlq"]) == 0
+    assert "redrive dlq [" in drawn.getvalue() and "100.0% 5 items" in drawn.getvalue()
 
 
 # -- stats and watch ----------------------------------------------------------------------------------

@@ -129,8 +129,8 @@ def lifecycle(deployed: Deployment, stages: dict[str, tuple[Deployment, dict[str
 
 
 def drive(d: Deployment) -> dict[str, Any]:
-    """create → produce → lease → complete → renew → retry → dead-letter → stats → clear → delete, and
-    a reaper run, through the deployed API; returns every reply by step name."""
+    """create → produce → lease → complete → renew → retry → dead-letter → stats → clear → redrive →
+    delete, and a reaper run, through the deployed API; returns every reply by step name."""
     r: dict[str, Any] = {}
     tag = uuid.uuid4().hex[:6]
     dead, work, expiring, doomed, gone, scheduled = (
@@ -239,6 +239,9 @@ def drive(d: Deployment) -> dict[str, Any]:
     time.sleep(SHORT + 0.1)
     r["reaper"] = d.run_schedule()
     post("stats_dead_after_reaper", "/v1/queue.stats", {"queue_name": dead})
+    # redrive: every dead letter back to the queue it came from (work and expiring)
+    post("redrive", "/v1/queue.redrive", {"queue_name": dead})
+    post("stats_dead_after_redrive", "/v1/queue.stats", {"queue_name": dead})
     post("stats_doomed", "/v1/queue.stats", {"queue_name": doomed})
     post("info_gone", "/v1/queues.info", {"queue_name": gone})
 
@@ -414,6 +417,8 @@ def test_the_deployed_functions_serve_the_whole_lifecycle(lifecycle: dict[str, A
     assert reaped["queues_deleted"] == 1
     assert reaped["finished"] is True
     assert _total(r["stats_dead_after_reaper"]) == 4
+    assert r["redrive"].body == {"moved": 4, "remaining": 0, "stranded": 0}
+    assert _total(r["stats_dead_after_redrive"]) == 0
     assert _total(r["stats_doomed"]) == 0
 
 

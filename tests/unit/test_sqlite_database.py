@@ -63,6 +63,30 @@ def test_another_applications_sqlite_database_is_refused_and_left_as_it_was(tmp_
     assert digest(path) == before
 
 
+def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_path):
+    path = tmp_path / "querator.db"
+    service = sqlite_service(path, clock=FakeClock())
+    make_queue(service)
+    service.produce("jobs", [NewItem(payload=b"kept")])
+    service.store._db.close()  # type: ignore[attr-defined]
+    # Schema 1 as released: items without source_queue.
+    old = sqlite3.connect(path)
+    old.execute("ALTER TABLE items DROP COLUMN source_queue")
+    old.execute("UPDATE querator_meta SET value = '1' WHERE key = 'schema_version'")
+    old.execute("PRAGMA user_version = 1")
+    old.commit()
+    old.close()
+
+    upgraded = sqlite_service(path, clock=FakeClock())
+
+    [item] = upgraded.list_items("jobs", 0)
+    assert (item.payload, item.source_queue) == (b"kept", "")
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+    check.close()
+
+
 def test_a_database_of_a_newer_schema_is_refused_and_left_as_it_was(tmp_path):
     path = tmp_path / "querator.db"
     SQLiteDatabase(path).close()

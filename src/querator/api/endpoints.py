@@ -148,6 +148,12 @@ def clear(service: QueueService, request: schemas.ClearRequest, call: Call) -> s
     return OK
 
 
+def redrive(service: QueueService, request: schemas.RedriveRequest, call: Call) -> schemas.WireResponse:
+    outcome = service.redrive(request.queue_name, to=request.to, limit=request.limit)
+    count(Metric.ITEMS_REDRIVEN, outcome.moved)
+    return schemas.RedriveResponse.from_domain(outcome)
+
+
 def list_items(service: QueueService, request: schemas.ListItemsRequest, call: Call) -> schemas.WireResponse:
     found = service.list_items(
         request.queue_name, request.partition, pivot=request.pivot, limit=request.limit
@@ -197,6 +203,7 @@ ENDPOINTS: Final[Mapping[str, Endpoint]] = MappingProxyType(
         routes.RENEW.name: renew,
         routes.STATS.name: stats,
         routes.CLEAR.name: clear,
+        routes.REDRIVE.name: redrive,
         routes.ITEMS_LIST.name: list_items,
         routes.SCHEDULED_LIST.name: list_scheduled,
         routes.ITEMS_IMPORT.name: import_items,

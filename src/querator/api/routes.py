@@ -155,6 +155,13 @@ CLEAR: Final = _post(
     schemas.OkResponse,
     "Remove un-leased, scheduled or (destructive) leased items; 454 when it must be called again.",
 )
+REDRIVE: Final = _post(
+    "queue.redrive",
+    Function.ADMIN,
+    schemas.RedriveRequest,
+    schemas.RedriveResponse,
+    "Move dead letters back to the queues they came from (or to 'to'); call until remaining is 0.",
+)
 ITEMS_LIST: Final = _post(
     "storage/items.list",
     Function.ADMIN,
@@ -225,6 +232,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     RENEW,
     STATS,
     CLEAR,
+    REDRIVE,
     ITEMS_LIST,
     SCHEDULED_LIST,
     ITEMS_IMPORT,

@@ -542,6 +542,30 @@ class ClearRequest(WireRequest):
         return scope
 
 
+# -- redrive -----------------------------------------------------------------------------------------
+
+
+class RedriveRequest(WireRequest):
+    """``queue.redrive``: move up to ``limit`` items of a dead-letter queue back, to ``to`` when given,
+    else each to the queue it was dead-lettered from."""
+
+    queue_name: QueueName
+    to: str | None = None
+    limit: int = Field(default=MAX_BATCH, ge=1, le=MAX_BATCH)
+
+
+class RedriveResponse(WireResponse):
+    """``queue.redrive`` reply: call again until ``remaining`` is 0."""
+
+    moved: int
+    remaining: int
+    stranded: int
+
+    @classmethod
+    def from_domain(cls, outcome: domain.RedriveOutcome) -> Self:
+        return cls(moved=outcome.moved, remaining=outcome.remaining, stranded=outcome.stranded)
+
+
 # -- storage inspection -------------------------------------------------------------------------------
 
 

@@ -1,5 +1,5 @@
 """The ``querator`` client commands: queues, produce, lease, complete, retry, renew, consume, stats,
-watch, peek, clear and dead-letters, over ``querator.client.Client``.
+watch, peek, clear, dead-letters and redrive, over ``querator.client.Client``.
 
 Each command takes ``--url`` (default ``$QUERATOR_URL`` or http://127.0.0.1:2319), ``--sigv4-region``
 (``$QUERATOR_SIGV4_REGION``) and ``--output table|json``; exit codes are in ``output.ExitCode`` and
@@ -100,6 +100,7 @@ def register(commands: Any) -> argparse.ArgumentParser:
     _register_peek(commands, common)
     _register_clear(commands, common)
     _register_dead_letters(commands, common)
+    _register_redrive(commands, common)
     return common
 
 
@@ -907,6 +908,70 @@ def _dead_letters(args: argparse.Namespace) -> int:
             for p, i in items
         ]
         print(table(["PARTITION", "ID", "SOURCE ID", "ATTEMPTS", "CREATED", "REFERENCE", "PAYLOAD"], rows))  # noqa: T201
+    return ExitCode.OK
+
+
+def _register_redrive(commands: Any, common: argparse.ArgumentParser) -> None:
+    redrive = add_command(
+        commands,
+        "redrive",
+        common,
+        _redrive,
+        help="move a dead-letter queue's items back to the queues they came from",
+        description=(
+            "Move the items of the dead-letter queue DLQ back (queue.redrive, repeated until none\n"
+            "remain): each to the queue it was dead-lettered from, or all to --to QUEUE. They keep\n"
+            "payload, reference, encoding and kind, and start again at attempts 0. Interrupting and\n"
+            "running it again moves each item exactly once. Items leased in DLQ stay; items whose\n"
+            "queue no longer exists stay too (reported as stranded: move them with --to)."
+        ),
+    )
+    redrive.add_argument("queue_name", metavar="DLQ")
+    redrive.add_argument("--to", metavar="QUEUE", help="move every item to QUEUE instead")
+    redrive.add_argument("--limit", type=int, default=None, help="at most this many items (default: all)")
+    redrive.add_argument(
+        "--rate", type=float, default=None, metavar="R", help="at most R items a second (default: no pacing)"
+    )
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise CliError("--limit must be at least 1", ExitCode.USAGE)
+    if args.rate is not None and args.rate <= 0:
+        raise CliError("--rate must be above 0", ExitCode.USAGE)
+    moved = remaining = stranded = 0
+    with make_client(args) as client:
+        stats = client.stats(args.queue_name)
+        total = sum(p.total + p.scheduled for p in stats.partitions)
+        if args.limit is not None:
+            total = min(total, args.limit)
+        progress = Progress(total, label=f"redrive {args.queue_name}")
+        try:
+            for reply in client.redrive_all(args.queue_name, to=args.to, rate=args.rate, limit=args.limit):
+                moved += reply.moved
+                remaining, stranded = reply.remaining, reply.stranded
+                progress.advance(moved, moved)
+        finally:
+            progress.close()
+    if args.output == "json":
+        print_json(
+            {"queue_name": args.queue_name, "moved": moved, "remaining": remaining, "stranded": stranded}
+        )
+        return ExitCode.OK
+    print(f"moved {moved} item(s) out of {args.queue_name}")  # noqa: T201
+    if stranded:
+        print(  # noqa: T201
+            f"{stranded} item(s) stay: the queue they came from no longer exists (move them with --to QUEUE)"
+        )
+    if remaining:
+        print(  # noqa: T201
+            f"{remaining} item(s) remain"
+            + (
+                " (leased in the dead-letter queue: run it again once their leases end)"
+                if args.limit is None
+                else ""
+            )
+        )
     return ExitCode.OK
 
 

@@ -38,6 +38,7 @@ from querator.client.models import (
     Produced,
     QueueInfo,
     QueueStats,
+    Redriven,
     Renewal,
     RetryItem,
     StoredItem,
@@ -84,6 +85,7 @@ PATHS: Final[Mapping[str, str]] = {
     "queue.renew": "/v1/queue.renew",
     "queue.stats": "/v1/queue.stats",
     "queue.clear": "/v1/queue.clear",
+    "queue.redrive": "/v1/queue.redrive",
     "storage/items.list": "/v1/storage/items.list",
     "storage/scheduled.list": "/v1/storage/scheduled.list",
     "storage/items.import": "/v1/storage/items.import",
@@ -493,6 +495,45 @@ class Client:
                 continue
             return
         self._call("queue.clear", body, safety=Safety.IDEMPOTENT)
+
+    def redrive(self, queue_name: str, *, to: str | None = None, limit: int = PAGE_SIZE) -> Redriven:
+        """``queue.redrive``: move up to ``limit`` dead letters of ``queue_name`` back to the queues
+        they came from (or to ``to``), as new items with ``attempts`` 0. Call again until
+        ``remaining`` is 0 (``redrive_all`` does); a retried call never stores an item twice."""
+        body: dict[str, Any] = {"queue_name": queue_name, "limit": limit}
+        if to is not None:
+            body["to"] = to
+        return Redriven.from_wire(self._call("queue.redrive", body, safety=Safety.IDEMPOTENT) or {})
+
+    def redrive_all(
+        self,
+        queue_name: str,
+        *,
+        to: str | None = None,
+        rate: float | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Redriven]:
+        """``redrive`` until nothing remains, yielding each call's reply (for progress).
+
+        ``rate`` (items per second) paces the calls, so the queue's consumers are not flooded at
+        once; ``limit`` stops after that many items. Stops early, rather than spin, when a call
+        moves nothing while items remain (they are leased in the dead-letter queue: run it again
+        once their leases end).
+        """
+        moved = 0
+        while limit is None or moved < limit:
+            batch = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - moved)
+            if rate is not None:
+                batch = max(1, min(batch, int(rate)))
+            started = time.monotonic()
+            reply = self.redrive(queue_name, to=to, limit=batch)
+            moved += reply.moved
+            yield reply
+            if reply.remaining == 0 or reply.moved == 0:
+                return
+            if rate is not None:
+                # One call's worth of items per 1/rate seconds each: the next call waits its turn.
+                time.sleep(max(0.0, reply.moved / rate - (time.monotonic() - started)))
 
     # -- storage inspection ---------------------------------------------------------------------------
 

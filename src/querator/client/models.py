@@ -294,6 +294,22 @@ class Renewal:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Redriven:
+    """A ``queue.redrive`` reply: how many dead letters this call moved, how many are still to
+    move (call again until 0), and how many stay because their source queue no longer exists."""
+
+    moved: int
+    remaining: int
+    stranded: int
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> Redriven:
+        return cls(
+            moved=_int(body, "moved"), remaining=_int(body, "remaining"), stranded=_int(body, "stranded")
+        )
+
+
 # -- stats --------------------------------------------------------------------------------------------
 
 

@@ -169,6 +169,9 @@ class Item:
     enqueue_at: datetime | None = None
     #: The item's id in the queue it was dead-lettered or imported from.
     source_id: str = ""
+    #: The queue a dead letter came from (where ``queue.redrive`` sends it back); empty otherwise,
+    #: and on dead letters stored before redrive existed.
+    source_queue: str = ""
 
     def is_leased(self, now: datetime) -> bool:
         return self.lease_deadline is not None and self.lease_deadline > now
@@ -244,6 +247,20 @@ class BatchOutcome:
 
     applied: list[str] = field(default_factory=list)
     failed: list[IdFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedriveOutcome:
+    """What one ``queue.redrive`` call did."""
+
+    #: Items moved out of the dead-letter queue by this call.
+    moved: int
+    #: Items still to move, from the dead-letter queue's counters after this call: leased dead
+    #: letters and those this call did not reach. Stranded items seen by this call are not counted.
+    remaining: int
+    #: Items left in place because the queue they came from no longer exists (or, for dead letters
+    #: stored before redrive recorded it, is not known: more than one queue dead-letters here).
+    stranded: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,7 @@ own process state (docs/adr/0061-service-package.md):
 - ``lease.Leaser``: lease, claims, the waiting clients;
 - ``settle.Settler``: requeue and dead-letter, returning what it did;
 - ``items.ItemCalls``: complete / retry / renew and the storage calls;
+- ``redrive.Redriver``: dead letters back to the queues they came from;
 - ``reaper.Reaper``: the scheduled pass over every queue.
 """
 
@@ -29,6 +30,7 @@ from querator.service.lease import Leaser
 from querator.service.produce import Producer
 from querator.service.queues import QueueDirectory
 from querator.service.reaper import Reaper, ReapReport
+from querator.service.redrive import Redriver
 from querator.service.settle import Settler
 from querator.service.tuning import (
     CURSOR_LAG,
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
         ProduceReceipt,
         QueueInfo,
         QueueUpdate,
+        RedriveOutcome,
         RenewOutcome,
         RetryRequest,
         StorageItem,
@@ -114,6 +117,7 @@ class QueueService:
         self._leaser = Leaser(store, self._queues, settler, clock, rng, claim_budget)
         self._items = ItemCalls(store, self._queues, settler, clock, ids)
         self._reaper = Reaper(catalog, store, settler, self._admin, clock, recount_period)
+        self._redriver = Redriver(store, self._queues, clock, ids, budget=clear_budget)
 
     #: The ports this service runs on, for tools that work beside it (benchmarks, tests, migrations):
     #: another service over the same storage is ``QueueService(catalog=s.catalog, store=s.store, ...)``.
@@ -181,6 +185,11 @@ class QueueService:
     def clear(self, queue_name: str, scope: ClearScope) -> int:
         """Remove items in ``scope``; returns how many (``RetryLaterError`` when out of budget)."""
         return self._admin.clear(queue_name, scope)
+
+    def redrive(self, queue_name: str, *, to: str | None = None, limit: int = 1000) -> RedriveOutcome:
+        """Move up to ``limit`` dead letters of ``queue_name`` back to their source queues (or to
+        ``to``); calling until ``remaining`` is 0 moves each exactly once."""
+        return self._redriver.redrive(queue_name, to=to, limit=limit)
 
     def list_items(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000

@@ -206,6 +206,7 @@ class Settler:
                 created_at=item.created_at,
                 expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
                 source_id=item.id,
+                source_queue=queue.name,
             )
             # The same item always lands in the same partition of the dead-letter queue.
             target_partition = zlib.crc32(item.id.encode()) % target.partitions

@@ -48,7 +48,12 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: What each version adds to the one before, applied in order when a file of an older version opens.
+_MIGRATIONS: dict[int, str] = {
+    # 2: the queue a dead letter came from, for queue.redrive.
+    2: "ALTER TABLE items ADD COLUMN source_queue TEXT NOT NULL DEFAULT ''",
+}
 #: How long a writer waits for another's lock before the call fails (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
 #: Connections kept open between transactions (more are opened under load and closed after).
@@ -62,7 +67,7 @@ CREATE TABLE items (
     attempts INTEGER NOT NULL, lease_us INTEGER, expire_us INTEGER NOT NULL,
     created_us INTEGER NOT NULL, enqueue_us INTEGER, size INTEGER NOT NULL,
     payload BLOB NOT NULL, reference TEXT NOT NULL, encoding TEXT NOT NULL, kind TEXT NOT NULL,
-    source_id TEXT NOT NULL,
+    source_id TEXT NOT NULL, source_queue TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (queue, part, id)
 ) WITHOUT ROWID;
 CREATE TABLE heads (
@@ -101,7 +106,7 @@ _SELECT_QUEUE = (
 # Statements below are built from these constant column lists (never from values: those are bound),
 # hence the S608 waivers.
 _STATE_COLUMNS = "id, attempts, lease_us, expire_us, created_us, enqueue_us, size"
-_ITEM_COLUMNS = f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id"
+_ITEM_COLUMNS = f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id, source_queue"
 _HEAD_COLUMNS = (
     "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
     " scheduled_created_sum, version, recount, recounted_us"
@@ -145,6 +150,7 @@ def _item(row: Any) -> Item:
         encoding=row[9],
         kind=row[10],
         source_id=row[11],
+        source_queue=row[12],
     )
 
 
@@ -198,6 +204,13 @@ class SQLiteDatabase:
                     "INSERT INTO querator_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
                 connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version < SCHEMA_VERSION:
+                for step in range(version + 1, SCHEMA_VERSION + 1):
+                    connection.execute(_MIGRATIONS[step])
+                connection.execute(
+                    "UPDATE querator_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+                )
                 connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             connection.execute("COMMIT")
             connection.execute("PRAGMA journal_mode = WAL")
@@ -362,7 +375,7 @@ class _SQLiteRows:
         size = item.reply_size()
         self._c.execute(
             f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 queue,
                 partition,
@@ -378,6 +391,7 @@ class _SQLiteRows:
                 item.encoding,
                 item.kind,
                 item.source_id,
+                item.source_queue,
             ),
         )
 

@@ -60,6 +60,7 @@ def encode_item(queue: str, partition: int, item: Item) -> AttributeMap:
         (schema.ENCODING, item.encoding),
         (schema.KIND, item.kind),
         (schema.SOURCE_ID, item.source_id),
+        (schema.SOURCE_QUEUE, item.source_queue),
     ):
         if value:
             attrs[name] = {"S": value}
@@ -84,6 +85,7 @@ def decode_item(attrs: AttributeMap) -> Item:
         created_at=_required_time(attrs, schema.CREATED_AT),
         enqueue_at=_time(attrs, schema.ENQUEUE_AT),
         source_id=_str(attrs, schema.SOURCE_ID),
+        source_queue=_str(attrs, schema.SOURCE_QUEUE),
     )
 
 

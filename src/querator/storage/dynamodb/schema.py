@@ -42,6 +42,7 @@ EXPIRE_DEADLINE = "expire"
 CREATED_AT = "created"
 ENQUEUE_AT = "enqueue"
 SOURCE_ID = "src"
+SOURCE_QUEUE = "sq"
 #: What the item may add to a lease reply (``codec.reply_size``), stored only from 1 KB on, so a lease
 #: keeps its reply under the Lambda response limit from the scan alone (smaller items count as 1 KB).
 PAYLOAD_SIZE = "sz"

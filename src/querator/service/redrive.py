@@ -1,0 +1,146 @@
+"""Redrive: move dead letters back to the queue they came from (or to a named queue).
+
+Each item moves with the store's atomic ``move`` (delete from the dead-letter queue guarded on the
+item not being validly leased, put of the replacement under a fresh id), so an interrupted call that
+is repeated finds every moved item gone from the dead-letter queue and cannot store it twice: the
+dead-letter queue itself is the bookmark (docs/adr/0080-priority-fair-redrive.md).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+from querator.domain import lifecycle
+from querator.domain.errors import InvalidRequestError
+from querator.domain.ids import ITEMS_END
+from querator.domain.model import MAX_BATCH, Item, RedriveOutcome, validate_queue_name
+from querator.ports import Guard, Move
+from querator.service.tuning import PAGE_MAX
+
+if TYPE_CHECKING:
+    from datetime import datetime, timedelta
+
+    from querator.domain.ids import IdFactory
+    from querator.domain.model import QueueInfo
+    from querator.ports import Clock, ItemStore
+    from querator.service.queues import QueueDirectory
+
+
+class Redriver:
+    """``queue.redrive``: reads the dead-letter queue in key order and moves items page by page."""
+
+    def __init__(
+        self, store: ItemStore, queues: QueueDirectory, clock: Clock, ids: IdFactory, *, budget: timedelta
+    ) -> None:
+        self._store = store
+        self._queues = queues
+        self._catalog = queues.catalog
+        self._clock = clock
+        self._ids = ids
+        self._budget = budget
+
+    def redrive(self, queue_name: str, *, to: str | None = None, limit: int = MAX_BATCH) -> RedriveOutcome:
+        """Move up to ``limit`` items of ``queue_name`` to ``to`` (else to each item's source queue).
+
+        Stops early when the call's budget runs out (the reply's ``remaining`` says more are left).
+        Raises ``InvalidRequestError`` for a bad ``to`` or ``limit`` before moving anything.
+        """
+        if not 1 <= limit <= MAX_BATCH:
+            raise InvalidRequestError(f"limit must be between 1 and {MAX_BATCH}", field="limit")
+        source = self._queues.live(queue_name)
+        # O(queues): which queues dead-letter here. Redrive is an operator's call, not the hot path.
+        queues = {q.name: q for q in self._catalog.iterate() if not q.deleting}
+        feeders = sorted(name for name, q in queues.items() if q.dead_queue == source.name)
+        fixed = self._check_target(source, to, queues) if to is not None else None
+        if fixed is None and not feeders:
+            raise InvalidRequestError(
+                f"queue '{source.name}' is not the dead_queue of any queue; name the queue to move"
+                " its items to with 'to'",
+                field="to",
+            )
+        # Dead letters stored before their source queue was recorded go back to the one queue that
+        # dead-letters here, when there is exactly one.
+        unknown_source = queues.get(feeders[0]) if len(feeders) == 1 else None
+
+        now = self._clock.now()
+        stop_at = now + self._budget
+        moved = stranded = 0
+        for partition in range(source.partitions):
+            start = ""
+            while moved < limit and self._clock.now() < stop_at:
+                # At most as many candidates as may still move, so none is read and left behind;
+                # leased dead letters are filtered out by the read (they stay, counted as remaining).
+                page = self._store.scan(
+                    source.name,
+                    partition,
+                    start=start,
+                    end=ITEMS_END,
+                    limit=min(PAGE_MAX, limit - moved),
+                    available_at=now,
+                )
+                found = self._store.get_many(source.name, partition, [s.id for s in page.items])
+                moves: list[Move] = []
+                for state in page.items:
+                    item = found.get(state.id)
+                    if item is None:
+                        continue  # completed or moved by someone else since the read
+                    target: QueueInfo | None
+                    if fixed is not None:
+                        target = fixed
+                    elif item.source_queue:
+                        target = queues.get(item.source_queue)
+                    else:
+                        target = unknown_source
+                    if target is None:
+                        stranded += 1
+                        continue
+                    moves.append(self._move(item, target, now))
+                if moves:
+                    result = self._store.move(
+                        source.name, partition, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now
+                    )
+                    moved += len(result.applied)
+                if page.done:
+                    break
+                start = page.read_to
+        heads = self._store.heads(source.name, list(range(source.partitions)))
+        remaining = max(sum(head.items for head in heads) - stranded, 0)
+        return RedriveOutcome(moved=moved, remaining=remaining, stranded=stranded)
+
+    def _check_target(self, source: QueueInfo, to: str, queues: dict[str, QueueInfo]) -> QueueInfo:
+        validate_queue_name(to)
+        if to == source.name:
+            raise InvalidRequestError("'to' must be another queue than 'queue_name'", field="to")
+        target = queues.get(to)
+        if target is None:
+            raise InvalidRequestError(f"queue '{to}' (in 'to') does not exist", field="to")
+        users = sorted(name for name, q in queues.items() if q.dead_queue == to)
+        if users:
+            raise InvalidRequestError(
+                f"queue '{to}' (in 'to') is the dead_queue of {', '.join(users)}; redrive moves items"
+                " out of dead-letter queues, not into them",
+                field="to",
+            )
+        return target
+
+    def _move(self, item: Item, target: QueueInfo, now: datetime) -> Move:
+        """The dead letter as a new item at the target's tail: payload, reference, encoding and kind
+        kept; ``attempts`` from 0 and ``created_at`` now, so ``expire_timeout`` counts from now."""
+        replacement = Item(
+            id=self._ids.new_id(now),
+            payload=item.payload,
+            reference=item.reference,
+            encoding=item.encoding,
+            kind=item.kind,
+            attempts=0,
+            created_at=now,
+            expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+            source_id=item.id,
+        )
+        # As dead-lettering does: the same item always lands in the same partition of its target.
+        partition = zlib.crc32(item.id.encode()) % target.partitions
+        return Move(item=item, target_queue=target.name, target_partition=partition, replacement=replacement)
+
+
+__all__ = ["Redriver"]
