@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 
 from querator.domain import lifecycle
 from querator.domain.errors import InvalidRequestError
-from querator.domain.ids import ITEMS_END
+from querator.domain.ids import key_after
 from querator.domain.model import MAX_BATCH, Item, RedriveOutcome, validate_queue_name
 from querator.ports import Guard, Move
 from querator.service.tuning import PAGE_MAX
+
+#: Payload bytes one page of dead letters may hold in memory (items are up to 256 KB each).
+PAGE_BYTES = 4_000_000
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -69,22 +72,22 @@ class Redriver:
         for partition in range(source.partitions):
             start = ""
             while moved < limit and self._clock.now() < stop_at:
-                # At most as many candidates as may still move, so none is read and left behind;
-                # leased dead letters are filtered out by the read (they stay, counted as remaining).
-                page = self._store.scan(
+                # Whole items in one Query (a page of 100 B items costs a few read units, where
+                # reading states and then each item would cost one unit an item), at most as many
+                # as may still move, and a bounded payload size: one call holds one page at a time.
+                page = self._store.list_items(
                     source.name,
                     partition,
-                    start=start,
-                    end=ITEMS_END,
                     limit=min(PAGE_MAX, limit - moved),
-                    available_at=now,
+                    lower=start,
+                    max_bytes=PAGE_BYTES,
                 )
-                found = self._store.get_many(source.name, partition, [s.id for s in page.items])
+                if not page:
+                    break  # the partition's end
                 moves: list[Move] = []
-                for state in page.items:
-                    item = found.get(state.id)
-                    if item is None:
-                        continue  # completed or moved by someone else since the read
+                for item in page:
+                    if item.is_leased(now):
+                        continue  # someone holds it in the dead-letter queue: it stays, as remaining
                     target: QueueInfo | None
                     if fixed is not None:
                         target = fixed
@@ -101,9 +104,7 @@ class Redriver:
                         source.name, partition, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now
                     )
                     moved += len(result.applied)
-                if page.done:
-                    break
-                start = page.read_to
+                start = key_after(page[-1].id)
         heads = self._store.heads(source.name, list(range(source.partitions)))
         remaining = max(sum(head.items for head in heads) - stranded, 0)
         return RedriveOutcome(moved=moved, remaining=remaining, stranded=stranded)
