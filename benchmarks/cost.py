@@ -46,7 +46,7 @@ from querator.storage.dynamodb.store import DynamoDBItemStore
 from querator.testing import SystemClock, build_service, dynamodb_client, moto_server_process
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -221,8 +221,10 @@ def run_case(
     batch: int,
     count: int,
     queue_name: str | None = None,
+    priority_of: Callable[[int], int] | None = None,
 ) -> CaseResult:
-    """Produce ``count`` items in requests of ``batch``, then lease and complete them all."""
+    """Produce ``count`` items in requests of ``batch``, then lease and complete them all;
+    ``priority_of(n)`` gives the ``n``-th item's priority (default: 5 for all)."""
     service = metered.service
     # Fixed width: the queue name is part of every key, so it must not make one case's items larger.
     name = queue_name or f"cost-{payload_bytes:05d}-{batch:04d}"
@@ -242,7 +244,10 @@ def run_case(
     produced: list[str] = []
     partition = 0
     for start in range(0, count, batch):
-        chunk = [NewItem(payload=payload) for _ in range(min(batch, count - start))]
+        chunk = [
+            NewItem(payload=payload, priority=priority_of(start + i) if priority_of else 5)
+            for i in range(min(batch, count - start))
+        ]
         with phases.phase("produce"):
             receipt = service.produce(name, chunk)
         produced.extend(receipt.ids)

@@ -10,8 +10,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from querator.domain.priority import BANDS, band_start
+
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
     from datetime import datetime
 
     from querator.domain.model import Item, ItemState, QueueInfo
@@ -83,6 +85,13 @@ class PartitionHead:
     cursor: str = ""
     sweep: str = ""
     schedule_mark: str = ""
+    #: The bands (``querator.domain.priority``) other than priority 5's that items were ever written
+    #: to: a lease reads only these and priority 5's. Registered before the items are written.
+    bands: frozenset[str] = frozenset()
+    #: Cursors and sweep marks of the bands other than priority 5's (whose are ``cursor``/``sweep``),
+    #: by band; each is a key inside its band.
+    band_cursors: Mapping[str, str] = field(default_factory=dict)
+    band_sweeps: Mapping[str, str] = field(default_factory=dict)
     items: int = 0
     leased: int = 0
     scheduled: int = 0
@@ -95,6 +104,20 @@ class PartitionHead:
     #: The recount under way (``None``: none), and when the last one finished.
     recount: Recount | None = None
     recounted_at: datetime | None = None
+
+    def leasable_bands(self) -> list[str]:
+        """The bands that may hold items, highest priority first (priority 5's always)."""
+        return [b for b in BANDS if b == "" or b in self.bands]
+
+    def cursor_in(self, band: str) -> str:
+        """Where a lease reads ``band`` from: its cursor, or the band's start."""
+        cursor = self.cursor if band == "" else self.band_cursors.get(band, "")
+        return max(cursor, band_start(band))
+
+    def sweep_in(self, band: str) -> str:
+        """Where the straggler sweep of ``band`` goes on from."""
+        sweep = self.sweep if band == "" else self.band_sweeps.get(band, "")
+        return max(sweep, band_start(band))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,7 +267,8 @@ class ItemStore(Protocol):
         ...
 
     def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
-        """Count ``items`` as leased and, when given, move the lease cursor to ``cursor``."""
+        """Count ``items`` as leased and, when given, move the lease cursor of ``cursor``'s band
+        (``querator.domain.priority.band_of``) to ``cursor``."""
         ...
 
     def renew(
@@ -257,6 +281,13 @@ class ItemStore(Protocol):
         now: datetime,
     ) -> BatchResult[str]:
         """Move valid leases to ``lease_deadline`` (rejected: ids whose lease was not valid)."""
+        ...
+
+    def set_next_priority(
+        self, queue: str, partition: int, ids: Sequence[str], *, priority: int, now: datetime
+    ) -> BatchResult[str]:
+        """Give validly leased items the priority they go back with (rejected: ids not validly
+        leased); the lease, the id and the counters do not change."""
         ...
 
     def delete(
@@ -278,12 +309,22 @@ class ItemStore(Protocol):
         ...
 
     def pass_schedule(
-        self, queue: str, partition: int, *, old_mark: str, new_mark: str, now: datetime
+        self,
+        queue: str,
+        partition: int,
+        *,
+        old_mark: str,
+        new_mark: str,
+        now: datetime,
+        bands: Sequence[str] = ("",),
     ) -> int:
-        """Stop counting as scheduled the items between the marks; return how many came due."""
+        """Stop counting as scheduled the items between the marks (times, ``visible_bound``) in each
+        of ``bands``; return how many came due."""
         ...
 
-    def set_sweep(self, queue: str, partition: int, mark: str) -> None: ...
+    def set_sweep(self, queue: str, partition: int, mark: str) -> None:
+        """Move the sweep mark of ``mark``'s band to ``mark``."""
+        ...
 
     def save_recount(self, queue: str, partition: int, recount: Recount | None) -> None:
         """Keep a recount's progress in the head row (``None``: drop it, to start over)."""

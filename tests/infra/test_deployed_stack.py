@@ -129,7 +129,8 @@ def lifecycle(deployed: Deployment, stages: dict[str, tuple[Deployment, dict[str
 
 
 def drive(d: Deployment) -> dict[str, Any]:
-    """create → produce → lease → complete → renew → retry → dead-letter → stats → clear → redrive →
+    """create → produce → lease → complete → renew → retry → dead-letter → stats → priorities →
+    reprioritize → clear → redrive →
     delete, and a reaper run, through the deployed API; returns every reply by step name."""
     r: dict[str, Any] = {}
     tag = uuid.uuid4().hex[:6]
@@ -226,6 +227,13 @@ def drive(d: Deployment) -> dict[str, Any]:
     )
     post("items_delete", "/v1/storage/items.delete", {"queue_name": work, "partition": 0, "ids": imported})
     post("produce_more", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "e"}, {"utf8": "f"}]})
+    # priorities: the urgent item is leased first; the other is moved to another priority
+    urgent_and_low = [{"utf8": "u", "priority": 0}, {"utf8": "v", "priority": 7}]
+    post("produce_priorities", "/v1/queue.produce", {"queue_name": work, "items": urgent_and_low})
+    post("list_priorities", "/v1/storage/items.list", {"queue_name": work, "partition": 0})
+    low = [i["id"] for i in r["list_priorities"].body["items"] if i["payload"] == "dg=="]
+    post("reprioritize", "/v1/queue.reprioritize",
+         {"queue_name": work, "partition": 0, "ids": low, "priority": 1})  # fmt: skip
     lease("lease_one", work, batch=1)
     post("clear", "/v1/queue.clear", {"queue_name": work, "queue": True})
     post("clear_destructive", "/v1/queue.clear", {"queue_name": work, "queue": True, "destructive": True})
@@ -410,6 +418,11 @@ def test_the_deployed_functions_serve_the_whole_lifecycle(lifecycle: dict[str, A
     assert _total(r["stats_dead"]) == 3
     assert [i["bytes"] for i in r["lease_scheduled"].body["items"]] == ["cw=="]  # "s", once due
     assert r["import_again"].body["items"] == []
+    listed = [i["priority"] for i in r["list_priorities"].body["items"]]
+    assert listed == sorted(listed) and (listed[0], listed[-1]) == (0, 7)  # in lease order
+    (moved,) = r["reprioritize"].body["items"]
+    assert moved["new_id"].startswith(".1") and moved["new_id"] != moved["id"]
+    assert [(i["bytes"], i["priority"]) for i in r["lease_one"].body["items"]] == [("dQ==", 0)]
     assert _total(r["stats_work"]) == 0
     reaped = r["reaper"]["result"]
     assert reaped["dead_lettered"] == 1  # the expiring queue's item, into the dead-letter queue

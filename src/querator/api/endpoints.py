@@ -136,6 +136,15 @@ def renew(service: QueueService, request: schemas.RenewRequest, call: Call) -> s
     return schemas.RenewResponse.from_domain(outcome)
 
 
+def reprioritize(
+    service: QueueService, request: schemas.ReprioritizeRequest, call: Call
+) -> schemas.WireResponse:
+    outcome = service.reprioritize(request.queue_name, request.partition, request.ids, request.priority)
+    if outcome.failed:
+        raise failed_ids_error(outcome.failed)
+    return schemas.ReprioritizeResponse.from_domain(request.queue_name, request.partition, outcome)
+
+
 # -- inspection and maintenance ---------------------------------------------------------------------
 
 
@@ -201,6 +210,7 @@ ENDPOINTS: Final[Mapping[str, Endpoint]] = MappingProxyType(
         routes.COMPLETE.name: complete,
         routes.RETRY.name: retry,
         routes.RENEW.name: renew,
+        routes.REPRIORITIZE.name: reprioritize,
         routes.STATS.name: stats,
         routes.CLEAR.name: clear,
         routes.REDRIVE.name: redrive,

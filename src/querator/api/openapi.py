@@ -69,6 +69,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "items": [
             {"reference": "account-0001", "kind": "order-v1", "encoding": "json", "utf8": '{"id": 1}'},
             {"bytes": "aGVsbG8=", "enqueue_at": "2026-11-22T05:33:11Z"},
+            {"utf8": "urgent", "priority": 0},
         ],
     },
     "queue.lease": {
@@ -84,6 +85,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "items": [
             {"id": "0006442f1a2b3c4d00000000010a1b2c", "retry_at": "2026-11-22T06:00:00Z"},
             {"id": "0006442f1a2b3c4d00000000020a1b2c", "dead": True},
+            {"id": "0006442f1a2b3c4d00000000030a1b2c", "priority": 8},
         ],
     },
     "queue.renew": {
@@ -91,6 +93,12 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "partition": 0,
         "ids": ["0006442f1a2b3c4d00000000010a1b2c"],
         "lease_timeout": "2m",
+    },
+    "queue.reprioritize": {
+        "queue_name": "orders",
+        "partition": 0,
+        "ids": ["0006442f1a2b3c4d00000000010a1b2c"],
+        "priority": 1,
     },
     "queue.stats": {"queue_name": "orders"},
     "queue.clear": {"queue_name": "orders", "queue": True, "scheduled": True},

@@ -122,7 +122,7 @@ LEASE: Final = _post(
     Function.LEASE,
     schemas.LeaseRequest,
     schemas.LeaseResponse,
-    "Lease items of one partition, oldest first; waits up to request_timeout, then 454.",
+    "Lease items of one partition, by priority then oldest first; waits up to request_timeout, then 454.",
 )
 COMPLETE: Final = _post(
     "queue.complete", Function.ITEMS, schemas.CompleteRequest, schemas.OkResponse, "Delete leased items."
@@ -140,6 +140,13 @@ RENEW: Final = _post(
     schemas.RenewRequest,
     schemas.RenewResponse,
     "Set leases to end at now + lease_timeout: counted from now, so it may shorten a lease.",
+)
+REPRIORITIZE: Final = _post(
+    "queue.reprioritize",
+    Function.ITEMS,
+    schemas.ReprioritizeRequest,
+    schemas.ReprioritizeResponse,
+    "Change the priority of waiting and scheduled items (new ids) and of leased ones (when they go back).",
 )
 STATS: Final = _post(
     "queue.stats",
@@ -167,7 +174,7 @@ ITEMS_LIST: Final = _post(
     Function.ADMIN,
     schemas.ListItemsRequest,
     schemas.ListItemsResponse,
-    "Page through the items of one partition in FIFO order.",
+    "Page through the items of one partition in lease order (priority, then FIFO).",
 )
 SCHEDULED_LIST: Final = _post(
     "storage/scheduled.list",
@@ -230,6 +237,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     COMPLETE,
     RETRY,
     RENEW,
+    REPRIORITIZE,
     STATS,
     CLEAR,
     REDRIVE,

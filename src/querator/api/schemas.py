@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    Strict,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -34,6 +35,7 @@ from querator.api.errors import body_too_large, unsupported_content
 from querator.domain import model as domain
 from querator.domain.errors import InvalidRequestError
 from querator.domain.model import MAX_BATCH, MAX_PAYLOAD_BYTES
+from querator.domain.priority import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 #: Default page size of the storage listings (contract: ``limit`` default 1000).
 DEFAULT_LIST_LIMIT: Final = 1000
@@ -129,6 +131,10 @@ Payload = Annotated[
 QueueName = Annotated[str, AfterValidator(_check_queue_name)]
 ItemIds = Annotated[list[str], Field(min_length=1, max_length=MAX_BATCH)]
 Partition = Annotated[int, Field(ge=0)]
+#: 0-9, lower leases first; a JSON integer (``5.0``, ``"5"`` and ``true`` are refused).
+Priority = Annotated[
+    int, Strict(), Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0-9, lower leases first")
+]
 
 
 # -- bases --------------------------------------------------------------------------------------------
@@ -300,6 +306,7 @@ class ProduceItem(WireRequest):
     )
     #: In the future: the item is scheduled until then.
     enqueue_at: Timestamp | None = None
+    priority: Priority = DEFAULT_PRIORITY
 
     @field_validator("utf8")
     @classmethod
@@ -334,6 +341,7 @@ class ProduceItem(WireRequest):
             encoding=self.encoding,
             kind=self.kind,
             enqueue_at=self.enqueue_at,
+            priority=self.priority,
         )
 
 
@@ -365,6 +373,7 @@ class LeaseItem(WireResponse):
 
     id: str
     attempts: int
+    priority: int = DEFAULT_PRIORITY
     lease_deadline: Timestamp | None = None
     reference: str = ""
     encoding: str = ""
@@ -376,6 +385,7 @@ class LeaseItem(WireResponse):
         return cls(
             id=item.id,
             attempts=item.attempts,
+            priority=item.priority,
             lease_deadline=item.lease_deadline,
             reference=item.reference,
             encoding=item.encoding,
@@ -418,9 +428,11 @@ class RetryItem(WireRequest):
     id: str = Field(min_length=1)
     retry_at: Timestamp | None = None
     dead: bool = False
+    #: The priority the item goes back with; absent: the one it has.
+    priority: Priority | None = None
 
     def to_domain(self) -> domain.RetryRequest:
-        return domain.RetryRequest(id=self.id, retry_at=self.retry_at, dead=self.dead)
+        return domain.RetryRequest(id=self.id, retry_at=self.retry_at, dead=self.dead, priority=self.priority)
 
 
 class RetryRequest(WireRequest):
@@ -462,6 +474,37 @@ class RenewResponse(WireResponse):
             queue_name=outcome.queue_name,
             partition=outcome.partition,
             items=[RenewedItem(id=r.id, lease_deadline=r.lease_deadline) for r in outcome.items],
+        )
+
+
+class ReprioritizeRequest(WireRequest):
+    """``queue.reprioritize``: give waiting or scheduled items a new priority (a new id each), and
+    leased ones the priority they go back with (their id and lease stay)."""
+
+    queue_name: QueueName
+    partition: Partition = 0
+    ids: ItemIds
+    priority: Priority
+
+
+class ReprioritizedItem(WireResponse):
+    id: str
+    new_id: str
+
+
+class ReprioritizeResponse(WireResponse):
+    """``queue.reprioritize`` reply: every id of the request with the id the item has now."""
+
+    queue_name: str
+    partition: int
+    items: list[ReprioritizedItem]
+
+    @classmethod
+    def from_domain(cls, queue_name: str, partition: int, outcome: domain.Reprioritized) -> Self:
+        return cls(
+            queue_name=queue_name,
+            partition=partition,
+            items=[ReprioritizedItem(id=old, new_id=new) for old, new in outcome.ids.items()],
         )
 
 
@@ -593,6 +636,7 @@ class StorageItemResponse(WireResponse):
     created_at: Timestamp
     enqueue_at: Timestamp | None = None
     attempts: int = 0
+    priority: int = DEFAULT_PRIORITY
     reference: str = ""
     encoding: str = ""
     kind: str = ""
@@ -610,6 +654,7 @@ class StorageItemResponse(WireResponse):
             created_at=item.created_at,
             enqueue_at=item.enqueue_at,
             attempts=item.attempts,
+            priority=item.priority,
             reference=item.reference,
             encoding=item.encoding,
             kind=item.kind,
@@ -642,6 +687,7 @@ class ImportItem(WireRequest):
     created_at: Timestamp | None = None
     enqueue_at: Timestamp | None = None
     attempts: int = Field(default=0, ge=0)
+    priority: Priority = DEFAULT_PRIORITY
     reference: str = ""
     encoding: str = ""
     kind: str = ""
@@ -659,6 +705,7 @@ class ImportItem(WireRequest):
             created_at=self.created_at,
             enqueue_at=self.enqueue_at,
             source_id=self.source_id,
+            priority=self.priority,
         )
 
 

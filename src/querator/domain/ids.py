@@ -14,6 +14,9 @@ as the sort key, so "everything visible now" is one key range and the oldest ite
 An item that goes back to the queue is written under a new id, so an id is valid for one lease
 (fencing): a consumer holding an old id can never act on the item after it was handed out again.
 See docs/adr/0002-item-ids.md.
+
+An item of a priority other than 5 has its priority's band in front of those digits
+(``querator.domain.priority``): ``.3`` + 30 hex digits for priority 3, ``p7`` + 30 for priority 7.
 """
 
 from __future__ import annotations
@@ -25,23 +28,26 @@ from typing import TYPE_CHECKING
 
 from querator.domain.errors import InvalidRequestError
 from querator.domain.model import timestamp_us, utc_from_timestamp_us
+from querator.domain.priority import DEFAULT_PRIORITY, band, unbanded
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
 _TIME_DIGITS = 14
 _SEQ_DIGITS = 10
 _NODE_DIGITS = 6
 ID_LENGTH = _TIME_DIGITS + _SEQ_DIGITS + _NODE_DIGITS
-_ID_PATTERN = re.compile(rf"[0-9a-f]{{{ID_LENGTH}}}")
+_ID_PATTERN = re.compile(rf"(?:\.[0-4]|p[6-9])?[0-9a-f]{{{ID_LENGTH}}}")
 _SEQ_MODULUS = 16**_SEQ_DIGITS
-#: A key that sorts after every item id (ids are lowercase hex): the end of "all items" ranges.
-ITEMS_END = "g"
+#: A key that sorts after every item id of every band (``p9`` + hex is the last) and before the head
+#: row and lease records (``~``): the end of "all items" ranges.
+ITEMS_END = "q"
 
 
 def visible_at_of(item_id: str) -> datetime:
     """The time the item with this id becomes (or became) visible to lease."""
-    return utc_from_timestamp_us(int(item_id[:_TIME_DIGITS], 16))
+    return utc_from_timestamp_us(int(unbanded(item_id)[:_TIME_DIGITS], 16))
 
 
 def time_key(moment: datetime) -> str:
@@ -58,6 +64,26 @@ def key_after(item_id: str) -> str:
     """The smallest key that sorts after ``item_id`` and before every later id (ids have one
     length): where a range read that stopped at ``item_id`` goes on."""
     return f"{item_id}0"
+
+
+def join_ids(ids: Sequence[str]) -> str:
+    """Ids as one string (lease records, idempotency records): concatenated when all are of
+    priority 5 (fixed length, as stored before priorities existed), else comma-separated."""
+    if all(len(i) == ID_LENGTH for i in ids):
+        return "".join(ids)
+    return ",".join(ids)
+
+
+def split_ids(joined: str) -> list[str]:
+    """The ids ``join_ids`` joined."""
+    if "," in joined:
+        return joined.split(",")
+    return [joined[i : i + ID_LENGTH] for i in range(0, len(joined), ID_LENGTH)]
+
+
+def is_item_id(value: str) -> bool:
+    """Whether ``value`` has the shape of an item id (of any priority)."""
+    return _ID_PATTERN.fullmatch(value) is not None
 
 
 def parse_item_id(value: str) -> str:
@@ -78,12 +104,12 @@ class IdFactory:
         self._seq = secrets.randbelow(_SEQ_MODULUS // 2) if seed is None else seed
         self._lock = threading.Lock()
 
-    def new_id(self, visible_at: datetime) -> str:
-        return self.new_ids(visible_at, 1)[0]
+    def new_id(self, visible_at: datetime, priority: int = DEFAULT_PRIORITY) -> str:
+        return self.new_ids(visible_at, 1, priority)[0]
 
-    def new_ids(self, visible_at: datetime, count: int) -> list[str]:
-        """``count`` ids that sort in the order returned, all visible at ``visible_at``."""
-        prefix = time_key(visible_at)
+    def new_ids(self, visible_at: datetime, count: int, priority: int = DEFAULT_PRIORITY) -> list[str]:
+        """``count`` ids of ``priority`` that sort in the order returned, all visible at ``visible_at``."""
+        prefix = band(priority) + time_key(visible_at)
         with self._lock:
             first = self._seq
             if first + count > _SEQ_MODULUS:

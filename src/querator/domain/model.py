@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from querator.domain.errors import InvalidRequestError
+from querator.domain.priority import DEFAULT_PRIORITY, priority_of, validate_priority
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -134,8 +135,11 @@ class NewItem:
     kind: str = ""
     #: When set and in the future, the item is scheduled: invisible to lease until then.
     enqueue_at: datetime | None = None
+    #: 0-9, lower leases first (``querator.domain.priority``).
+    priority: int = DEFAULT_PRIORITY
 
     def __post_init__(self) -> None:
+        validate_priority(self.priority)
         if len(self.payload) > MAX_PAYLOAD_BYTES:
             raise InvalidRequestError(
                 f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload"
@@ -172,6 +176,19 @@ class Item:
     #: The queue a dead letter came from (where ``queue.redrive`` sends it back); empty otherwise,
     #: and on dead letters stored before redrive existed.
     source_queue: str = ""
+    #: A priority given by ``queue.reprioritize`` while the item was leased: it goes back to the
+    #: queue (or to the dead-letter queue) with this one. ``None``: with its own.
+    next_priority: int | None = None
+
+    @property
+    def priority(self) -> int:
+        """0-9, lower leases first: part of the id (its band), so it moves with the item's place."""
+        return priority_of(self.id)
+
+    @property
+    def returning_priority(self) -> int:
+        """The priority the item has when it goes back to a queue: a reprioritized one's new one."""
+        return self.priority if self.next_priority is None else self.next_priority
 
     def is_leased(self, now: datetime) -> bool:
         return self.lease_deadline is not None and self.lease_deadline > now
@@ -227,8 +244,12 @@ class RetryRequest:
     retry_at: datetime | None = None
     #: Straight to the dead-letter queue (deleted when the queue has none).
     dead: bool = False
+    #: The priority the item goes back with (``None``: the one it has; doq's nack with a priority).
+    priority: int | None = None
 
     def __post_init__(self) -> None:
+        if self.priority is not None:
+            validate_priority(self.priority)
         if self.retry_at is not None:
             object.__setattr__(self, "retry_at", check_schedulable(self.retry_at, "retry_at"))
 
@@ -246,6 +267,15 @@ class BatchOutcome:
     """Per-id result of complete / retry: everything not listed in ``failed`` was applied."""
 
     applied: list[str] = field(default_factory=list)
+    failed: list[IdFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reprioritized:
+    """``queue.reprioritize``: each applied id with the id the item has now (the same when it did
+    not move: a leased item, or one that already had the priority), and the ids not applied."""
+
+    ids: dict[str, str] = field(default_factory=dict)
     failed: list[IdFailure] = field(default_factory=list)
 
 
@@ -324,8 +354,10 @@ class StorageItem:
     created_at: datetime | None = None
     enqueue_at: datetime | None = None
     source_id: str = ""
+    priority: int = DEFAULT_PRIORITY
 
     def __post_init__(self) -> None:
+        validate_priority(self.priority)
         if self.enqueue_at is not None:
             object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
 

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         QueueUpdate,
         RedriveOutcome,
         RenewOutcome,
+        Reprioritized,
         RetryRequest,
         StorageItem,
     )
@@ -155,7 +156,8 @@ class QueueService:
     def lease(
         self, queue_name: str, *, batch_size: int, client_id: str, timeout: timedelta = timedelta(0)
     ) -> Lease:
-        """Lease up to ``batch_size`` items of one partition, oldest first, waiting up to ``timeout``."""
+        """Lease up to ``batch_size`` items of one partition, by priority then oldest first, waiting
+        up to ``timeout``."""
         return self._leaser.lease(queue_name, batch_size=batch_size, client_id=client_id, timeout=timeout)
 
     def complete(self, queue_name: str, partition: int, ids: Sequence[str]) -> BatchOutcome:
@@ -171,6 +173,13 @@ class QueueService:
     ) -> RenewOutcome:
         """Set valid leases to now + ``lease_timeout`` (default: the queue's)."""
         return self._items.renew(queue_name, partition, ids, lease_timeout=lease_timeout)
+
+    def reprioritize(
+        self, queue_name: str, partition: int, ids: Sequence[str], priority: int
+    ) -> Reprioritized:
+        """Give waiting and scheduled items a new priority (a new id each), and leased ones the
+        priority they go back with; ids that are unknown or gone are reported as failed."""
+        return self._items.reprioritize(queue_name, partition, ids, priority)
 
     # -- inspection and maintenance ---------------------------------------------------------------
 
@@ -194,7 +203,8 @@ class QueueService:
     def list_items(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
     ) -> list[Item]:
-        """Items of one partition that are not scheduled, in FIFO order from ``pivot`` (inclusive)."""
+        """Items of one partition that are not scheduled, by priority then FIFO, from ``pivot``
+        (inclusive)."""
         return self._items.list_items(queue_name, partition, pivot=pivot, limit=limit)
 
     def list_scheduled(

@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from querator.domain.errors import ConflictError, InvalidRequestError, QueueNotFoundError, RetryLaterError
-from querator.domain.ids import ITEMS_END, visible_bound
+from querator.domain.ids import visible_bound
 from querator.domain.model import MAX_BATCH, ClearScope, PartitionStats, timestamp_us, validate_queue_name
+from querator.domain.priority import band_end, band_start
 from querator.ports import Guard
 from querator.service.tuning import PAGE_MAX, RECORDS_PER_CALL, UPDATE_RETRIES
 
@@ -176,10 +177,11 @@ class QueueAdmin:
                 if due and not destructive:
                     # Expired leases are waiting items too: back to the queue, then cleared with it.
                     self._settler.recover(queue, partition, due, now)
-                # Below the cursor every item is leased or gone: a non-destructive clear starts there.
-                ranges.append(("" if destructive else head.cursor, bound))
+                # Below a band's cursor every item is leased or gone: a non-destructive clear starts there.
+                for band in head.leasable_bands():
+                    ranges.append((band_start(band) if destructive else head.cursor_in(band), band + bound))
             if ClearScope.SCHEDULED in scope:
-                ranges.append((bound, ITEMS_END))
+                ranges += [(band + bound, band_end(band)) for band in head.leasable_bands()]
             for first, end in ranges:
                 start = first
                 while True:

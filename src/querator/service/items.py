@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from querator.domain import lifecycle
 from querator.domain.errors import InvalidRequestError
-from querator.domain.ids import parse_item_id, visible_bound
+from querator.domain.ids import parse_item_id, visible_at_of, visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import (
     MAX_BATCH,
@@ -17,14 +17,16 @@ from querator.domain.model import (
     Item,
     Renewal,
     RenewOutcome,
+    Reprioritized,
     check_aware,
 )
+from querator.domain.priority import band_end, band_start, validate_priority
 from querator.ports import Guard, Move
 from querator.service.queues import check_partition
-from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED
+from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from querator.domain.ids import IdFactory
     from querator.domain.model import QueueInfo, RetryRequest, StorageItem
@@ -81,7 +83,7 @@ class ItemCalls:
                 dead.append(item)
                 continue
             assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
-            replacement = self._settler.requeued(item, plan.visible_at)
+            replacement = self._settler.requeued(item, plan.visible_at, request.priority)
             if plan.visible_at > now:
                 replacement = replace(replacement, enqueue_at=plan.visible_at)
             requeue.append(
@@ -125,6 +127,67 @@ class ItemCalls:
             failed=failed + [IdFailure(id=i, reason=NOT_LEASED) for i in valid if i in rejected],
         )
 
+    def reprioritize(
+        self, queue_name: str, partition: int, ids: Sequence[str], priority: int
+    ) -> Reprioritized:
+        """Give items a new priority: a waiting or scheduled item moves to the new priority's band
+        under a new id (at the tail of that priority, or still at its scheduled time); a leased one
+        keeps its id and lease and goes back to the queue with the new priority.
+
+        One batched read and one round of guarded writes. An id that is unknown or gone fails
+        (``IdFailure``); the others are applied.
+        """
+        validate_priority(priority)
+        queue, valid, failed = self._leased_ids(queue_name, partition, ids)
+        now = self._clock.now()
+        items = self._store.get_many(queue.name, partition, valid)
+        result: dict[str, str] = {}
+        leased: list[str] = []
+        moves: list[Move] = []
+        for item_id in valid:
+            item = items.get(item_id)
+            if item is None:
+                failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
+            elif item.is_leased(now):
+                leased.append(item_id)
+            elif item.priority == priority:
+                result[item_id] = item_id
+            else:
+                # At its scheduled time if it has one still ahead, else at the tail of its new priority
+                # (never behind that band's lease cursor, which a lease may have moved past its time).
+                scheduled = item.enqueue_at is not None and visible_at_of(item_id) > now
+                visible = visible_at_of(item_id) if scheduled else now
+                replacement = replace(
+                    item,
+                    id=self._ids.new_id(visible, priority),
+                    lease_deadline=None,
+                    enqueue_at=item.enqueue_at if scheduled else None,
+                    next_priority=None,
+                )
+                moves.append(
+                    Move(
+                        item=item,
+                        target_queue=queue.name,
+                        target_partition=partition,
+                        replacement=replacement,
+                    )
+                )
+        if leased:
+            marked = self._store.set_next_priority(queue.name, partition, leased, priority=priority, now=now)
+            result.update({i: i for i in marked.applied})
+            # Its lease ended between the read and the write: it is waiting again, try again.
+            failed += [IdFailure(id=i, reason=NOT_LEASED) for i in marked.rejected]
+        if moves:
+            moved = self._store.move(queue.name, partition, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now)
+            done = set(moved.applied)
+            for move in moves:
+                if move.item.id in done:
+                    result[move.item.id] = move.replacement.id
+                else:
+                    # Leased or gone since the read: the caller may look again and repeat.
+                    failed.append(IdFailure(id=move.item.id, reason=UNKNOWN_ITEM))
+        return Reprioritized(ids={i: result[i] for i in valid if i in result}, failed=failed)
+
     def _leased_ids(
         self, queue_name: str, partition: int, ids: Sequence[str]
     ) -> tuple[QueueInfo, list[str], list[IdFailure]]:
@@ -146,33 +209,54 @@ class ItemCalls:
     def list_items(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
     ) -> list[Item]:
-        """Items of one partition that are not scheduled, in FIFO order from ``pivot`` (inclusive).
+        """Items of one partition that are not scheduled, in lease order (priority, then FIFO) from
+        ``pivot`` (inclusive).
 
         A page stops early rather than pass ``MAX_REPLY_BYTES`` of payload; ``pivot`` continues it.
         """
         queue = self._listable(queue_name, partition, limit)
-        return self._store.list_items(
-            queue.name,
-            partition,
-            limit=limit,
-            pivot=pivot,
-            upper=visible_bound(self._clock.now()),
-            max_bytes=MAX_REPLY_BYTES,
-        )
+        bound = visible_bound(self._clock.now())
+        return self._list_bands(queue, partition, pivot, limit, lambda band: (band_start(band), band + bound))
 
     def list_scheduled(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
     ) -> list[Item]:
-        """Scheduled items of one partition, in the order they become visible."""
+        """Scheduled items of one partition, by priority, then in the order they become visible."""
         queue = self._listable(queue_name, partition, limit)
-        return self._store.list_items(
-            queue.name,
-            partition,
-            limit=limit,
-            pivot=pivot,
-            lower=visible_bound(self._clock.now()),
-            max_bytes=MAX_REPLY_BYTES,
-        )
+        bound = visible_bound(self._clock.now())
+        return self._list_bands(queue, partition, pivot, limit, lambda band: (band + bound, band_end(band)))
+
+    def _list_bands(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        pivot: str,
+        limit: int,
+        key_range: Callable[[str], tuple[str, str]],
+    ) -> list[Item]:
+        """Up to ``limit`` items of ``key_range`` in each band in use, bands in priority order, from
+        ``pivot`` on: one head read, then a Query per band the page reaches."""
+        head, _ = self._store.head(queue.name, partition, now=self._clock.now())
+        found: list[Item] = []
+        budget = MAX_REPLY_BYTES
+        for band in head.leasable_bands():
+            lower, upper = key_range(band)
+            if max(pivot, lower) >= upper:
+                continue
+            page = self._store.list_items(
+                queue.name,
+                partition,
+                limit=limit - len(found),
+                pivot=pivot,
+                lower=lower,
+                upper=upper,
+                max_bytes=budget,
+            )
+            found += page
+            budget -= sum(len(item.payload) for item in page)
+            if len(found) >= limit or budget <= 0:
+                break
+        return found
 
     def _listable(self, queue_name: str, partition: int, limit: int) -> QueueInfo:
         if not 1 <= limit <= MAX_BATCH:
@@ -198,7 +282,7 @@ class ItemCalls:
             visible = item.enqueue_at if item.enqueue_at is not None and item.enqueue_at > now else now
             fresh.append(
                 Item(
-                    id=self._ids.new_id(visible),
+                    id=self._ids.new_id(visible, item.priority),
                     payload=item.payload,
                     reference=item.reference,
                     encoding=item.encoding,

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from querator.domain.model import Item, ItemState, QueueInfo
-    from querator.ports import Clock, ItemStore
+    from querator.ports import Clock, ItemStore, PartitionHead
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
 
@@ -113,30 +113,63 @@ class Leaser:
     def _lease_partition(
         self, queue: QueueInfo, partition: int, batch_size: int, now: datetime
     ) -> list[Item]:
-        """Claim up to ``batch_size`` items of one partition, reading from its lease cursor.
+        """Claim up to ``batch_size`` items of one partition, highest priority first.
 
-        Reads O(batch): expired leases come from the lease records already due (one key range), and
-        the candidates from the cursor on, past which no valid lease sits except the few claimed
-        since the cursor last moved (docs/adr/0050-engine-v2.md).
+        Reads O(batch + bands in use): expired leases come from the lease records already due (one
+        key range), and the candidates from each priority's band, from its cursor on, past which no
+        valid lease sits except the few claimed since the cursor last moved
+        (docs/adr/0050-engine-v2.md, docs/adr/0080-priority-fair-redrive.md). A partition whose
+        items are all of priority 5 reads one band, as before priorities existed.
         """
         head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
         if due:
             # Expired leases go back to the tail (new ids above the cursor) before this lease reads.
             self._settler.recover(queue, partition, due, now)
         stop_at = now + self._claim_budget
-        lease_deadline = now + queue.lease_timeout
-        end = visible_bound(now)
-        # The cursor never passes ids younger than CURSOR_LAG: a write minted a moment ago may still
-        # be on its way to the store, and the cursor must not jump over it (docs/adr/0050).
-        cursor_cap = visible_bound(now - CURSOR_LAG)
-        start = head.cursor
-        first_open: str | None = None  # the oldest item this call saw available and left unclaimed
         claimed: list[Item] = []
         reply_bytes = 0
+        for band in head.leasable_bands():
+            won, reply_bytes, cursor, drained = self._lease_band(
+                queue, partition, head, band, batch_size - len(claimed), reply_bytes, now, stop_at
+            )
+            claimed += won
+            if won or cursor is not None:
+                # A head write per band that leased or moved its cursor (one, unless the batch spans bands).
+                self._store.note_leased(queue.name, partition, won, cursor=cursor)
+            # A lower priority only once this one has nothing more to give: not when the batch is
+            # full, and not when items of this band were left (lost races, a full reply, the budget).
+            if not drained or len(claimed) >= batch_size or self._clock.now() >= stop_at:
+                break
+        # Claimed out of order after a lost race; the reply is in priority, then FIFO order (contract).
+        return sorted(claimed, key=lambda item: item.id)
+
+    def _lease_band(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        band: str,
+        batch_size: int,
+        reply_bytes: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> tuple[list[Item], int, str | None, bool]:
+        """Claim up to ``batch_size`` items of one priority's band; returns the items, the reply's
+        bytes so far, the band's new cursor (``None``: it stays), and whether the band was read to
+        its end with nothing leasable left behind."""
+        lease_deadline = now + queue.lease_timeout
+        end = band + visible_bound(now)
+        # The cursor never passes ids younger than CURSOR_LAG: a write minted a moment ago may still
+        # be on its way to the store, and the cursor must not jump over it (docs/adr/0050).
+        cursor_cap = band + visible_bound(now - CURSOR_LAG)
+        old_cursor = start = head.cursor_in(band)
+        first_open: str | None = None  # the oldest item this call saw available and left unclaimed
+        claimed: list[Item] = []
         limit = min(PAGE_MAX, max(FIRST_PAGE_MIN, 2 * batch_size))
         read_to = start
         evaluated = 0
         rescans = 0
+        drained = False
         while len(claimed) < batch_size and self._clock.now() < stop_at:
             page = self._store.scan(
                 queue.name, partition, start=start, end=end, limit=limit, available_at=now
@@ -163,7 +196,7 @@ class Leaser:
             contended = False
             if pool:
                 first = reply_size(pool[0])
-                room = MAX_REPLY_BYTES - reply_bytes if claimed else max(MAX_REPLY_BYTES, first)
+                room = MAX_REPLY_BYTES - reply_bytes if reply_bytes else max(MAX_REPLY_BYTES, first)
                 won, untried, contended = self._claim(
                     queue, partition, pool, wanted, room, lease_deadline, now, stop_at
                 )
@@ -181,6 +214,7 @@ class Leaser:
                 continue
             read_to = page.read_to
             evaluated += page.evaluated
+            drained = page.done and not contended and first_open is None
             if contended or page.done or first_open is not None:
                 break
             start = page.read_to
@@ -188,11 +222,8 @@ class Leaser:
         cursor = min(read_to, cursor_cap) if first_open is None else min(first_open, read_to, cursor_cap)
         # The cursor moves only past items: over an empty range it would save no later read, and
         # an idle consumer's every poll would be a write.
-        moved = cursor > head.cursor and evaluated > 0
-        if claimed or moved:
-            self._store.note_leased(queue.name, partition, claimed, cursor=cursor if moved else None)
-        # Claimed out of order after a lost race; the reply is oldest first all the same (contract).
-        return sorted(claimed, key=lambda item: item.id)
+        moved = cursor > old_cursor and evaluated > 0
+        return claimed, reply_bytes, cursor if moved else None, drained
 
     def _claim(
         self,

@@ -10,6 +10,7 @@ from querator.domain import lifecycle
 from querator.domain.ids import ITEMS_END, visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import timestamp_us
+from querator.domain.priority import unbanded
 from querator.ports import Guard, Recount
 from querator.service.tuning import PAGE_MAX, REAPER_FIRST_PAGE, RECORDS_PER_CALL, SWEEP_DELAY
 
@@ -144,8 +145,9 @@ class Reaper:
             head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
         if is_dead_queue:
             report.dead_letter_depth += max(head.items, 0)
-        self._reap_head(queue, partition, head, now, report, stop_at, is_dead_queue=is_dead_queue)
-        self._sweep(queue, partition, head, now, report, stop_at)
+        for band in head.leasable_bands():
+            self._reap_head(queue, partition, head, band, now, report, stop_at, is_dead_queue=is_dead_queue)
+            self._sweep(queue, partition, head, band, now, report, stop_at)
         if head.recount is not None or (
             head.recounted_at is not None and now - head.recounted_at >= self._recount_period
         ):
@@ -153,7 +155,12 @@ class Reaper:
         elif head.scheduled > 0 and head.schedule_mark:
             # Not while a recount runs: the pass would move the version and void the recount.
             report.came_due += self._store.pass_schedule(
-                queue.name, partition, old_mark=head.schedule_mark, new_mark=visible_bound(now), now=now
+                queue.name,
+                partition,
+                old_mark=head.schedule_mark,
+                new_mark=visible_bound(now),
+                now=now,
+                bands=head.leasable_bands(),
             )
 
     def _reap_head(
@@ -161,24 +168,27 @@ class Reaper:
         queue: QueueInfo,
         partition: int,
         head: PartitionHead,
+        band: str,
         now: datetime,
         report: ReapReport,
         stop_at: datetime,
         *,
         is_dead_queue: bool = False,
     ) -> None:
-        """Dead-letter the waiting items that outlived ``expire_timeout``; note the oldest one's age
-        (not in dead-letter queues: an old dead letter is not a consumer falling behind).
+        """Dead-letter the waiting items of one priority's band that outlived ``expire_timeout``;
+        note the oldest one's age (not in dead-letter queues: an old dead letter is not a consumer
+        falling behind).
 
-        An item expires ``expire_timeout`` after it became visible, which is what its id sorts by,
-        so everything expired is at the head of the range from the cursor: reading stops at the
-        first id younger than that, and one short read suffices when nothing is due.
+        An item expires ``expire_timeout`` after it became visible, which is what its id sorts by
+        within its band, so everything expired is at the head of the range from the band's cursor:
+        reading stops at the first id younger than that, and one short read suffices when nothing
+        is due.
         """
-        expired_below = visible_bound(now - queue.expire_timeout)
-        start = head.cursor
+        expired_below = band + visible_bound(now - queue.expire_timeout)
+        start = head.cursor_in(band)
         limit = REAPER_FIRST_PAGE
         first = True
-        end = visible_bound(now)
+        end = band + visible_bound(now)
         while True:
             page = self._store.scan(
                 queue.name, partition, start=start, end=end, limit=limit, available_at=now
@@ -207,15 +217,16 @@ class Reaper:
         queue: QueueInfo,
         partition: int,
         head: PartitionHead,
+        band: str,
         now: datetime,
         report: ReapReport,
         stop_at: datetime,
     ) -> None:
-        """Requeue items that were never leased but sit below the cursor: writes that landed after a
-        lease read past their place. Each id is read once, ``SWEEP_DELAY`` after it became visible,
-        when every write minted with it has landed or failed."""
-        end = min(head.cursor, visible_bound(now - SWEEP_DELAY))
-        start = head.sweep
+        """Requeue items of one band that were never leased but sit below its cursor: writes that
+        landed after a lease read past their place. Each id is read once, ``SWEEP_DELAY`` after it
+        became visible, when every write minted with it has landed or failed."""
+        end = min(head.cursor_in(band), band + visible_bound(now - SWEEP_DELAY))
+        start = head.sweep_in(band)
         if start >= end:
             return
         while True:
@@ -271,7 +282,7 @@ class Reaper:
                 if state.lease_deadline is not None:
                     totals["leased"] += 1
                     totals["leased_created_sum"] += created
-                if state.enqueue_at is not None and state.id >= head.schedule_mark:
+                if state.enqueue_at is not None and unbanded(state.id) >= head.schedule_mark:
                     totals["scheduled"] += 1
                     totals["scheduled_created_sum"] += created
             report.scanned += len(page.items)

@@ -126,10 +126,11 @@ class Redriver:
         return target
 
     def _move(self, item: Item, target: QueueInfo, now: datetime) -> Move:
-        """The dead letter as a new item at the target's tail: payload, reference, encoding and kind
-        kept; ``attempts`` from 0 and ``created_at`` now, so ``expire_timeout`` counts from now."""
+        """The dead letter as a new item at the target's tail: payload, reference, encoding, kind
+        and priority kept; ``attempts`` from 0 and ``created_at`` now, so ``expire_timeout`` counts
+        from now."""
         replacement = Item(
-            id=self._ids.new_id(now),
+            id=self._ids.new_id(now, item.priority),
             payload=item.payload,
             reference=item.reference,
             encoding=item.encoding,

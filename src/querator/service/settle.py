@@ -172,9 +172,12 @@ class Settler:
             replacement=self.requeued(item, visible_at),
         )
 
-    def requeued(self, item: Item, visible_at: datetime) -> Item:
-        """The item back in the queue: a new id at ``visible_at`` (the tail, or a scheduled time)."""
-        return replace(item, id=self._ids.new_id(visible_at), lease_deadline=None, enqueue_at=None)
+    def requeued(self, item: Item, visible_at: datetime, priority: int | None = None) -> Item:
+        """The item back in the queue: a new id at ``visible_at`` (the tail, or a scheduled time),
+        with its priority (or the one ``queue.reprioritize`` gave it while leased) unless
+        ``priority`` gives another."""
+        new_id = self._ids.new_id(visible_at, item.returning_priority if priority is None else priority)
+        return replace(item, id=new_id, lease_deadline=None, enqueue_at=None, next_priority=None)
 
     def dead_letter(
         self, queue: QueueInfo, partition: int, items: Sequence[Item], guard: Guard, now: datetime
@@ -197,7 +200,7 @@ class Settler:
         moves = []
         for item in items:
             dead = Item(
-                id=self._ids.new_id(now),
+                id=self._ids.new_id(now, item.returning_priority),
                 payload=item.payload,
                 reference=item.reference,
                 encoding=item.encoding,

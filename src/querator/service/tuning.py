@@ -6,6 +6,8 @@ from datetime import timedelta
 from typing import Final
 
 NOT_LEASED: Final = "item is unknown, stale or not leased"
+#: Why an id of ``queue.reprioritize`` was not applied: no item has it (any more).
+UNKNOWN_ITEM: Final = "item is unknown or gone (completed, moved to a new id, or never produced)"
 #: A pending idempotency record older than this belongs to a request that died while writing.
 IDEMPOTENCY_STALE_AFTER: Final = timedelta(minutes=15)
 #: How long a produce with an idempotency key is remembered.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from querator.domain.model import timestamp_us
+from querator.domain.priority import unbanded
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -73,9 +74,10 @@ def scheduled_when_written(item: Item, now: datetime) -> bool:
 
 
 def still_scheduled(state: ItemState | Item, schedule_mark: str) -> bool:
-    """Still counted as scheduled: the schedule pass has not reached its id yet.
+    """Still counted as scheduled: the schedule pass has not reached its id yet (the mark is a
+    time, ``visible_bound``, so it is compared with the id's digits, whatever its band).
 
     By the mark the store read, never by the caller's clock: a pass with a later clock may have
     taken the item off the count already.
     """
-    return state.enqueue_at is not None and state.id >= schedule_mark
+    return state.enqueue_at is not None and unbanded(state.id) >= schedule_mark

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from querator.domain.ids import ITEMS_END, key_after, time_key, visible_bound
+from querator.domain.priority import band_of
 from querator.ports import BatchResult, Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 
@@ -93,6 +94,26 @@ def _guard_holds(item: Item | None, guard: Guard, now: datetime) -> bool:
     return item.lease_deadline is None or item.lease_deadline <= now  # NOT_VALIDLY_LEASED
 
 
+def _with_bands(head: PartitionHead, items: Iterable[Item]) -> PartitionHead:
+    """``head`` knowing the bands of ``items`` (priority 5's is always known)."""
+    new = {band_of(item.id) for item in items} - {""} - head.bands
+    return replace(head, bands=head.bands | new) if new else head
+
+
+def _with_cursor(head: PartitionHead, cursor: str) -> PartitionHead:
+    band = band_of(cursor)
+    if band == "":
+        return replace(head, cursor=cursor)
+    return replace(head, band_cursors={**head.band_cursors, band: cursor})
+
+
+def _with_sweep(head: PartitionHead, mark: str) -> PartitionHead:
+    band = band_of(mark)
+    if band == "":
+        return replace(head, sweep=mark)
+    return replace(head, band_sweeps={**head.band_sweeps, band: mark})
+
+
 class SortedRowsStore:
     """``ItemStore`` over ``Rows``; subclasses provide ``_read`` and ``_write`` transactions."""
 
@@ -128,7 +149,7 @@ class SortedRowsStore:
         return result
 
     @staticmethod
-    def _count_added(rows: Rows, queue: str, partition: int, items: Iterable[Item], now: datetime) -> None:
+    def _count_added(rows: Rows, queue: str, partition: int, items: Sequence[Item], now: datetime) -> None:
         counts = CounterDeltas()
         for item in items:
             counts.add(
@@ -144,7 +165,9 @@ class SortedRowsStore:
             # ... and so does the clock of its first recount, a recount period later.
             recounted = head.recounted_at or now
             rows.write_head(
-                queue, partition, replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted)
+                queue,
+                partition,
+                _with_bands(replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted), items),
             )
 
     # -- reads -----------------------------------------------------------------------------------
@@ -282,7 +305,21 @@ class SortedRowsStore:
             return
         with self._write() as rows:
             head = counts.applied(rows.head(queue, partition))
-            rows.write_head(queue, partition, head if cursor is None else replace(head, cursor=cursor))
+            rows.write_head(queue, partition, head if cursor is None else _with_cursor(head, cursor))
+
+    def set_next_priority(
+        self, queue: str, partition: int, ids: Sequence[str], *, priority: int, now: datetime
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
+        with self._write() as rows:
+            for item_id in ids:
+                item = rows.item(queue, partition, item_id)
+                if item is None or not _guard_holds(item, Guard.LEASE_VALID, now):
+                    result.rejected.append(item_id)
+                    continue
+                rows.put(queue, partition, replace(item, next_priority=priority))
+                result.applied.append(item_id)
+        return result
 
     def renew(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
@@ -359,10 +396,16 @@ class SortedRowsStore:
                     leased=move.replacement.lease_deadline is not None,
                     scheduled=scheduled_when_written(move.replacement, now),
                 )
+            arrived: dict[tuple[str, int], list[Item]] = {}
+            for move in moves:
+                if move.item.id in result.applied:
+                    target = (move.target_queue, move.target_partition)
+                    arrived.setdefault(target, []).append(move.replacement)
             for (target_queue, target_partition), counts in deltas.items():
                 head = counts.applied(rows.head(target_queue, target_partition))
                 if (target_queue, target_partition) != (queue, partition) and not head.schedule_mark:
                     head = replace(head, schedule_mark=visible_bound(now))
+                head = _with_bands(head, arrived.get((target_queue, target_partition), []))
                 rows.write_head(target_queue, target_partition, head)
         return result
 
@@ -373,7 +416,14 @@ class SortedRowsStore:
     # -- the reaper's marks ----------------------------------------------------------------------
 
     def pass_schedule(
-        self, queue: str, partition: int, *, old_mark: str, new_mark: str, now: datetime
+        self,
+        queue: str,
+        partition: int,
+        *,
+        old_mark: str,
+        new_mark: str,
+        now: datetime,
+        bands: Sequence[str] = ("",),
     ) -> int:
         with self._write() as rows:
             head = rows.head(queue, partition)
@@ -381,22 +431,23 @@ class SortedRowsStore:
             if head.schedule_mark != old_mark:
                 return 0
             came = CounterDeltas()
-            start = old_mark
-            while start < new_mark:
-                read = rows.states(queue, partition, start, new_mark, 1000)
-                for state in read:
-                    if state.enqueue_at is not None:
-                        came.add(state.created_at, sign=-1, leased=False, scheduled=True)
-                if len(read) < 1000:
-                    break
-                start = key_after(read[-1].id)
+            for band in bands:
+                start, end = band + old_mark, band + new_mark
+                while start < end:
+                    read = rows.states(queue, partition, start, end, 1000)
+                    for state in read:
+                        if state.enqueue_at is not None:
+                            came.add(state.created_at, sign=-1, leased=False, scheduled=True)
+                    if len(read) < 1000:
+                        break
+                    start = key_after(read[-1].id)
             came.items = came.created = 0
             rows.write_head(queue, partition, replace(came.applied(head), schedule_mark=new_mark))
         return -came.scheduled
 
     def set_sweep(self, queue: str, partition: int, mark: str) -> None:
         with self._write() as rows:
-            rows.write_head(queue, partition, replace(rows.head(queue, partition), sweep=mark))
+            rows.write_head(queue, partition, _with_sweep(rows.head(queue, partition), mark))
 
     def save_recount(self, queue: str, partition: int, recount: Recount | None) -> None:
         with self._write() as rows:

@@ -37,6 +37,7 @@ from querator.domain.errors import (
     StoreThrottledError,
     StoreUnavailableError,
 )
+from querator.domain.ids import join_ids, split_ids
 from querator.domain.model import Item, ItemState, QueueInfo, timestamp_us, utc_from_timestamp_us
 from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead, Recount
 from querator.storage.engine import SortedRowsStore
@@ -48,17 +49,20 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, str] = {
     # 2: the queue a dead letter came from, for queue.redrive.
     2: "ALTER TABLE items ADD COLUMN source_queue TEXT NOT NULL DEFAULT ''",
+    # 3: priorities: the bands in use and their cursors and sweep marks, as JSON.
+    3: "ALTER TABLE heads ADD COLUMN bands TEXT",
+    # 4: the priority a leased item goes back with (queue.reprioritize).
+    4: "ALTER TABLE items ADD COLUMN next_priority INTEGER",
 }
 #: How long a writer waits for another's lock before the call fails (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
 #: Connections kept open between transactions (more are opened under load and closed after).
 _IDLE_CONNECTIONS = 8
-_ID_LENGTH = 30
 
 _SCHEMA = """
 CREATE TABLE querator_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -67,7 +71,7 @@ CREATE TABLE items (
     attempts INTEGER NOT NULL, lease_us INTEGER, expire_us INTEGER NOT NULL,
     created_us INTEGER NOT NULL, enqueue_us INTEGER, size INTEGER NOT NULL,
     payload BLOB NOT NULL, reference TEXT NOT NULL, encoding TEXT NOT NULL, kind TEXT NOT NULL,
-    source_id TEXT NOT NULL, source_queue TEXT NOT NULL DEFAULT '',
+    source_id TEXT NOT NULL, source_queue TEXT NOT NULL DEFAULT '', next_priority INTEGER,
     PRIMARY KEY (queue, part, id)
 ) WITHOUT ROWID;
 CREATE TABLE heads (
@@ -76,7 +80,7 @@ CREATE TABLE heads (
     items INTEGER NOT NULL, leased INTEGER NOT NULL, scheduled INTEGER NOT NULL,
     created_sum INTEGER NOT NULL, leased_created_sum INTEGER NOT NULL,
     scheduled_created_sum INTEGER NOT NULL,
-    version INTEGER NOT NULL DEFAULT 0, recount TEXT, recounted_us INTEGER,
+    version INTEGER NOT NULL DEFAULT 0, recount TEXT, recounted_us INTEGER, bands TEXT,
     PRIMARY KEY (queue, part)
 ) WITHOUT ROWID;
 CREATE TABLE lease_records (
@@ -106,11 +110,29 @@ _SELECT_QUEUE = (
 # Statements below are built from these constant column lists (never from values: those are bound),
 # hence the S608 waivers.
 _STATE_COLUMNS = "id, attempts, lease_us, expire_us, created_us, enqueue_us, size"
-_ITEM_COLUMNS = f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id, source_queue"
+_ITEM_COLUMNS = (
+    f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id, source_queue, next_priority"
+)
 _HEAD_COLUMNS = (
     "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
-    " scheduled_created_sum, version, recount, recounted_us"
+    " scheduled_created_sum, version, recount, recounted_us, bands"
 )
+
+
+def _encode_bands(head: PartitionHead) -> str | None:
+    """The head's bands other than priority 5's, as JSON (``None`` when there are none)."""
+    if not head.bands:
+        return None
+    return json.dumps(
+        {"bands": sorted(head.bands), "cursors": dict(head.band_cursors), "sweeps": dict(head.band_sweeps)}
+    )
+
+
+def _decode_bands(value: str | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    data = json.loads(value)
+    return {"bands": frozenset(data["bands"]), "band_cursors": data["cursors"], "band_sweeps": data["sweeps"]}
 
 
 class DatabaseFileError(Exception):
@@ -151,6 +173,7 @@ def _item(row: Any) -> Item:
         kind=row[10],
         source_id=row[11],
         source_queue=row[12],
+        next_priority=row[13],
     )
 
 
@@ -340,12 +363,13 @@ class _SQLiteRows:
             version=row[9],
             recount=None if row[10] is None else Recount(**json.loads(row[10])),
             recounted_at=None if row[11] is None else utc_from_timestamp_us(row[11]),
+            **_decode_bands(row[12]),
         )
 
     def write_head(self, queue: str, partition: int, head: PartitionHead) -> None:
         self._c.execute(
             f"INSERT OR REPLACE INTO heads (queue, part, {_HEAD_COLUMNS})"  # noqa: S608
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 queue,
                 partition,
@@ -361,6 +385,7 @@ class _SQLiteRows:
                 head.version,
                 None if head.recount is None else json.dumps(asdict(head.recount)),
                 None if head.recounted_at is None else timestamp_us(head.recounted_at),
+                _encode_bands(head),
             ),
         )
 
@@ -375,7 +400,7 @@ class _SQLiteRows:
         size = item.reply_size()
         self._c.execute(
             f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 queue,
                 partition,
@@ -392,6 +417,7 @@ class _SQLiteRows:
                 item.kind,
                 item.source_id,
                 item.source_queue,
+                item.next_priority,
             ),
         )
 
@@ -426,7 +452,7 @@ class _SQLiteRows:
             LeaseRecord(
                 key=key,
                 deadline=utc_from_timestamp_us(deadline),
-                ids=[ids[i : i + _ID_LENGTH] for i in range(0, len(ids), _ID_LENGTH)],
+                ids=split_ids(ids),
             )
             for key, deadline, ids in rows
         ]
@@ -434,7 +460,7 @@ class _SQLiteRows:
     def put_record(self, queue: str, partition: int, record: LeaseRecord) -> None:
         self._c.execute(
             "INSERT OR REPLACE INTO lease_records VALUES (?, ?, ?, ?, ?)",
-            (queue, partition, record.key, timestamp_us(record.deadline), "".join(record.ids)),
+            (queue, partition, record.key, timestamp_us(record.deadline), join_ids(record.ids)),
         )
 
     def drop_record(self, queue: str, partition: int, key: str) -> None:
@@ -480,7 +506,7 @@ class _SQLiteRows:
         record = IdempotencyRecord(
             key=key,
             partition=part,
-            ids=[ids[i : i + _ID_LENGTH] for i in range(0, len(ids), _ID_LENGTH)],
+            ids=split_ids(ids),
             done=bool(done),
             started_at=utc_from_timestamp_us(started),
             queue_created_at=utc_from_timestamp_us(created),
@@ -501,7 +527,7 @@ class _SQLiteRows:
                 queue,
                 record.key,
                 record.partition,
-                "".join(record.ids),
+                join_ids(record.ids),
                 int(record.done),
                 timestamp_us(record.started_at),
                 timestamp_us(record.queue_created_at),

@@ -21,7 +21,7 @@ from querator.api.gateway import FunctionApp, build_app
 from querator.api.routes import by_path
 from querator.bootstrap import get_client, get_service
 from querator.config import ConfigurationError, load_settings
-from querator.domain.ids import ID_LENGTH, visible_at_of
+from querator.domain.ids import is_item_id, visible_at_of
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.connections import DynamoDBConnections
 from querator.stream.dispatch import Dispatcher
@@ -29,14 +29,13 @@ from querator.stream.dispatch import Dispatcher
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-_HEX: Final = frozenset("0123456789abcdef")
 _GONE: Final = "GoneException"
 
 
 def written_queues(records: Iterable[dict[str, Any]], now: datetime) -> set[str]:
     """The queues that got an item ready to lease, from DynamoDB Streams records of the items table.
 
-    Only inserts of item rows count (an item's sort key is its 30-hex id); head rows, lease records,
+    Only inserts of item rows count (an item's sort key is its id, of any priority); head rows, lease records,
     idempotency records, updates (claims, renewals) and removals do not make anything leasable. An
     item scheduled for later is left to the sweep, which runs when it may be due.
     """
@@ -47,7 +46,7 @@ def written_queues(records: Iterable[dict[str, Any]], now: datetime) -> set[str]
         keys = (record.get("dynamodb") or {}).get("Keys") or {}
         pk = str((keys.get(schema.PK) or {}).get("S", ""))
         sk = str((keys.get(schema.SK) or {}).get("S", ""))
-        if len(sk) != ID_LENGTH or not set(sk) <= _HEX or schema.SEPARATOR not in pk:
+        if not is_item_id(sk) or schema.SEPARATOR not in pk:
             continue
         if visible_at_of(sk) > now:
             continue

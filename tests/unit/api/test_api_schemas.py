@@ -21,6 +21,7 @@ from querator.domain.model import (
     QueueInfo,
     Renewal,
     RenewOutcome,
+    Reprioritized,
     RetryRequest,
 )
 
@@ -502,6 +503,7 @@ def test_storage_item_response_shape() -> None:
         "expire_deadline": "2026-11-22T06:33:11.123456Z",
         "created_at": "2026-11-22T05:28:11.123456Z",
         "attempts": 2,
+        "priority": 5,
         "reference": "r",
         "encoding": "e",
         "kind": "k",
@@ -520,6 +522,7 @@ def test_a_listed_page_can_be_imported_as_is() -> None:
     assert stored.attempts == 2
     assert stored.lease_deadline == NOW + timedelta(minutes=1)
     assert stored.created_at == NOW - timedelta(minutes=5)
+    assert stored.priority == 5
     assert "items:" in invalid(schemas.ImportItemsRequest, {"queue_name": "q", "items": []})
 
 
@@ -541,6 +544,7 @@ def test_lease_response_shape() -> None:
             {
                 "id": ITEM_ID,
                 "attempts": 2,
+                "priority": 5,
                 "lease_deadline": "2026-11-22T05:34:11.123456Z",
                 "reference": "r",
                 "encoding": "e",
@@ -563,3 +567,41 @@ def test_renew_response_shape() -> None:
 def test_ok_and_health_responses() -> None:
     assert schemas.OkResponse().to_wire() == {"code": 200}
     assert schemas.HealthResponse().to_wire() == {"status": "pass"}
+
+
+# -- priority --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 9])
+def test_priority_takes_json_integers_0_to_9(value: int) -> None:
+    request = parse(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x", "priority": value}]})
+    assert request.to_domain()[0].priority == value
+    retry = parse(schemas.RetryRequest, {"queue_name": "q", "items": [{"id": "a", "priority": value}]})
+    assert retry.to_domain()[0].priority == value
+
+
+@pytest.mark.parametrize("value", [-1, 10, 2.5, 5.0, "5", True, None])
+def test_priority_refuses_anything_but_an_integer_0_to_9_naming_the_field(value: object) -> None:
+    message = invalid(
+        schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x", "priority": value}]}
+    )
+    assert "items[0].priority" in message
+    assert "priority" in invalid(
+        schemas.ReprioritizeRequest, {"queue_name": "q", "ids": ["a"], "priority": value}
+    )
+
+
+def test_produce_and_retry_default_to_no_change_of_priority() -> None:
+    request = parse(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x"}]})
+    assert request.to_domain()[0].priority == 5
+    retry = parse(schemas.RetryRequest, {"queue_name": "q", "items": [{"id": "a"}]})
+    assert retry.to_domain()[0].priority is None
+
+
+def test_reprioritize_response_lists_every_id_with_its_new_id() -> None:
+    outcome = Reprioritized(ids={"a": ".1a", "b": "b"})
+    assert schemas.ReprioritizeResponse.from_domain("q", 2, outcome).to_wire() == {
+        "queue_name": "q",
+        "partition": 2,
+        "items": [{"id": "a", "new_id": ".1a"}, {"id": "b", "new_id": "b"}],
+    }

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from querator.domain.ids import time_key, visible_bound
+from querator.domain.ids import join_ids, split_ids, time_key, visible_bound
 from querator.domain.model import REPLY_SIZE_THRESHOLD, Item, ItemState, timestamp_us, utc_from_timestamp_us
+from querator.domain.priority import BANDS
 from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead, Recount
 from querator.storage.dynamodb import schema
 
@@ -68,6 +69,8 @@ def encode_item(queue: str, partition: int, item: Item) -> AttributeMap:
         attrs[schema.LEASE_DEADLINE] = num(item.lease_deadline)
     if item.enqueue_at is not None:
         attrs[schema.ENQUEUE_AT] = num(item.enqueue_at)
+    if item.next_priority is not None:
+        attrs[schema.NEXT_PRIORITY] = {"N": str(item.next_priority)}
     return attrs
 
 
@@ -86,6 +89,7 @@ def decode_item(attrs: AttributeMap) -> Item:
         enqueue_at=_time(attrs, schema.ENQUEUE_AT),
         source_id=_str(attrs, schema.SOURCE_ID),
         source_queue=_str(attrs, schema.SOURCE_QUEUE),
+        next_priority=int(attrs[schema.NEXT_PRIORITY]["N"]) if schema.NEXT_PRIORITY in attrs else None,
     )
 
 
@@ -122,7 +126,20 @@ def decode_head(attrs: AttributeMap | None) -> PartitionHead:
         version=_int(attrs, schema.HEAD_VERSION),
         recount=decode_recount(attrs.get(schema.HEAD_RECOUNT)),
         recounted_at=_time(attrs, schema.HEAD_RECOUNTED_AT),
+        bands=frozenset(attrs.get(schema.HEAD_BANDS, {}).get("SS", [])),
+        band_cursors=_band_marks(attrs, schema.HEAD_CURSOR),
+        band_sweeps=_band_marks(attrs, schema.HEAD_SWEEP),
     )
+
+
+def _band_marks(attrs: AttributeMap, base: str) -> dict[str, str]:
+    """The cursors (or sweep marks) of the bands other than priority 5's, by band."""
+    found = {}
+    for band in BANDS:
+        name = schema.band_attribute(base, band)
+        if band and name in attrs:
+            found[band] = attrs[name]["S"]
+    return found
 
 
 _RECOUNT_NUMBERS = (
@@ -170,16 +187,15 @@ def encode_lease_record(
         schema.LEASE_RECORD_DEADLINE: num(deadline),
         # Ids are fixed-length, so one string holds them all at one byte a character (a list would
         # add bytes per element, and the record's size is what its write costs).
-        schema.LEASE_RECORD_IDS: {"S": "".join(ids)},
+        schema.LEASE_RECORD_IDS: {"S": join_ids(ids)},
     }
 
 
-def decode_lease_record(attrs: AttributeMap, id_length: int) -> LeaseRecord:
-    joined = _str(attrs, schema.LEASE_RECORD_IDS)
+def decode_lease_record(attrs: AttributeMap) -> LeaseRecord:
     return LeaseRecord(
         key=attrs[schema.SK]["S"],
         deadline=_required_time(attrs, schema.LEASE_RECORD_DEADLINE),
-        ids=[joined[i : i + id_length] for i in range(0, len(joined), id_length)],
+        ids=split_ids(_str(attrs, schema.LEASE_RECORD_IDS)),
     )
 
 

@@ -26,6 +26,7 @@ CLAIM_UPDATE = "SET #lease = :deadline ADD #attempts :one"
 CLAIM_NAMES = {k: NAMES[k] for k in ("#sk", "#lease", "#expire", "#attempts")}
 
 RENEW_UPDATE = "SET #lease = :deadline"
+NEXT_PRIORITY_UPDATE = "SET #np = :priority"
 
 # The guards of ``querator.ports.Guard`` as conditions, with the names each one uses.
 GUARD_CONDITIONS: dict[Guard, tuple[str, dict[str, str]]] = {

@@ -43,6 +43,7 @@ CREATED_AT = "created"
 ENQUEUE_AT = "enqueue"
 SOURCE_ID = "src"
 SOURCE_QUEUE = "sq"
+NEXT_PRIORITY = "np"
 #: What the item may add to a lease reply (``codec.reply_size``), stored only from 1 KB on, so a lease
 #: keeps its reply under the Lambda response limit from the scan alone (smaller items count as 1 KB).
 PAYLOAD_SIZE = "sz"
@@ -56,6 +57,9 @@ LEASE_RECORD_DEADLINE = "dl"
 # Head row attributes.
 HEAD_CURSOR = "cur"
 HEAD_SWEEP = "swp"
+#: The bands other than priority 5's that items were written to (a string set); each band's cursor
+#: and sweep mark are ``cur<band>`` and ``swp<band>`` (``cur.3``, ``curp7``).
+HEAD_BANDS = "bd"
 HEAD_SCHEDULE_MARK = "sm"
 HEAD_ITEMS = "n"
 HEAD_LEASED = "nl"
@@ -139,3 +143,9 @@ def create_tables(client: Any, *, items_table: str, catalog_table: str) -> None:
             client.update_time_to_live(
                 TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL}
             )
+
+
+def band_attribute(base: str, band: str) -> str:
+    """The head row attribute of ``band``'s cursor or sweep mark (``base``: ``HEAD_CURSOR`` or
+    ``HEAD_SWEEP``)."""
+    return f"{base}{band}"

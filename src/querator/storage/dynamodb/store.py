@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 
 from querator.domain.errors import QueratorError, StoreThrottledError
-from querator.domain.ids import ID_LENGTH, ITEMS_END, key_after, visible_bound
+from querator.domain.ids import ITEMS_END, key_after, visible_bound
+from querator.domain.priority import band_of
 from querator.ports import BatchResult, Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 from querator.storage.dynamodb import codec, expressions, schema
@@ -151,7 +152,7 @@ class DynamoDBItemStore:
         sets: list[str] = []
         if cursor is not None:
             sets.append("#cur = :cur")
-            names["#cur"] = schema.HEAD_CURSOR
+            names["#cur"] = schema.band_attribute(schema.HEAD_CURSOR, band_of(cursor))
             values[":cur"] = {"S": cursor}
         if init_marks is not None:
             sets.append(expressions.HEAD_MARKS_INIT)
@@ -199,7 +200,7 @@ class DynamoDBItemStore:
             if attrs[schema.SK]["S"] == schema.HEAD_SK:
                 head_attrs = attrs
             elif len(found) < records:
-                found.append(codec.decode_lease_record(attrs, ID_LENGTH))
+                found.append(codec.decode_lease_record(attrs))
         return codec.decode_head(head_attrs), found
 
     def heads(self, queue: str, partitions: Sequence[int]) -> list[PartitionHead]:
@@ -241,9 +242,29 @@ class DynamoDBItemStore:
                 self._sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))  # noqa: S311
         return found
 
+    def register_bands(self, queue: str, partition: int, ids: Iterable[str]) -> None:
+        """Add the bands of ``ids`` (other than priority 5's) to the partition's head row, before
+        items of those bands are written: a lease reads only the bands the head row names, so an
+        item written to a band it does not name would never be leased. Raises when the write fails
+        (the items are then not written); no request for priority 5 items."""
+        bands = sorted({band_of(i) for i in ids} - {""})
+        if not bands:
+            return
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=codec.head_key(queue, partition),
+                UpdateExpression="ADD #bd :bands",
+                ExpressionAttributeNames={"#bd": schema.HEAD_BANDS},
+                ExpressionAttributeValues={":bands": {"SS": bands}},
+            )
+        except ClientError as exc:
+            raise translate(exc, "produce") from exc
+
     # -- writes of new items ---------------------------------------------------------------------
 
     def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
+        self.register_bands(queue, partition, (item.id for item in items))
         requests = [{"PutRequest": {"Item": codec.encode_item(queue, partition, item)}} for item in items]
         self._batch_write(requests, "produce")
         self._count_added(queue, partition, items, now)
@@ -253,6 +274,7 @@ class DynamoDBItemStore:
     ) -> BatchResult[str]:
         result: BatchResult[str] = BatchResult()
         written = []
+        self.register_bands(queue, partition, (item.id for item in items))
         for item in items:
             if self._put_if_absent(codec.encode_item(queue, partition, item)):
                 written.append(item)
@@ -570,6 +592,34 @@ class DynamoDBItemStore:
             applied=[i for i in ids if i not in refused], rejected=[i for i in ids if i in refused]
         )
 
+    def set_next_priority(
+        self, queue: str, partition: int, ids: Sequence[str], *, priority: int, now: datetime
+    ) -> BatchResult[str]:
+        condition, guard_names = expressions.GUARD_CONDITIONS[Guard.LEASE_VALID]
+        names = {**guard_names, "#np": schema.NEXT_PRIORITY}
+        values = {":priority": {"N": str(priority)}, ":now": codec.num(now)}
+
+        def mark_one(item_id: str) -> str | None:
+            try:
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=codec.item_key(queue, partition, item_id),
+                    UpdateExpression=expressions.NEXT_PRIORITY_UPDATE,
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+            except ClientError as exc:
+                if error_code(exc) == CONDITION_FAILED:
+                    return item_id
+                raise translate(exc, "reprioritize") from exc
+            return None
+
+        refused = {i for i in self._each(mark_one, list(ids)) if i is not None}
+        return BatchResult(
+            applied=[i for i in ids if i not in refused], rejected=[i for i in ids if i in refused]
+        )
+
     # -- removals and moves ----------------------------------------------------------------------
 
     def delete(
@@ -631,6 +681,16 @@ class DynamoDBItemStore:
         self, queue: str, partition: int, moves: Sequence[Move], *, guard: Guard, now: datetime
     ) -> BatchResult[str]:
         condition, names = expressions.GUARD_CONDITIONS[guard]
+        # A replacement in a band its partition may not name yet (a retry with a new priority, a
+        # dead letter, a redrive) registers it first; a requeue in its own band and partition does not.
+        arriving: dict[tuple[str, int], set[str]] = defaultdict(set)
+        for m in moves:
+            band = band_of(m.replacement.id)
+            elsewhere = (m.target_queue, m.target_partition) != (queue, partition)
+            if band and (band != band_of(m.item.id) or elsewhere):
+                arriving[m.target_queue, m.target_partition].add(m.replacement.id)
+        for (target_queue, target_partition), ids in arriving.items():
+            self.register_bands(target_queue, target_partition, ids)
 
         def move_one(move: Move) -> bool:
             delete: dict[str, Any] = {
@@ -714,17 +774,25 @@ class DynamoDBItemStore:
     # -- the reaper's marks ----------------------------------------------------------------------
 
     def pass_schedule(
-        self, queue: str, partition: int, *, old_mark: str, new_mark: str, now: datetime
+        self,
+        queue: str,
+        partition: int,
+        *,
+        old_mark: str,
+        new_mark: str,
+        now: datetime,
+        bands: Sequence[str] = ("",),
     ) -> int:
         counts = CounterDeltas()
-        start = old_mark
-        while True:
-            page = self.scan(queue, partition, start=start, end=new_mark, limit=1000, scheduled_only=True)
-            for state in page.items:
-                counts.add(state.created_at, sign=-1, leased=False, scheduled=True)
-            if page.done:
-                break
-            start = page.read_to
+        for band in bands:
+            start, end = band + old_mark, band + new_mark
+            while True:
+                page = self.scan(queue, partition, start=start, end=end, limit=1000, scheduled_only=True)
+                for state in page.items:
+                    counts.add(state.created_at, sign=-1, leased=False, scheduled=True)
+                if page.done:
+                    break
+                start = page.read_to
         counts.items = counts.created = 0
         adds, names, values = _add_clauses(counts)
         names.update({"#sm": schema.HEAD_SCHEDULE_MARK})
@@ -816,7 +884,7 @@ class DynamoDBItemStore:
                 TableName=self._table,
                 Key=codec.head_key(queue, partition),
                 UpdateExpression="SET #swp = :mark",
-                ExpressionAttributeNames={"#swp": schema.HEAD_SWEEP},
+                ExpressionAttributeNames={"#swp": schema.band_attribute(schema.HEAD_SWEEP, band_of(mark))},
                 ExpressionAttributeValues={":mark": {"S": mark}},
             )
         except ClientError as exc:
