@@ -40,6 +40,7 @@ COMMANDS = [
     ["complete"],
     ["retry"],
     ["renew"],
+    ["reprioritize"],
     ["stats"],
     ["watch"],
     ["dead-letters"],
@@ -343,8 +344,8 @@ def test_lease_table_output(run: Run, queue_name: str) -> None:
     assert result.code == 0
     lines = result.out.splitlines()
     assert lines[0] == f"queue {queue_name}, partition 0"
-    assert lines[1].split() == ["ID", "ATTEMPTS", "LEASE", "DEADLINE", "PAYLOAD"]
-    assert lines[3].split()[1] == "1"
+    assert lines[1].split() == ["ID", "ATTEMPTS", "PRIORITY", "LEASE", "DEADLINE", "PAYLOAD"]
+    assert lines[3].split()[1:3] == ["1", "5"]
     assert lines[3].endswith("hello")
 
 
@@ -677,9 +678,9 @@ def test_peek_shows_items_without_leasing_them(run: Run, client: Client, queue_n
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert lines[0] == f"{queue_name}: first 2 item(s)"
-    assert lines[1].split()[:4] == ["PARTITION", "ID", "LEASED", "ATTEMPTS"]
-    assert lines[3].split()[2:4] == ["yes", "1"] and lines[3].endswith("one")
-    assert lines[4].split()[2:4] == ["no", "0"] and lines[4].endswith("two")
+    assert lines[1].split()[:5] == ["PARTITION", "ID", "LEASED", "ATTEMPTS", "PRIORITY"]
+    assert lines[3].split()[2:5] == ["yes", "1", "5"] and lines[3].endswith("one")
+    assert lines[4].split()[2:5] == ["no", "0", "5"] and lines[4].endswith("two")
     body = run("peek", queue_name, "-o", "json").json()
     assert [(i["utf8"], i["is_leased"], i["partition"]) for i in body["items"]] == [
         ("one", True, 0),

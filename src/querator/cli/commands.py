@@ -1,5 +1,5 @@
-"""The ``querator`` client commands: queues, produce, lease, complete, retry, renew, consume, stats,
-watch, peek, clear, dead-letters and redrive, over ``querator.client.Client``.
+"""The ``querator`` client commands: queues, produce, lease, complete, retry, renew, reprioritize,
+consume, stats, watch, peek, clear, dead-letters and redrive, over ``querator.client.Client``.
 
 Each command takes ``--url`` (default ``$QUERATOR_URL`` or http://127.0.0.1:2319), ``--sigv4-region``
 (``$QUERATOR_SIGV4_REGION``) and ``--output table|json``; exit codes are in ``output.ExitCode`` and
@@ -43,6 +43,7 @@ from querator.client import (
     NewItem,
     RetryItem,
 )
+from querator.client.models import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, check_priority
 from querator.domain.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ def register(commands: Any) -> argparse.ArgumentParser:
     _register_produce(commands, common)
     _register_lease(commands, common)
     _register_settle(commands, common)
+    _register_reprioritize(commands, common)
     _register_stats(commands, common)
     _register_peek(commands, common)
     _register_clear(commands, common)
@@ -120,6 +122,21 @@ def add_command(
 
 def make_client(args: argparse.Namespace) -> Client:
     return Client(args.url, sigv4_region=args.sigv4_region, timeout=args.timeout)
+
+
+def priority_arg(text: str) -> int:
+    """``--priority``: 0-9, lower leases first; anything else is a usage error (2) naming the option."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer between {MIN_PRIORITY} and {MAX_PRIORITY}, not {text!r}"
+        ) from None
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise argparse.ArgumentTypeError(
+            f"must be between {MIN_PRIORITY} and {MAX_PRIORITY} (lower leases first), not {value}"
+        )
+    return value
 
 
 def seconds(text: str, what: str) -> float:
@@ -340,9 +357,12 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Produce items: one per PAYLOAD argument; else one per line of --file or of stdin.\n"
             "--format jsonl: each line a JSON object with payload (text) or bytes (base64), and\n"
-            "  optionally reference, encoding, kind, enqueue_at; any other JSON value is the payload.\n"
+            "  optionally reference, encoding, kind, enqueue_at, priority; any other JSON value is\n"
+            "  the payload.\n"
             "--format csv: a header row; the payload column (or every column, as a JSON object)\n"
-            "  is the payload; reference, encoding, kind, enqueue_at columns are used when present.\n"
+            "  is the payload; reference, encoding, kind, enqueue_at, priority columns are used\n"
+            "  when present.\n"
+            "--priority: 0-9, lower leases first (default 5); a line's own priority wins.\n"
             "Items go in batches of --batch-size, each sent with its own Idempotency-Key so a\n"
             "retried batch is never stored twice. Progress is drawn on stderr when it is a terminal.\n"
             "PAYLOADs may come before or after the options; one that starts with '-' goes after '--'."
@@ -368,6 +388,14 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     produce.add_argument("--kind", default="", help="kind of every item")
     produce.add_argument("--encoding", default="", help="encoding of every item")
+    produce.add_argument(
+        "--priority",
+        type=priority_arg,
+        default=DEFAULT_PRIORITY,
+        metavar="N",
+        help=f"priority of every item unless the input sets one: 0-9, lower leases first "
+        f"(default {DEFAULT_PRIORITY})",
+    )
     when = produce.add_mutually_exclusive_group()
     when.add_argument("--enqueue-at", metavar="TIMESTAMP", help="schedule the items for this RFC 3339 time")
     when.add_argument(
@@ -381,6 +409,7 @@ class _Defaults:
     kind: str
     encoding: str
     enqueue_at: datetime | str | None
+    priority: int
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -389,7 +418,7 @@ def _produce(args: argparse.Namespace) -> int:
     enqueue_at: datetime | str | None = args.enqueue_at
     if args.delay:
         enqueue_at = datetime.now(UTC) + parse_duration_delta(args.delay, "--delay")
-    defaults = _Defaults(args.reference, args.kind, args.encoding, enqueue_at)
+    defaults = _Defaults(args.reference, args.kind, args.encoding, enqueue_at, args.priority)
     produced = batches = 0
     key_prefix = uuid.uuid4().hex
     with make_client(args) as client, _input(args) as (lines, size, fmt):
@@ -484,13 +513,22 @@ class _counting:  # noqa: N801 - an iterator wrapper
         return line
 
 
-def _item(payload: bytes | str, fields: dict[str, Any], defaults: _Defaults) -> NewItem:
+def _item(payload: bytes | str, fields: dict[str, Any], defaults: _Defaults, number: int = 0) -> NewItem:
+    priority = fields.get("priority")
+    if priority is None or priority == "":
+        priority = defaults.priority
+    else:
+        try:
+            check_priority(priority)
+        except ValueError as exc:
+            raise CliError(f"line {number}: {exc}", ExitCode.BAD_REQUEST) from exc
     return NewItem(
         payload=payload,
         reference=str(fields.get("reference") or defaults.reference),
         encoding=str(fields.get("encoding") or defaults.encoding),
         kind=str(fields.get("kind") or defaults.kind),
         enqueue_at=fields.get("enqueue_at") or defaults.enqueue_at,
+        priority=priority,
     )
 
 
@@ -509,14 +547,18 @@ def _jsonl_item(text: str, defaults: _Defaults, number: int) -> NewItem:
     else:
         raw = value.get("payload", value.get("utf8"))
         payload = raw if isinstance(raw, str) else json.dumps(raw)
-    return _item(payload, value, defaults)
+    return _item(payload, value, defaults, number)
 
 
 def _csv_item(row: dict[str, Any], defaults: _Defaults, number: int) -> NewItem:
     if None in row:
         raise CliError(f"line {number}: more fields than the header has", ExitCode.BAD_REQUEST)
     if "payload" in row:
-        return _item(str(row["payload"] or ""), row, defaults)
+        priority = str(row.get("priority") or "").strip()
+        if priority.isdecimal():
+            # A CSV cell is text: "3" is priority 3 (a JSONL line's "3" is refused, as the API does).
+            row = {**row, "priority": int(priority)}
+        return _item(str(row["payload"] or ""), row, defaults, number)
     return _item(json.dumps(row, ensure_ascii=False), {}, defaults)
 
 
@@ -550,8 +592,9 @@ def _register_lease(commands: Any, common: argparse.ArgumentParser) -> None:
         help="lease items (exit 4 when there is nothing to lease)",
         description=(
             "Lease up to --batch-size items of one partition, oldest first, waiting up to --wait for one.\n"
-            "Prints the partition and each item's id, attempts, lease deadline and payload; complete,\n"
-            "retry or renew them with the ids and --partition. Exits 4 when there was nothing to lease."
+            "Prints the partition and each item's id, attempts, priority, lease deadline and payload;\n"
+            "complete, retry or renew them with the ids and --partition. Items of a lower priority\n"
+            "lease first. Exits 4 when there was nothing to lease."
         ),
     )
     lease.add_argument("queue_name", metavar="QUEUE")
@@ -573,8 +616,8 @@ def _lease(args: argparse.Namespace) -> int:
         print_json(_lease_json(lease))
     elif lease.items:
         print(f"queue {lease.queue_name}, partition {lease.partition}")  # noqa: T201
-        rows = [[i.id, i.attempts, i.lease_deadline, preview(i.payload)] for i in lease.items]
-        print(table(["ID", "ATTEMPTS", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
+        rows = [[i.id, i.attempts, i.priority, i.lease_deadline, preview(i.payload)] for i in lease.items]
+        print(table(["ID", "ATTEMPTS", "PRIORITY", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
     if not lease.items:
         print(f"querator lease: nothing to lease in {args.queue_name}", file=sys.stderr)  # noqa: T201
         return ExitCode.TRY_AGAIN
@@ -617,6 +660,7 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Put leased items back in the queue now, at --at / after --in (scheduled), or with --dead\n"
             "into the queue's dead-letter queue (a queue without one: exit 3, nothing is done).\n"
+            "--priority N puts them back with priority N (0-9, lower leases first) instead of their own.\n"
             "A stale or unknown id exits 3 naming it; the others apply."
         ),
     )
@@ -629,6 +673,13 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
         "--in", dest="delay", metavar="DURATION", help="come back after this long (Go duration)"
     )
     when.add_argument("--dead", action="store_true", help="send to the dead-letter queue")
+    retry.add_argument(
+        "--priority",
+        type=priority_arg,
+        default=None,
+        metavar="N",
+        help="come back with this priority, 0-9 (default: the item's own)",
+    )
 
     renew = add_command(
         commands,
@@ -648,10 +699,8 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
     renew.add_argument("--lease-timeout", metavar="DURATION", help="new lease length (default: the queue's)")
 
 
-def _partition_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--partition", "-p", type=int, default=None, help="partition of the lease (default 0)"
-    )
+def _partition_option(parser: argparse.ArgumentParser, what: str = "the lease") -> None:
+    parser.add_argument("--partition", "-p", type=int, default=None, help=f"partition of {what} (default 0)")
     parser.set_defaults(intermixed=True)
 
 
@@ -708,6 +757,12 @@ def _complete(args: argparse.Namespace) -> int:
 
 
 def _retry(args: argparse.Namespace) -> int:
+    if args.dead and args.priority is not None:
+        raise CliError(
+            "--priority sets the priority an item comes back with; a dead letter keeps its own: drop "
+            "--priority or --dead",
+            ExitCode.USAGE,
+        )
     ids = _ids(args)
     retry_at: datetime | str | None = args.at
     if args.delay:
@@ -728,7 +783,7 @@ def _retry(args: argparse.Namespace) -> int:
         try:
             client.retry(
                 args.queue_name,
-                [RetryItem(id=i, retry_at=retry_at, dead=args.dead) for i in ids],
+                [RetryItem(id=i, retry_at=retry_at, dead=args.dead, priority=args.priority) for i in ids],
                 partition=_partition(args),
             )
         except ItemNotLeasedError as exc:
@@ -760,6 +815,67 @@ def _renew(args: argparse.Namespace) -> int:
         )
     else:
         print(table(["ID", "LEASE DEADLINE"], rows))  # noqa: T201
+    return ExitCode.OK
+
+
+# -- reprioritize -------------------------------------------------------------------------------------
+
+
+def _register_reprioritize(commands: Any, common: argparse.ArgumentParser) -> None:
+    reprioritize = add_command(
+        commands,
+        "reprioritize",
+        common,
+        _reprioritize,
+        help="give items a new priority (waiting and scheduled ones get a new id)",
+        description=(
+            "Give items of one partition (-p) priority N (queue.reprioritize; 0-9, lower leases first).\n"
+            "A waiting item moves to the tail of priority N under a new id; a scheduled one keeps its\n"
+            "time under a new id; a leased one keeps its id and lease and comes back with priority N;\n"
+            "one that has priority N already keeps its id. Prints each id with the id it has now.\n"
+            "An unknown or gone id exits 3 naming it; the others apply (see their new ids with peek)."
+        ),
+    )
+    reprioritize.add_argument("queue_name", metavar="QUEUE")
+    reprioritize.add_argument(
+        "ids", nargs="*", metavar="ID", help="item ids (peek, lease); '-' or none: read them from stdin"
+    )
+    _partition_option(reprioritize, "the items (as peek or lease printed it)")
+    reprioritize.add_argument(
+        "--priority",
+        type=priority_arg,
+        required=True,
+        metavar="N",
+        help="the new priority: 0-9, lower leases first",
+    )
+
+
+def _reprioritize(args: argparse.Namespace) -> int:
+    ids = _ids(args)
+    partition = _partition(args)
+    with make_client(args) as client:
+        try:
+            moved = client.reprioritize(args.queue_name, ids, args.priority, partition=partition)
+        except ItemNotLeasedError as exc:
+            _partition_hint(args, client, exc, ids)
+            applied = len(set(ids) - set(exc.failed_ids))
+            if exc.failed_ids and applied:
+                # The reply that would have named their new ids is the error: say where to find them.
+                exc.message += (
+                    f"; {applied} other id(s) now have priority {args.priority} (querator peek "
+                    f"{args.queue_name} lists the new ids)"
+                )
+            raise
+    if args.output == "json":
+        print_json(
+            {
+                "queue_name": args.queue_name,
+                "partition": partition,
+                "items": [{"id": old, "new_id": new} for old, new in moved.items()],
+            }
+        )
+    else:
+        print(table(["ID", "NEW ID"], list(moved.items())))  # noqa: T201
     return ExitCode.OK
 
 
@@ -904,10 +1020,11 @@ def _dead_letters(args: argparse.Namespace) -> int:
     else:
         print(f"dead-letter queue {dead_info.queue_name}: {len(items)} item(s)")  # noqa: T201
         rows = [
-            [p, i.id, i.source_id, i.attempts, i.created_at, i.reference, preview(i.payload, 40)]
+            [p, i.id, i.source_id, i.attempts, i.priority, i.created_at, i.reference, preview(i.payload, 40)]
             for p, i in items
         ]
-        print(table(["PARTITION", "ID", "SOURCE ID", "ATTEMPTS", "CREATED", "REFERENCE", "PAYLOAD"], rows))  # noqa: T201
+        headers = ["PARTITION", "ID", "SOURCE ID", "ATTEMPTS", "PRIORITY", "CREATED", "REFERENCE", "PAYLOAD"]
+        print(table(headers, rows))  # noqa: T201
     return ExitCode.OK
 
 
@@ -1017,9 +1134,10 @@ def _register_peek(commands: Any, common: argparse.ArgumentParser) -> None:
         _peek,
         help="show the items of a queue without leasing them",
         description=(
-            "Show the first items of a queue in FIFO order (storage/items.list), partition by partition,\n"
-            "without leasing or changing them: id, whether leased, attempts, created time, reference and\n"
-            "payload. --scheduled shows the scheduled items (storage/scheduled.list) instead."
+            "Show the first items of a queue in lease order (storage/items.list: priority, then FIFO),\n"
+            "partition by partition, without leasing or changing them: id, whether leased, attempts,\n"
+            "priority, created time, reference and payload. --scheduled shows the scheduled items\n"
+            "(storage/scheduled.list) instead."
         ),
     )
     peek.add_argument("queue_name", metavar="QUEUE")
@@ -1047,6 +1165,7 @@ def _peek(args: argparse.Namespace) -> int:
             i.id,
             i.is_leased,
             i.attempts,
+            i.priority,
             i.enqueue_at if args.scheduled else i.created_at,
             i.reference,
             preview(i.payload, 40),
@@ -1054,7 +1173,8 @@ def _peek(args: argparse.Namespace) -> int:
         for p, i in items
     ]
     when = "ENQUEUE AT" if args.scheduled else "CREATED"
-    print(table(["PARTITION", "ID", "LEASED", "ATTEMPTS", when, "REFERENCE", "PAYLOAD"], rows))  # noqa: T201
+    headers = ["PARTITION", "ID", "LEASED", "ATTEMPTS", "PRIORITY", when, "REFERENCE", "PAYLOAD"]
+    print(table(headers, rows))  # noqa: T201
     return ExitCode.OK
 
 

@@ -30,6 +30,7 @@ from querator.client.errors import (
     error_for,
 )
 from querator.client.models import (
+    DEFAULT_PRIORITY,
     Duration,
     ImportedItems,
     Lease,
@@ -44,6 +45,7 @@ from querator.client.models import (
     StoredItem,
     Timestamp,
     as_new_item,
+    check_priority,
     duration_seconds,
     duration_to_wire,
 )
@@ -83,6 +85,7 @@ PATHS: Final[Mapping[str, str]] = {
     "queue.complete": "/v1/queue.complete",
     "queue.retry": "/v1/queue.retry",
     "queue.renew": "/v1/queue.renew",
+    "queue.reprioritize": "/v1/queue.reprioritize",
     "queue.stats": "/v1/queue.stats",
     "queue.clear": "/v1/queue.clear",
     "queue.redrive": "/v1/queue.redrive",
@@ -431,12 +434,17 @@ class Client:
         partition: int | None = None,
         retry_at: Timestamp | None = None,
         dead: bool = False,
+        priority: int | None = None,
     ) -> None:
         """``queue.retry``: put leased items back now, at ``retry_at``, or (``dead``) into the
-        dead-letter queue. ``retry_at`` / ``dead`` apply to the items not given as ``RetryItem``.
+        dead-letter queue; with ``priority`` (0-9) instead of their own. ``retry_at`` / ``dead`` /
+        ``priority`` apply to the items not given as ``RetryItem``.
 
-        Raises ``ItemNotLeasedError`` naming the ids that were not applied; the others were.
+        Raises ``ItemNotLeasedError`` naming the ids that were not applied; the others were. A bad
+        ``priority`` raises ``ValueError`` before anything is sent.
         """
+        if priority is not None:
+            check_priority(priority)
         retry_items: list[RetryItem] = []
         partitions: set[int] = set()
         for item in items:
@@ -446,7 +454,7 @@ class Client:
             if isinstance(item, LeasedItem):
                 partitions.add(item.partition)
             item_id = item.id if isinstance(item, LeasedItem) else item
-            retry_items.append(RetryItem(id=item_id, retry_at=retry_at, dead=dead))
+            retry_items.append(RetryItem(id=item_id, retry_at=retry_at, dead=dead, priority=priority))
         body = {
             "queue_name": queue_name,
             "partition": _one_partition(partitions, partition),
@@ -474,6 +482,30 @@ class Client:
             body["lease_timeout"] = duration_to_wire(lease_timeout)
         reply = self._call("queue.renew", body, safety=Safety.IDEMPOTENT)
         return Renewal.from_wire(reply or {})
+
+    def reprioritize(
+        self,
+        queue_name: str,
+        items: Iterable[str | LeasedItem | StoredItem],
+        priority: int,
+        *,
+        partition: int | None = None,
+    ) -> dict[str, str]:
+        """``queue.reprioritize``: give items of one partition ``priority`` (0-9); returns each id
+        with the id the item has now. A waiting or scheduled item moves under a new id; a leased one
+        keeps its id and lease and goes back with ``priority``; one that has it already keeps its id.
+
+        Not resent once the request may have reached the server (the old ids would be gone). Raises
+        ``ItemNotLeasedError`` naming the ids that were unknown or gone; the others were applied. A
+        bad ``priority`` raises ``ValueError`` before anything is sent.
+        """
+        check_priority(priority)
+        ids, partition = _ids_and_partition(
+            [item.id if isinstance(item, StoredItem) else item for item in items], partition
+        )
+        body = {"queue_name": queue_name, "partition": partition, "ids": ids, "priority": priority}
+        reply = self._call("queue.reprioritize", body, safety=Safety.UNSAFE) or {}
+        return {str(i.get("id", "")): str(i.get("new_id", "")) for i in reply.get("items") or ()}
 
     def stats(self, queue_name: str) -> QueueStats:
         """``queue.stats``: counts and ages per partition, from the counters kept beside the items."""
@@ -571,7 +603,7 @@ class Client:
         """``storage/items.import``: write items verbatim under new ids; an item whose ``source_id``
         is already in the partition is skipped (so only items with a ``source_id`` are safe to resend,
         and the call is resent only when the server certainly did nothing)."""
-        wire = [item.to_wire() if isinstance(item, StoredItem) else dict(item) for item in items]
+        wire = [_import_wire(item) if isinstance(item, StoredItem) else dict(item) for item in items]
         body = {"queue_name": queue_name, "partition": partition, "items": wire}
         reply = self._call("storage/items.import", body, safety=Safety.UNSAFE) or {}
         return ImportedItems(ids=tuple(str(i.get("id", "")) for i in reply.get("items") or ()))
@@ -617,6 +649,14 @@ def _decode(raw: bytes) -> object:
         return json.loads(raw)
     except ValueError:
         return None
+
+
+def _import_wire(item: StoredItem) -> dict[str, Any]:
+    body = item.to_wire()
+    # Left out at the default, so a server from before priorities (which refuses unknown keys) takes it.
+    if item.priority == DEFAULT_PRIORITY:
+        del body["priority"]
+    return body
 
 
 def _retryable(error: ApiError, safety: Safety) -> bool:

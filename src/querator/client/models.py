@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from querator.api.durations import format_duration, format_timestamp, parse_duration, parse_timestamp
 from querator.domain.errors import InvalidRequestError
@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 Duration = timedelta | float | int | str
 #: What a timestamp argument may be: an aware ``datetime``, or an RFC 3339 string sent verbatim.
 Timestamp = datetime | str
+
+#: Item priorities: 0-9, lower leases first; 5 when not given (a copy of ``querator.domain.priority``,
+#: which tests/client checks it against, so the client needs no server code).
+MIN_PRIORITY: Final = 0
+MAX_PRIORITY: Final = 9
+DEFAULT_PRIORITY: Final = 5
 
 
 def duration_to_wire(value: Duration) -> str:
@@ -56,6 +62,16 @@ def timestamp_to_wire(value: Timestamp) -> str:
     return format_timestamp(value)
 
 
+def check_priority(value: object, what: str = "priority") -> int:
+    """``value`` as a priority, or ``ValueError``: an ``int`` 0-9 (not a ``bool``, ``float`` or ``str``,
+    which the server refuses too), checked before anything is sent."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer between 0 and 9, not {value!r}")
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValueError(f"{what} must be between 0 and 9 (lower leases first), not {value}")
+    return value
+
+
 def _duration(body: Mapping[str, Any], key: str) -> timedelta:
     value = body.get(key)
     return parse_duration(value) if isinstance(value, str) and value else timedelta(0)
@@ -80,6 +96,12 @@ def _int(body: Mapping[str, Any], key: str) -> int:
 
 def _str(body: Mapping[str, Any], key: str) -> str:
     return str(body.get(key) or "")
+
+
+def _priority(body: Mapping[str, Any]) -> int:
+    # A server from before priorities sends none: every item it has is of the default priority.
+    value = body.get("priority")
+    return DEFAULT_PRIORITY if value is None else int(value)
 
 
 # -- queues -------------------------------------------------------------------------------------------
@@ -139,6 +161,7 @@ class NewItem:
     """An item to produce. ``payload`` as ``str`` is sent as ``utf8``, as ``bytes`` as base64 ``bytes``.
 
     ``enqueue_at`` in the future makes the item scheduled: invisible to lease until then.
+    ``priority`` is 0-9, lower leases first (5 by default); anything else raises ``ValueError``.
     """
 
     payload: bytes | str = b""
@@ -146,6 +169,10 @@ class NewItem:
     encoding: str = ""
     kind: str = ""
     enqueue_at: Timestamp | None = None
+    priority: int = DEFAULT_PRIORITY
+
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {}
@@ -159,6 +186,9 @@ class NewItem:
                 body[key] = value
         if self.enqueue_at is not None:
             body["enqueue_at"] = timestamp_to_wire(self.enqueue_at)
+        # Left out at the default: the body is the one a server from before priorities accepts.
+        if self.priority != DEFAULT_PRIORITY:
+            body["priority"] = self.priority
         return body
 
 
@@ -193,6 +223,8 @@ class LeasedItem:
     kind: str = ""
     #: The partition it was leased from: complete / retry / renew must name it.
     partition: int = 0
+    #: 0-9, lower leases first.
+    priority: int = DEFAULT_PRIORITY
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any], *, partition: int) -> LeasedItem:
@@ -205,12 +237,14 @@ class LeasedItem:
             encoding=_str(body, "encoding"),
             kind=_str(body, "kind"),
             partition=partition,
+            priority=_priority(body),
         )
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "attempts": self.attempts,
+            "priority": self.priority,
             "lease_deadline": format_timestamp(self.lease_deadline) if self.lease_deadline else None,
             "reference": self.reference,
             "encoding": self.encoding,
@@ -253,11 +287,19 @@ class Lease:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryItem:
-    """One item of ``queue.retry``: back now, at ``retry_at`` (scheduled), or ``dead`` (dead letter)."""
+    """One item of ``queue.retry``: back now, at ``retry_at`` (scheduled), or ``dead`` (dead letter).
+
+    ``priority`` (0-9) puts it back with that priority instead of its own; ``None`` keeps its own.
+    """
 
     id: str
     retry_at: Timestamp | None = None
     dead: bool = False
+    priority: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.priority is not None:
+            check_priority(self.priority)
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {"id": self.id}
@@ -265,6 +307,8 @@ class RetryItem:
             body["retry_at"] = timestamp_to_wire(self.retry_at)
         if self.dead:
             body["dead"] = True
+        if self.priority is not None:
+            body["priority"] = self.priority
         return body
 
 
@@ -383,6 +427,8 @@ class StoredItem:
     reference: str = ""
     encoding: str = ""
     kind: str = ""
+    #: 0-9, lower leases first.
+    priority: int = DEFAULT_PRIORITY
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any]) -> StoredItem:
@@ -399,6 +445,7 @@ class StoredItem:
             reference=_str(body, "reference"),
             encoding=_str(body, "encoding"),
             kind=_str(body, "kind"),
+            priority=_priority(body),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -408,6 +455,7 @@ class StoredItem:
             "source_id": self.source_id,
             "is_leased": self.is_leased,
             "attempts": self.attempts,
+            "priority": self.priority,
             "reference": self.reference,
             "encoding": self.encoding,
             "kind": self.kind,
