@@ -103,6 +103,33 @@ def test_the_produce_job_exits_3_and_lists_invalid_rows(spark, store: Store, tmp
     assert count_items(store, queue) == 2
 
 
+def test_the_produce_job_reads_priorities_from_csv_text_and_lists_bad_ones(
+    spark, store: Store, tmp_path, capsys
+):
+    queue = create_queue(store.service, "csv-priority", partitions=1)
+    path = tmp_path / "source.csv"
+    path.write_text("id,body,prio\na,later,7\nb,default,\nc,too-low,12\nd,words,high\ne,first,0\n")
+    argv = ["--source", str(path), "--format", "csv", "--queue", queue, "--job-id", "csv-prio"]
+    argv += ["--payload", "body", "--key", "id", "--priority", "prio", "--partitions", "1"]
+    argv += ["--staging-dir", store.staging, *store_arguments(store)]
+
+    assert produce_main(argv, spark=spark) == EXIT_INVALID_ROWS
+    report = last_json_line(capsys.readouterr().out)
+    assert (report["status"], report["written"], report["invalid"]) == ("invalid_rows", 3, 2)
+    invalid = {row["row"]: row for row in report["invalid_rows"]}
+    assert set(invalid) == {"id='c'", "id='d'"}
+    assert {row["column"] for row in invalid.values()} == {"prio"}
+    assert "between 0 and 9, got '12'" in invalid["id='c'"]["reason"]
+    assert "got 'high'" in invalid["id='d'"]["reason"]
+    # Lower priorities lease first; an empty priority is 5
+    leased = store.service.lease(queue, batch_size=10, client_id="c").items
+    assert [(item.payload, item.priority) for item in leased] == [
+        (b"first", 0),
+        (b"default", 5),
+        (b"later", 7),
+    ]
+
+
 def test_the_export_job_writes_every_item_of_every_partition_to_parquet(
     spark, store: Store, tmp_path, capsys
 ):

@@ -116,6 +116,45 @@ def test_a_bad_row_raises_an_error_naming_its_column(row, column, fragment):
     assert isinstance(caught.value, InvalidRequestError)
 
 
+PRIORITY = ColumnMap(payload=("body",), priority="prio")
+
+
+@pytest.mark.parametrize(
+    ("value", "priority"),
+    [
+        (0, 0),
+        (9, 9),
+        (3, 3),
+        (None, 5),
+        ("", 5),
+        ("  ", 5),
+        ("7", 7),
+        (" 2 ", 2),
+        ("05", 5),
+        (Decimal("1"), 1),
+    ],
+)
+def test_a_priority_column_gives_the_items_priority_and_null_or_empty_means_five(value, priority):
+    assert row_to_item({"body": "x", "prio": value}, PRIORITY).priority == priority
+
+
+def test_without_a_priority_column_every_item_has_priority_five():
+    assert row_to_item({"body": "x", "prio": 1}, BODY).priority == 5
+
+
+@pytest.mark.parametrize(
+    "value", [10, -1, 99, "10", "-1", "high", "3.0", "²", 2.0, 2.5, True, Decimal("2.5"), [1], "1" * 200]
+)
+def test_a_bad_priority_is_an_invalid_row_naming_its_column(value):
+    with pytest.raises(
+        InvalidRowError, match=r"prio: the priority must be an integer between 0 and 9, got"
+    ) as caught:
+        row_to_item({"body": "x", "prio": value}, PRIORITY)
+    assert caught.value.context["column"] == "prio"
+    assert isinstance(caught.value, InvalidRequestError)
+    assert len(str(caught.value)) < 120  # a long value is cut short in the report
+
+
 def test_a_column_map_refuses_no_payload_and_repeated_payload_columns():
     with pytest.raises(ValueError, match="payload"):
         ColumnMap(payload=())
@@ -124,8 +163,8 @@ def test_a_column_map_refuses_no_payload_and_repeated_payload_columns():
 
 
 def test_source_columns_lists_each_column_once_payload_first():
-    columns = ColumnMap(payload=("a", "b"), key="id", reference="a", kind="k")
-    assert columns.source_columns == ("a", "b", "id", "k")
+    columns = ColumnMap(payload=("a", "b"), key="id", reference="a", kind="k", priority="p")
+    assert columns.source_columns == ("a", "b", "id", "k", "p")
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -166,8 +205,16 @@ def test_item_digest_tells_apart_every_field():
         NewItem(payload=b"b", reference="ra", kind="k", encoding="e"),
         NewItem(payload=b"ab", reference="", kind="rk", encoding="e"),
         NewItem(payload=b"ab", reference="r", kind="ke", encoding=""),
+        NewItem(payload=b"ab", reference="r", kind="k", encoding="e", priority=0),
+        NewItem(payload=b"ab", reference="r", kind="k", encoding="e", priority=9),
     ]
     assert len({item_digest(v) for v in variants}) == len(variants)
+
+
+def test_item_digest_of_priority_five_is_the_digest_from_before_priorities():
+    # The digest orders rows and names chunks: a job of priority 5 items keeps its chunk keys.
+    item = NewItem(payload=b"ab", reference="r", kind="k", encoding="e", priority=5)
+    assert item_digest(item) == "196ab1757877a965044cb253f55ff4b6f896823ad171aaf5aec5cd002e1beea9"
 
 
 def test_chunk_key_depends_on_job_queue_and_exact_rows():
@@ -214,6 +261,7 @@ def test_wire_size_bounds_the_json_the_client_sends():
             "kind": item.kind,
             "encoding": item.encoding,
             "enqueue_at": "2030-01-01T00:00:00.000000Z",
+            "priority": 9,
         }
     )
     assert wire_size(item) >= len(body.encode())

@@ -15,10 +15,10 @@ from pyspark import TaskContext, cloudpickle
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql import types as T  # noqa: N812
 
-from querator.domain.errors import QueueNotFoundError, StoreThrottledError
+from querator.domain.errors import NothingToLeaseError, QueueNotFoundError, StoreThrottledError
 from querator.domain.model import MAX_PAYLOAD_BYTES
 from querator.spark.job import ProduceCounts, ProduceFailedError, produce_dataframe
-from querator.spark.mapping import ColumnMap
+from querator.spark.mapping import ColumnMap, row_key, row_to_item
 from querator.spark.plan import PlanMismatchError, RerunTooLateError
 from querator.spark.retry import RetryPolicy
 from tests.spark.helpers import Store, count_items, create_queue, fresh_store, stored, stored_by_partition
@@ -470,3 +470,104 @@ def test_a_missing_column_is_named(spark, store: Store):
             staging_dir=store.staging,
             job_id="j",
         )
+
+
+# -- priorities ------------------------------------------------------------------------------------
+
+PRIORITY_COLUMNS = ColumnMap(payload=("body",), key="id", reference="ref", priority="prio")
+
+
+def priority_of_row(i: int) -> int | None:
+    """Row ``i``'s priority column: 0-9, then null (every 11th row)."""
+    return None if i % 11 == 10 else i % 11
+
+
+def item_priority(i: int) -> int:
+    """The priority row ``i``'s item gets: a null priority is 5."""
+    priority = priority_of_row(i)
+    return 5 if priority is None else priority
+
+
+def priority_frame(spark, count: int):
+    """Rows whose priority cycles through 0-9 and null (``priority_of_row``)."""
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("body", T.StringType()),
+            T.StructField("ref", T.StringType()),
+            T.StructField("prio", T.IntegerType()),
+        ]
+    )
+    data = [(i, f"payload {i}", f"ref-{i}", priority_of_row(i)) for i in range(count)]
+    return spark.createDataFrame(data, schema)
+
+
+def lease_all(service, queue: str) -> list[Item]:
+    leased: list[Item] = []
+    while True:
+        try:
+            leased += service.lease(queue, batch_size=50, client_id="c").items
+        except NothingToLeaseError:
+            return leased
+
+
+def test_a_priority_column_orders_leases_by_priority_then_by_the_plans_order(spark, store: Store):
+    queue = create_queue(store.service, "prioritized", partitions=1)
+    frame = priority_frame(spark, 110)
+    # Two chunks of one bucket, into the queue's one partition
+    counts = produce_dataframe(
+        frame,
+        queue=queue,
+        columns=PRIORITY_COLUMNS,
+        target=store.target,
+        staging_dir=store.staging,
+        job_id="prio",
+        chunk_items=60,
+    )
+    assert (counts.rows, counts.written, counts.invalid, counts.chunks) == (110, 110, 0, 2)
+
+    leased = lease_all(store.service, queue)
+
+    # The plan's order is the row keys' (one bucket); a null priority is 5
+    def plan_order(i: int) -> str:
+        row = {"id": i, "body": f"payload {i}", "ref": f"ref-{i}", "prio": None}
+        return row_key(row, PRIORITY_COLUMNS, row_to_item(row, PRIORITY_COLUMNS), job_id="prio")
+
+    priority = {f"ref-{i}": item_priority(i) for i in range(110)}
+    expected = sorted(range(110), key=lambda i: (priority[f"ref-{i}"], plan_order(i)))
+    assert [item.reference for item in leased] == [f"ref-{i}" for i in expected]
+    assert all(item.priority == priority[item.reference] for item in leased)
+    assert {len(item.id) for item in leased if item.priority == 5} == {30}
+
+
+def test_a_task_retried_with_priorities_and_a_rerun_store_every_row_once(spark, store: Store):
+    queue = create_queue(store.service, "prio-retried", partitions=2)
+    frame = priority_frame(spark, 440)
+    options = {"queue": queue, "columns": PRIORITY_COLUMNS, "staging_dir": store.staging}
+    options |= {"job_id": "prio-retry", "partitions": 2, "buckets": 3, "chunk_items": 50}
+    # GIVEN Spark partition 0 dies after storing 2 chunks, and Spark retries it
+    first = produce_dataframe(frame, target=DyingTarget(store.target, before_failure=2), **options)
+    # WHEN the job is run again with the same job id
+    again = produce_dataframe(frame, target=store.target, **options)
+    # THEN every row is stored once, with its priority
+    assert (first.failed, first.skipped_duplicates, first.written) == (0, 100, 340)
+    assert (again.written, again.skipped_duplicates) == (0, 440)
+    items = stored(store.service, queue)
+    assert sorted(item.reference for item in items) == sorted(f"ref-{i}" for i in range(440))
+    priority = {f"ref-{i}": item_priority(i) for i in range(440)}
+    assert all(item.priority == priority[item.reference] for item in items)
+
+
+def test_a_priority_column_of_a_type_without_integers_is_refused_before_any_work(spark, store: Store):
+    queue = create_queue(store.service, "prio-double", partitions=1)
+    frame = spark.createDataFrame([("x", 1.0)], "body string, prio double")
+    with pytest.raises(ValueError, match=r"priority column prio has type double.*cast it to int"):
+        produce_dataframe(
+            frame,
+            queue=queue,
+            columns=ColumnMap(payload=("body",), priority="prio"),
+            target=store.target,
+            staging_dir=store.staging,
+            job_id="double",
+        )
+    assert count_items(store, queue) == 0

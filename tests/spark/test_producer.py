@@ -15,7 +15,8 @@ from querator.domain.errors import (
     StoreThrottledError,
     StoreUnavailableError,
 )
-from querator.spark.producer import domain_error
+from querator.domain.model import NewItem
+from querator.spark.producer import client_item, domain_error
 from querator.spark.retry import is_retryable
 
 pytestmark = pytest.mark.spark
@@ -59,3 +60,11 @@ def test_client_errors_map_to_domain_errors_with_the_same_retry_decision(error, 
     mapped = domain_error(error)
     assert type(mapped) is expected
     assert is_retryable(mapped) is retryable
+
+
+def test_the_http_path_sends_a_priority_other_than_five_and_leaves_five_to_the_default():
+    urgent = client_item(NewItem(payload=b"x", kind="k", priority=1)).to_wire()
+    normal = client_item(NewItem(payload=b"x", kind="k")).to_wire()
+    assert urgent == {"bytes": "eA==", "kind": "k", "priority": 1}
+    # Priority 5 is sent as before priorities existed: a server that predates them accepts it.
+    assert normal == {"bytes": "eA==", "kind": "k"}

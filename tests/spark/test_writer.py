@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from querator.domain.errors import QueueNotFoundError, RequestInProgressError, StoreThrottledError
+from querator.domain.errors import (
+    NothingToLeaseError,
+    QueueNotFoundError,
+    RequestInProgressError,
+    StoreThrottledError,
+)
 from querator.domain.model import QueueInfo
+from querator.domain.priority import BANDS, band_of
 from querator.service import QueueService
 from querator.spark.chunks import ChunkWriter
 from querator.spark.job import PartitionWriter, ProduceCounts
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.spark
 
 COLUMNS = ColumnMap(payload=("body",), key="id")
+PRIORITY_COLUMNS = ColumnMap(payload=("body",), key="id", priority="prio")
 
 
 @dataclass
@@ -85,13 +92,15 @@ class MemoryTarget:
         return self.producer
 
 
-def records(count: int, *, invalid: int = 0, size: int = 10) -> list:
-    """Sorted (sort key, item) records as the shuffle hands them over, with ``invalid`` RowErrors."""
+def records(count: int, *, invalid: int = 0, size: int = 10, priorities: bool = False) -> list:
+    """Sorted (sort key, item) records as the shuffle hands them over, with ``invalid`` RowErrors;
+    with ``priorities``, row ``i`` has priority ``i mod 10``."""
     out: list = []
+    columns = PRIORITY_COLUMNS if priorities else COLUMNS
     for i in range(count):
-        row = {"id": i, "body": f"{i:06d}".ljust(size, "x")}
-        item = row_to_item(row, COLUMNS)
-        out.append(((0, row_key(row, COLUMNS, item, job_id="job"), item_digest(item)), item))
+        row = {"id": i, "body": f"{i:06d}".ljust(size, "x"), "prio": i % 10}
+        item = row_to_item(row, columns)
+        out.append(((0, row_key(row, columns, item, job_id="job"), item_digest(item)), item))
     out += [
         ((0, f"{n:064x}", "!"), RowError(row=f"id={n}", column="body", reason="bad")) for n in range(invalid)
     ]
@@ -256,9 +265,19 @@ class ChunkRig:
     producer: DirectProducer
     clock: FakeClock
     items_table: str
+    service: QueueService
 
     def stored(self) -> list[Item]:
         return [item for p in range(2) for item in self.store.iter_items("q", p)]
+
+    def lease_all(self) -> list[Item]:
+        """Leases until nothing is left; the items in the order they were handed out."""
+        leased: list[Item] = []
+        while True:
+            try:
+                leased += self.service.lease("q", batch_size=30, client_id="c").items
+            except NothingToLeaseError:
+                return leased
 
 
 def chunk_rig(endpoint: str, **faults: Any) -> ChunkRig:
@@ -283,7 +302,7 @@ def chunk_rig(endpoint: str, **faults: Any) -> ChunkRig:
     writer = ChunkWriter(
         client, f"{prefix}-items", store=store, catalog=catalog, clock=clock, sleep=clock.sleep, in_flight=4
     )
-    return ChunkRig(client, raw, store, DirectProducer(service, writer), clock, f"{prefix}-items")
+    return ChunkRig(client, raw, store, DirectProducer(service, writer), clock, f"{prefix}-items", service)
 
 
 def rig_writer(rig: ChunkRig, **options: Any) -> PartitionWriter:
@@ -351,3 +370,58 @@ def test_a_fresh_chunk_costs_43_requests_and_a_replay_one(moto_server):
     assert fresh == 42  # + 1 counter update through the store's own client: 43
     assert sum(rig.client.calls.values()) - fresh == 1  # the replay: one refused claim
     assert len(rig.stored()) == 1000
+
+
+@pytest.mark.server
+def test_a_chunk_with_priorities_resumed_mid_write_regenerates_its_banded_ids_and_leases_in_order(
+    moto_server,
+):
+    # GIVEN a chunk of 200 items of priorities 0-9 whose first attempt stored 2 of its 8 batches
+    rig = chunk_rig(moto_server, die_after=2)
+    recs = records(200, priorities=True)
+    with pytest.raises(RuntimeError, match="injected"):
+        list(rig_writer(rig, retry=RetryPolicy(max_attempts=1))(0, iter(recs)))
+    before = {item.id: item.payload for item in rig.stored()}
+    assert 0 < len(before) < 200
+    rig.client._die_after = None
+
+    # WHEN its retry resumes it
+    (counts,) = list(rig_writer(rig)(0, iter(recs)))
+
+    # THEN the ids the first attempt stored are among the chunk's ids (the same bands and digits):
+    # every row is stored once, with its priority
+    assert (counts.written, counts.failed) == (200, 0)
+    after = {item.id: item for item in rig.stored()}
+    assert len(after) == 200
+    assert all(after[item_id].payload == payload for item_id, payload in before.items())
+    priority_of_payload = {item.payload: item.priority for _, item in recs}
+    assert all(item.priority == priority_of_payload[item.payload] for item in after.values())
+    assert {item.priority for item in after.values()} == set(range(10))
+
+    # AND the bands were registered, so a lease hands out all of them: by priority, then the
+    # chunk's order (the sort of the records)
+    leased = rig.lease_all()
+    chunk_order = [item.payload for _, item in recs]
+    expected = sorted(
+        chunk_order, key=lambda payload: (priority_of_payload[payload], chunk_order.index(payload))
+    )
+    assert [item.payload for item in leased] == expected
+
+
+@pytest.mark.server
+def test_a_chunks_bands_are_registered_before_any_of_its_items_is_written(moto_server):
+    rig = chunk_rig(moto_server)
+    register = rig.store.register_bands
+    calls: list[tuple[set[str], int]] = []
+
+    def watched(queue: str, partition: int, ids: Sequence[str]) -> None:
+        calls.append(({band_of(item_id) for item_id in ids}, len(rig.stored())))
+        register(queue, partition, ids)
+
+    rig.store.register_bands = watched  # type: ignore[method-assign]
+    (counts,) = list(rig_writer(rig, chunk_items=100)(0, iter(records(200, priorities=True))))
+
+    assert counts.written == 200
+    # Each chunk's bands (every priority's: rows 0-199 have priorities i mod 10), with what was
+    # stored when they were registered: nothing of this chunk yet
+    assert calls == [(set(BANDS), 0), (set(BANDS), 100)]

@@ -12,11 +12,18 @@ For bulk loads that turned a few seconds of throttling into a 15-minute stall an
 - ``claim`` is one conditional ``UpdateItem``: it creates the record, or takes over a pending one
   whose owner is this same Spark task (a retry resumes at once) or whose lease ran out. Fields
   already there are kept (``if_not_exists``), so a resumed chunk regenerates the same ids.
+- An item's id is its priority's band (``querator.domain.priority``), then the time, the chunk's
+  first sequence number plus the item's place in the chunk, and the node: the record fixes the
+  digits, the staged plan fixes each item's priority, so a resumed chunk regenerates every id with
+  its band, and within a priority the items keep the chunk's order. Bands other than priority 5's
+  are registered in the partition's head row before any item is written (no request when all
+  items are of priority 5): a lease reads only the bands the head row names.
 - Items are written with ``BatchWriteItem``, several requests in flight; a resumed chunk first
   reads which of its ids exist (``BatchGetItem``, consistent) and writes only the others.
 - ``finish`` marks the record done; a later attempt or re-run of a done chunk writes nothing.
 
-Fresh chunk of 1,000 items: 1 + 40 + 1 (counters) + 1 requests, 1,000 + 3 write units.
+Fresh chunk of 1,000 items: 1 + 40 + 1 (counters) + 1 requests, 1,000 + 3 write units (+ 1 request
+and write unit when it holds priorities other than 5).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from querator.domain.errors import (
 )
 from querator.domain.ids import IdFactory, time_key
 from querator.domain.model import Item, timestamp_us, utc_from_timestamp_us
+from querator.domain.priority import band, unbanded
 from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.errors import error_code, translate
 from querator.storage.dynamodb.store import CONDITION_FAILED
@@ -94,12 +102,16 @@ class ChunkPlan:
     count: int
 
     def items(self, queue: QueueInfo, new_items: Sequence[NewItem]) -> list[Item]:
-        """The chunk's items, with the same ids on every attempt."""
+        """The chunk's items, with the same ids on every attempt: each id is the item's priority
+        band, then the digits this plan fixes (time, ``seq`` + the item's place, node)."""
         items = []
         for index, new in enumerate(new_items):
             scheduled = new.enqueue_at is not None and new.enqueue_at > self.minted_at
             visible = new.enqueue_at if scheduled and new.enqueue_at is not None else self.minted_at
-            item_id = f"{time_key(visible)}{self.seq + index:0{_SEQ_DIGITS}x}{self.node:0{_NODE_DIGITS}x}"
+            item_id = (
+                f"{band(new.priority)}{time_key(visible)}"
+                f"{self.seq + index:0{_SEQ_DIGITS}x}{self.node:0{_NODE_DIGITS}x}"
+            )
             items.append(
                 Item(
                     id=item_id,
@@ -193,7 +205,9 @@ class ChunkWriter:
         queue = self.queue(queue_name)
         key = self._record_key(queue, chunk_key)
         now = self._clock.now()
-        first = self._ids.new_ids(now, len(new_items))[0]
+        # Only the digits after the band are kept (the same for every priority); ``ChunkPlan.items``
+        # puts each item's band in front of them.
+        first = unbanded(self._ids.new_ids(now, len(new_items))[0])
         proposed = ChunkPlan(
             partition=route % queue.partitions,
             minted_at=now,
@@ -213,6 +227,9 @@ class ChunkWriter:
         if resumed:
             present = self._existing_ids(queue.name, plan.partition, [item.id for item in items])
             items = [item for item in items if item.id not in present]
+        # Before any item of a band is written: a lease reads only the bands the head row names.
+        # On a resume too (the first attempt may have died before it), an idempotent ``ADD``.
+        self._store.register_bands(queue.name, plan.partition, [item.id for item in items])
         self._write_items(queue.name, plan.partition, items)
         if items:
             self._store.count_added(queue.name, plan.partition, items, now=plan.minted_at)

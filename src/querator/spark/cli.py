@@ -114,6 +114,9 @@ def produce_parser() -> argparse.ArgumentParser:
     columns.add_argument("--kind", help="kind column")
     columns.add_argument("--encoding", help="encoding column")
     columns.add_argument("--enqueue-at", help="schedule column: a timestamp or RFC 3339 text")
+    columns.add_argument(
+        "--priority", help="priority column: an integer 0-9, lower leases first (null or empty: 5)"
+    )
     columns.add_argument("--default-kind", default="", help="kind when there is no kind column or it is null")
     columns.add_argument(
         "--default-encoding", default="", help="encoding when there is no encoding column or it is null"
@@ -196,6 +199,7 @@ def column_map(args: argparse.Namespace) -> ColumnMap:
         kind=args.kind,
         encoding=args.encoding,
         enqueue_at=args.enqueue_at,
+        priority=args.priority,
         default_kind=args.default_kind,
         default_encoding=args.default_encoding,
     )

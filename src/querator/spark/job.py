@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from querator.api.durations import format_timestamp, parse_timestamp
 from querator.domain.errors import QueratorError
 from querator.domain.model import NewItem
+from querator.domain.priority import DEFAULT_PRIORITY
 from querator.spark.mapping import (
     MAX_CHUNK_ITEMS,
     MAX_CHUNK_WIRE_BYTES,
@@ -301,7 +302,7 @@ def plan_partitions(cluster_cores: int, *, queue_partitions: int, buckets: int) 
 
 
 def _columns_record(columns: ColumnMap) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "payload": list(columns.payload),
         "key": columns.key,
         "reference": columns.reference,
@@ -311,10 +312,18 @@ def _columns_record(columns: ColumnMap) -> dict[str, Any]:
         "default_kind": columns.default_kind,
         "default_encoding": columns.default_encoding,
     }
+    if columns.priority is not None:
+        # Only when there is one: a job without it has the record a first run before priorities
+        # existed wrote, so its re-run is not refused.
+        record["priority"] = columns.priority
+    return record
 
 
 def plan_schema() -> StructType:
-    """The staged plan's columns: the sort key, then the item, or why the row is invalid."""
+    """The staged plan's columns: the sort key, then the item, or why the row is invalid.
+
+    ``priority`` is null for priority 5, and in plans staged before items had priorities.
+    """
     from pyspark.sql import types as T  # noqa: N812, PLC0415 - pyspark only where Spark runs
 
     return T.StructType(
@@ -327,6 +336,7 @@ def plan_schema() -> StructType:
             T.StructField("encoding", T.StringType()),
             T.StructField("kind", T.StringType()),
             T.StructField("enqueue_at", T.StringType()),
+            T.StructField("priority", T.IntegerType()),
             T.StructField("error_row", T.StringType()),
             T.StructField("error_column", T.StringType()),
             T.StructField("error_reason", T.StringType()),
@@ -379,7 +389,8 @@ def source_columns(df: DataFrame, columns: ColumnMap) -> list[Column]:
     Raises
     ------
     ValueError
-        A column is missing, or ``enqueue_at`` is a timestamp without a time zone or a date.
+        A column is missing, ``enqueue_at`` is a timestamp without a time zone or a date, or
+        ``priority`` has a type that holds no integers (``_check_priority_type``).
     """
     from pyspark.sql import functions as F  # noqa: N812, PLC0415 - pyspark only where Spark runs
     from pyspark.sql import types as spark_types  # noqa: PLC0415
@@ -404,8 +415,26 @@ def source_columns(df: DataFrame, columns: ColumnMap) -> list[Column]:
                 )
             if isinstance(kind, spark_types.TimestampType):
                 column = F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+        if name == columns.priority:
+            _check_priority_type(name, types[name])
         selected.append(column.alias(name))
     return selected
+
+
+def _check_priority_type(name: str, kind: Any) -> None:
+    """Refuse, before any work, a priority column whose type holds no integers: a priority is an
+    integer 0-9 (an integer type, a ``DECIMAL(p, 0)``, or text such as a CSV column's). Values out of
+    range or text that is not an integer are invalid rows, as other bad values are."""
+    from pyspark.sql import types as spark_types  # noqa: PLC0415 - pyspark only where Spark runs
+
+    integral = isinstance(kind, spark_types.IntegralType) or (
+        isinstance(kind, spark_types.DecimalType) and kind.scale == 0
+    )
+    if not (integral or isinstance(kind, spark_types.StringType | spark_types.NullType)):
+        raise ValueError(
+            f"priority column {name} has type {kind.simpleString()}; a priority is an integer 0-9: "
+            "cast it to int"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,7 +466,7 @@ class _RowPreparer:
             key = hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()
             column = str(exc.context.get("column", ""))
             bucket = bucket_of(key) % self.buckets
-            return (bucket, key, "!", None, None, None, None, None, described, column, str(exc))
+            return (bucket, key, "!", None, None, None, None, None, None, described, column, str(exc))
         enqueue_at = None if item.enqueue_at is None else format_timestamp(item.enqueue_at)
         return (
             bucket_of(key) % self.buckets,
@@ -448,6 +477,7 @@ class _RowPreparer:
             item.encoding,
             item.kind,
             enqueue_at,
+            None if item.priority == DEFAULT_PRIORITY else item.priority,
             None,
             None,
             None,
@@ -466,6 +496,7 @@ def _from_plan(row: Any) -> tuple[SortKey, NewItem | RowError]:
         encoding=row.encoding or "",
         kind=row.kind or "",
         enqueue_at=enqueue_at,
+        priority=DEFAULT_PRIORITY if row.priority is None else row.priority,
     )
     return key, item
 

@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from querator.api.durations import format_timestamp, parse_timestamp
 from querator.domain.errors import InvalidRequestError
 from querator.domain.model import MAX_BATCH, MAX_PAYLOAD_BYTES, MAX_REFERENCE_BYTES, NewItem
+from querator.domain.priority import DEFAULT_PRIORITY, validate_priority
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -33,8 +35,11 @@ MAX_CHUNK_WIRE_BYTES = 4_000_000
 MAX_CHUNK_ITEMS = MAX_BATCH
 #: Longest row description kept in a report: an invalid row may carry a 10 MB payload.
 _DESCRIBE_CHARS = 200
-#: JSON overhead of one item beyond its strings: keys, quotes, commas and the ``enqueue_at`` value.
+#: JSON overhead of one item beyond its strings: keys, quotes, commas, the ``enqueue_at`` and
+#: ``priority`` values.
 _ITEM_OVERHEAD_BYTES = 120
+#: A priority given as text (CSV sources read every column as a string): decimal digits only.
+_PRIORITY_TEXT = re.compile(r"[0-9]+")
 
 T = TypeVar("T")
 
@@ -61,6 +66,9 @@ class ColumnMap:
         Optional string columns; a null value is the empty string (or the default below).
     enqueue_at
         Optional column: an aware datetime or an RFC 3339 string; null or empty means "now".
+    priority
+        Optional column: an integer 0-9, lower leases first (or its decimal text, as CSV gives it);
+        null or empty means 5, the default priority.
     default_kind, default_encoding
         Values used when there is no such column or the row's value is null.
     """
@@ -71,6 +79,7 @@ class ColumnMap:
     kind: str | None = None
     encoding: str | None = None
     enqueue_at: str | None = None
+    priority: str | None = None
     default_kind: str = ""
     default_encoding: str = ""
 
@@ -89,7 +98,7 @@ class ColumnMap:
     @property
     def source_columns(self) -> tuple[str, ...]:
         """Every column the mapping reads, each once, payload first."""
-        named = (self.key, self.reference, self.kind, self.encoding, self.enqueue_at)
+        named = (self.key, self.reference, self.kind, self.encoding, self.enqueue_at, self.priority)
         return tuple(dict.fromkeys([*self.payload, *(n for n in named if n is not None)]))
 
 
@@ -111,8 +120,8 @@ def row_to_item(row: Mapping[str, Any], columns: ColumnMap) -> NewItem:
     ------
     InvalidRowError
         A column is missing, a payload is null or too large, a string is too long, a value has a
-        type the column cannot hold, or ``enqueue_at`` is not an aware timestamp. ``context`` has
-        ``column``.
+        type the column cannot hold, ``enqueue_at`` is not an aware timestamp, or ``priority`` is
+        not an integer 0-9. ``context`` has ``column``.
     """
     payload = _payload(row, columns.payload)
     if len(payload) > MAX_PAYLOAD_BYTES:
@@ -124,9 +133,15 @@ def row_to_item(row: Mapping[str, Any], columns: ColumnMap) -> NewItem:
     kind = _text(row, columns.kind, columns.default_kind)
     encoding = _text(row, columns.encoding, columns.default_encoding)
     enqueue_at = _enqueue_at(row, columns.enqueue_at)
+    priority = _priority(row, columns.priority)
     try:
         return NewItem(
-            payload=payload, reference=reference, encoding=encoding, kind=kind, enqueue_at=enqueue_at
+            payload=payload,
+            reference=reference,
+            encoding=encoding,
+            kind=kind,
+            enqueue_at=enqueue_at,
+            priority=priority,
         )
     except InvalidRequestError as exc:
         # The checks above name the column; this is the domain's last word on anything they miss.
@@ -153,11 +168,16 @@ def row_key(row: Mapping[str, Any], columns: ColumnMap, item: NewItem, *, job_id
 
 
 def item_digest(item: NewItem) -> str:
-    """A digest of everything the item carries; orders rows that share a key."""
+    """A digest of everything the item carries; orders rows that share a key.
+
+    The priority is part of it only when it is not the default, so an item of priority 5 has the
+    digest it had before items had priorities.
+    """
     enqueue_at = "" if item.enqueue_at is None else format_timestamp(item.enqueue_at)
-    return hashlib.sha256(
-        _framed(item.reference, item.encoding, item.kind, enqueue_at) + item.payload
-    ).hexdigest()
+    fields = [item.reference, item.encoding, item.kind, enqueue_at]
+    if item.priority != DEFAULT_PRIORITY:
+        fields.append(f"priority={item.priority}")
+    return hashlib.sha256(_framed(*fields) + item.payload).hexdigest()
 
 
 def chunk_key(job_id: str, queue: str, row_keys: Iterable[str]) -> str:
@@ -267,6 +287,26 @@ def _enqueue_at(row: Mapping[str, Any], column: str | None) -> dt.datetime | Non
     raise InvalidRowError(
         f"{column}: expected a timestamp or an RFC 3339 string, got {type(value).__name__}", column=column
     )
+
+
+def _priority(row: Mapping[str, Any], column: str | None) -> int:
+    if column is None:
+        return DEFAULT_PRIORITY
+    value = _value(row, column)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return DEFAULT_PRIORITY
+    number: object = value
+    if isinstance(value, str) and _PRIORITY_TEXT.fullmatch(value.strip()):
+        number = int(value.strip())
+    elif isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        number = int(value)  # a DECIMAL(p, 0) column (a database's NUMBER)
+    try:
+        return validate_priority(number, column)
+    except InvalidRequestError as exc:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+        raise InvalidRowError(
+            f"{column}: the priority must be an integer between 0 and 9, got {shown}", column=column
+        ) from exc
 
 
 def _canonical_json(value: Any, column: str) -> str:

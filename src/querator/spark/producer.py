@@ -251,16 +251,7 @@ class HttpProducer:
     def produce(
         self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
     ) -> ChunkReceipt:
-        wire_items = [
-            ClientItem(
-                payload=item.payload,
-                reference=item.reference,
-                encoding=item.encoding,
-                kind=item.kind,
-                enqueue_at=item.enqueue_at,
-            )
-            for item in items
-        ]
+        wire_items = [client_item(item) for item in items]
         try:
             produced = self._client.produce(queue, wire_items, idempotency_key=idempotency_key)
         except QueratorClientError as exc:
@@ -273,6 +264,18 @@ class HttpProducer:
             return self._client.queue_info(queue).requested_partitions
         except QueratorClientError as exc:
             raise domain_error(exc) from exc
+
+
+def client_item(item: NewItem) -> ClientItem:
+    """The item as ``querator.client`` sends it (which sends the priority when it is not 5)."""
+    return ClientItem(
+        payload=item.payload,
+        reference=item.reference,
+        encoding=item.encoding,
+        kind=item.kind,
+        enqueue_at=item.enqueue_at,
+        priority=item.priority,
+    )
 
 
 def domain_error(exc: QueratorClientError) -> QueratorError:
@@ -307,5 +310,6 @@ __all__ = [
     "HttpTarget",
     "Producer",
     "Target",
+    "client_item",
     "domain_error",
 ]

@@ -1,0 +1,119 @@
+"""Priorities in the plan and the chunk ids, without Spark or a store: each id is the item's band in
+front of the digits the chunk record fixes, so a resumed chunk regenerates the same ids; a plan or
+job record staged before priorities existed reads as priority 5."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from querator.domain.ids import ID_LENGTH, is_item_id, time_key
+from querator.domain.model import NewItem, QueueInfo
+from querator.domain.priority import band, priority_of, unbanded
+from querator.spark.chunks import ChunkPlan
+from querator.spark.job import _columns_record, _from_plan
+from querator.spark.mapping import ColumnMap
+
+#: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
+UTC = timezone.utc
+
+pytestmark = pytest.mark.spark
+
+MINTED = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+QUEUE = QueueInfo(
+    name="q",
+    lease_timeout=timedelta(minutes=1),
+    expire_timeout=timedelta(days=1),
+    partitions=2,
+    created_at=MINTED,
+    updated_at=MINTED,
+)
+PLAN = ChunkPlan(partition=1, minted_at=MINTED, seq=0xFFFFFFF0, node=0xABCDEF, count=12)
+PRIORITIES = [5, 0, 9, 5, 3, 0, 7, 5, 9, 1, 4, 6]
+
+
+def new_items(priorities: list[int]) -> list[NewItem]:
+    return [NewItem(payload=f"row {i}".encode(), priority=p) for i, p in enumerate(priorities)]
+
+
+def test_each_id_is_its_priority_band_then_the_digits_the_record_fixes():
+    items = PLAN.items(QUEUE, new_items(PRIORITIES))
+
+    assert [item.priority for item in items] == PRIORITIES
+    for index, (item, priority) in enumerate(zip(items, PRIORITIES, strict=True)):
+        assert is_item_id(item.id)
+        assert item.id.startswith(band(priority))
+        assert priority_of(item.id) == priority
+        digits = unbanded(item.id)
+        assert len(digits) == ID_LENGTH
+        assert digits == f"{time_key(MINTED)}{PLAN.seq + index:010x}abcdef"
+    # Priority 5's ids are the 30 hex digits they always were.
+    assert all(len(item.id) == ID_LENGTH for item in items if item.priority == 5)
+
+
+def test_ids_sort_by_priority_then_by_the_chunks_order():
+    items = PLAN.items(QUEUE, new_items(PRIORITIES))
+
+    by_id = [item.payload for item in sorted(items, key=lambda item: item.id)]
+
+    expected = sorted(range(len(PRIORITIES)), key=lambda index: (PRIORITIES[index], index))
+    assert by_id == [f"row {index}".encode() for index in expected]
+
+
+def test_a_resumed_chunk_regenerates_the_same_ids_with_their_bands():
+    # The record gives a later attempt the same plan; the staged plan the same rows and priorities.
+    first = PLAN.items(QUEUE, new_items(PRIORITIES))
+    resumed = ChunkPlan(
+        partition=PLAN.partition, minted_at=PLAN.minted_at, seq=PLAN.seq, node=PLAN.node, count=PLAN.count
+    ).items(QUEUE, new_items(PRIORITIES))
+
+    assert [item.id for item in resumed] == [item.id for item in first]
+    assert len({item.id for item in first}) == len(first)
+
+
+def test_a_scheduled_item_keeps_its_band_and_sorts_at_its_time():
+    later = MINTED + timedelta(hours=1)
+    (now_item, scheduled) = PLAN.items(
+        QUEUE, [NewItem(payload=b"now", priority=2), NewItem(payload=b"later", priority=2, enqueue_at=later)]
+    )
+
+    assert scheduled.id.startswith(".2")
+    assert unbanded(scheduled.id).startswith(time_key(later))
+    assert scheduled.enqueue_at == later
+    assert now_item.id < scheduled.id
+
+
+# -- the staged plan and the job record -------------------------------------------------------------
+
+
+def plan_row(priority: int | None) -> SimpleNamespace:
+    """A staged plan row as Spark reads it back (a plan staged before priorities: ``None``)."""
+    return SimpleNamespace(
+        bucket=0,
+        row_key="k",
+        digest="d",
+        payload=bytearray(b"x"),
+        reference=None,
+        encoding=None,
+        kind=None,
+        enqueue_at=None,
+        priority=priority,
+        error_row=None,
+        error_column=None,
+        error_reason=None,
+    )
+
+
+def test_a_plan_row_without_a_priority_is_an_item_of_priority_five():
+    assert _from_plan(plan_row(None))[1] == NewItem(payload=b"x")
+    assert _from_plan(plan_row(2))[1] == NewItem(payload=b"x", priority=2)
+
+
+def test_a_job_without_a_priority_column_keeps_the_job_record_it_had_before_priorities():
+    # A re-run compares its mapping with the first run's record: one without a priority column
+    # must still match a record written before the column existed.
+    plain = _columns_record(ColumnMap(payload=("body",), key="id"))
+    assert "priority" not in plain
+    assert _columns_record(ColumnMap(payload=("body",), key="id", priority="p")) == {**plain, "priority": "p"}
