@@ -43,6 +43,7 @@ def reap(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "requeued": report.requeued,
         "stragglers": report.stragglers,
         "recounted": report.recounted,
+        "bands_dropped": report.bands_dropped,
         "finished": report.finished,
         "oldest_item_age_seconds": round(report.oldest_item_age.total_seconds(), 3),
         "oldest_item_queue": report.oldest_item_queue,

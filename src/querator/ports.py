@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from querator.domain.priority import BANDS, band_start
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
     from datetime import datetime
 
     from querator.domain.model import Item, ItemState, QueueInfo
@@ -92,6 +92,8 @@ class PartitionHead:
     #: by band; each is a key inside its band.
     band_cursors: Mapping[str, str] = field(default_factory=dict)
     band_sweeps: Mapping[str, str] = field(default_factory=dict)
+    #: When each of ``bands`` was last registered (absent: before registration times were kept).
+    band_registered: Mapping[str, datetime] = field(default_factory=dict)
     items: int = 0
     leased: int = 0
     scheduled: int = 0
@@ -288,6 +290,18 @@ class ItemStore(Protocol):
     ) -> BatchResult[str]:
         """Give validly leased items the priority they go back with (rejected: ids not validly
         leased); the lease, the id and the counters do not change."""
+        ...
+
+    def register_bands(self, queue: str, partition: int, ids: Iterable[str], *, now: datetime) -> None:
+        """Name the bands of ``ids`` (other than priority 5's) in the partition's head row, as
+        registered at ``now``, before items of those bands are written there (a lease reads only
+        the bands the head row names). Raises when it cannot; no write for priority 5 ids."""
+        ...
+
+    def drop_band(self, queue: str, partition: int, band: str, *, registered_before: datetime) -> bool:
+        """Stop naming ``band`` in the head row if it was last registered before
+        ``registered_before``; whether it did. The caller checks the band is empty before and
+        after (a write registered earlier may still land in between)."""
         ...
 
     def delete(

@@ -8,6 +8,7 @@ import pytest
 
 from querator.domain.errors import InvalidRequestError, NothingToLeaseError
 from querator.domain.model import ClearScope, NewItem, RetryRequest, StorageItem
+from querator.service.tuning import BAND_IDLE
 from tests.contract.helpers import LEASE, items, make_queue, payloads
 
 
@@ -357,3 +358,58 @@ def test_reprioritize_refuses_a_bad_priority_and_changes_nothing(service, bad):
     with pytest.raises(InvalidRequestError):
         service.reprioritize("jobs", 0, [item_id], bad)
     assert [i.id for i in service.list_items("jobs", 0)] == [item_id]
+
+
+# -- bands that emptied ------------------------------------------------------------------------------
+
+
+def test_the_reaper_drops_a_band_that_is_empty_and_idle_and_a_new_item_brings_it_back(service, clock):
+    make_queue(service)
+    produce(service, 2, "once")
+    (item,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+    service.complete("jobs", 0, [item.id])
+
+    service.reap(clock.now(), timedelta(seconds=30))
+    assert service.store.head("jobs", 0, now=clock.now())[0].bands == {".2"}  # registered < BAND_IDLE ago
+    clock.advance(BAND_IDLE + timedelta(seconds=1))
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.bands_dropped == 1
+    assert service.store.head("jobs", 0, now=clock.now())[0].leasable_bands() == [""]
+    produce(service, 2, "again")
+    produce(service, 5, "normal")
+    assert payloads(lease_all(service)) == [b"again", b"normal"]
+
+
+def test_a_band_that_still_holds_items_is_kept_however_old(service, clock):
+    make_queue(service, expire_timeout=timedelta(days=1))
+    produce(service, 9, "waiting", "leased")
+    service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0))
+    clock.advance(BAND_IDLE * 2)
+
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.bands_dropped == 0
+    assert service.store.head("jobs", 0, now=clock.now())[0].bands == {"p9"}
+
+
+def test_an_item_that_lands_between_the_check_and_the_drop_keeps_its_band(service, clock, monkeypatch):
+    make_queue(service, expire_timeout=timedelta(days=1))
+    (item_id,) = produce(service, 1, "late writer")
+    clock.advance(BAND_IDLE * 2)
+    real = service.store.list_items
+    calls = []
+
+    def first_check_misses_it(*args, **kwargs):
+        # The reaper's first look sees the band empty (the writer had registered it long ago and its
+        # item had not landed yet); everything after sees the store as it is.
+        calls.append(kwargs.get("lower"))
+        return [] if len(calls) == 1 else real(*args, **kwargs)
+
+    monkeypatch.setattr(service.store, "list_items", first_check_misses_it)
+    report = service.reap(clock.now(), timedelta(seconds=30))
+    monkeypatch.setattr(service.store, "list_items", real)
+
+    assert report.bands_dropped == 0
+    assert ".1" in service.store.head("jobs", 0, now=clock.now())[0].bands
+    assert [i.id for i in lease_all(service)] == [item_id]

@@ -10,7 +10,7 @@ import threading
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -414,9 +414,9 @@ def test_a_chunks_bands_are_registered_before_any_of_its_items_is_written(moto_s
     register = rig.store.register_bands
     calls: list[tuple[set[str], int]] = []
 
-    def watched(queue: str, partition: int, ids: Sequence[str]) -> None:
+    def watched(queue: str, partition: int, ids: Sequence[str], *, now: datetime) -> None:
         calls.append(({band_of(item_id) for item_id in ids}, len(rig.stored())))
-        register(queue, partition, ids)
+        register(queue, partition, ids, now=now)
 
     rig.store.register_bands = watched  # type: ignore[method-assign]
     (counts,) = list(rig_writer(rig, chunk_items=100)(0, iter(records(200, priorities=True))))

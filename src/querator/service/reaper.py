@@ -10,9 +10,9 @@ from querator.domain import lifecycle
 from querator.domain.ids import ITEMS_END, visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import timestamp_us
-from querator.domain.priority import unbanded
+from querator.domain.priority import band_end, band_start, unbanded
 from querator.ports import Guard, Recount
-from querator.service.tuning import PAGE_MAX, REAPER_FIRST_PAGE, RECORDS_PER_CALL, SWEEP_DELAY
+from querator.service.tuning import BAND_IDLE, PAGE_MAX, REAPER_FIRST_PAGE, RECORDS_PER_CALL, SWEEP_DELAY
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -57,6 +57,8 @@ class ReapReport:
     stragglers: int = 0
     #: Scheduled items that came due since the last pass.
     came_due: int = 0
+    #: Bands of priorities found empty and idle, no longer read by leases.
+    bands_dropped: int = 0
     #: Partitions whose counters a finished recount replaced.
     recounted: int = 0
 
@@ -148,6 +150,7 @@ class Reaper:
         for band in head.leasable_bands():
             self._reap_head(queue, partition, head, band, now, report, stop_at, is_dead_queue=is_dead_queue)
             self._sweep(queue, partition, head, band, now, report, stop_at)
+        self._drop_idle_bands(queue, partition, head, now, report)
         if head.recount is not None or (
             head.recounted_at is not None and now - head.recounted_at >= self._recount_period
         ):
@@ -247,6 +250,36 @@ class Reaper:
             if self._clock.now() >= stop_at:
                 self._store.set_sweep(queue.name, partition, start)
                 return
+
+    def _drop_idle_bands(
+        self, queue: QueueInfo, partition: int, head: PartitionHead, now: datetime, report: ReapReport
+    ) -> None:
+        """Stop naming bands that are empty and were not registered for ``BAND_IDLE``, so leases do
+        not read them (a range read each) for ever after a priority was used once.
+
+        Check, drop (only if not registered since), check again: a writer registers a band before
+        it writes, so an item that landed between the first check and the drop was registered more
+        than ``BAND_IDLE`` ago and is in place by the second check, which registers the band again.
+        """
+        idle_since = now - BAND_IDLE
+        for band in sorted(head.bands):
+            registered = head.band_registered.get(band)
+            if registered is not None and registered >= idle_since:
+                continue
+            if self._band_holds_items(queue, partition, band):
+                continue
+            if not self._store.drop_band(queue.name, partition, band, registered_before=idle_since):
+                continue
+            if self._band_holds_items(queue, partition, band):
+                self._store.register_bands(queue.name, partition, [band_start(band)], now=now)
+                continue
+            report.bands_dropped += 1
+
+    def _band_holds_items(self, queue: QueueInfo, partition: int, band: str) -> bool:
+        found = self._store.list_items(
+            queue.name, partition, limit=1, lower=band_start(band), upper=band_end(band), max_bytes=1
+        )
+        return bool(found)
 
     def _recount(
         self,

@@ -55,3 +55,9 @@ UPDATE_RETRIES: Final = 3
 #: Long enough to take the catalog read off most hot-path calls, short enough that a queue update
 #: reaches every process within about a second (docs/adr/0008-queue-cache.md).
 DEFAULT_QUEUE_CACHE_TTL: Final = timedelta(seconds=1)
+
+#: A band of keys (a priority other than 5) that is empty and was not registered for this long is
+#: dropped from its partition's head row by the reaper, so leases stop reading it. Longer than any
+#: writer takes from registering a band to writing its items (a Lambda call lasts at most 15
+#: minutes), so an item written under an older registration is in place when the reaper re-checks.
+BAND_IDLE: Final = timedelta(hours=1)

@@ -229,7 +229,7 @@ class ChunkWriter:
             items = [item for item in items if item.id not in present]
         # Before any item of a band is written: a lease reads only the bands the head row names.
         # On a resume too (the first attempt may have died before it), an idempotent ``ADD``.
-        self._store.register_bands(queue.name, plan.partition, [item.id for item in items])
+        self._store.register_bands(queue.name, plan.partition, [item.id for item in items], now=now)
         self._write_items(queue.name, plan.partition, items)
         if items:
             self._store.count_added(queue.name, plan.partition, items, now=plan.minted_at)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from querator.domain.ids import ITEMS_END, key_after, time_key, visible_bound
-from querator.domain.priority import band_of
+from querator.domain.priority import band_end, band_of, band_start
 from querator.ports import BatchResult, Guard, IdempotencyRecord, LeaseRecord, Page, PartitionHead, Recount
 from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
 
@@ -94,10 +94,13 @@ def _guard_holds(item: Item | None, guard: Guard, now: datetime) -> bool:
     return item.lease_deadline is None or item.lease_deadline <= now  # NOT_VALIDLY_LEASED
 
 
-def _with_bands(head: PartitionHead, items: Iterable[Item]) -> PartitionHead:
-    """``head`` knowing the bands of ``items`` (priority 5's is always known)."""
-    new = {band_of(item.id) for item in items} - {""} - head.bands
-    return replace(head, bands=head.bands | new) if new else head
+def _with_bands(head: PartitionHead, ids: Iterable[str], now: datetime) -> PartitionHead:
+    """``head`` naming the bands of ``ids`` (priority 5's is always known), registered at ``now``."""
+    bands = {band_of(item_id) for item_id in ids} - {""}
+    if not bands:
+        return head
+    registered = {**head.band_registered, **dict.fromkeys(bands, now)}
+    return replace(head, bands=head.bands | bands, band_registered=registered)
 
 
 def _with_cursor(head: PartitionHead, cursor: str) -> PartitionHead:
@@ -167,7 +170,11 @@ class SortedRowsStore:
             rows.write_head(
                 queue,
                 partition,
-                _with_bands(replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted), items),
+                _with_bands(
+                    replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted),
+                    (item.id for item in items),
+                    now,
+                ),
             )
 
     # -- reads -----------------------------------------------------------------------------------
@@ -307,6 +314,28 @@ class SortedRowsStore:
             head = counts.applied(rows.head(queue, partition))
             rows.write_head(queue, partition, head if cursor is None else _with_cursor(head, cursor))
 
+    def register_bands(self, queue: str, partition: int, ids: Iterable[str], *, now: datetime) -> None:
+        ids = list(ids)
+        if not {band_of(i) for i in ids} - {""}:
+            return
+        with self._write() as rows:
+            rows.write_head(queue, partition, _with_bands(rows.head(queue, partition), ids, now))
+
+    def drop_band(self, queue: str, partition: int, band: str, *, registered_before: datetime) -> bool:
+        with self._write() as rows:
+            head = rows.head(queue, partition)
+            registered = head.band_registered.get(band)
+            if band not in head.bands or (registered is not None and registered >= registered_before):
+                return False
+            # One transaction: the band is empty now, and no write can land in it unnamed.
+            if rows.states(queue, partition, band_start(band), band_end(band), 1):
+                return False
+            remaining = {b: t for b, t in head.band_registered.items() if b != band}
+            rows.write_head(
+                queue, partition, replace(head, bands=head.bands - {band}, band_registered=remaining)
+            )
+        return True
+
     def set_next_priority(
         self, queue: str, partition: int, ids: Sequence[str], *, priority: int, now: datetime
     ) -> BatchResult[str]:
@@ -396,16 +425,16 @@ class SortedRowsStore:
                     leased=move.replacement.lease_deadline is not None,
                     scheduled=scheduled_when_written(move.replacement, now),
                 )
-            arrived: dict[tuple[str, int], list[Item]] = {}
+            arrived: dict[tuple[str, int], list[str]] = {}
             for move in moves:
                 if move.item.id in result.applied:
                     target = (move.target_queue, move.target_partition)
-                    arrived.setdefault(target, []).append(move.replacement)
+                    arrived.setdefault(target, []).append(move.replacement.id)
             for (target_queue, target_partition), counts in deltas.items():
                 head = counts.applied(rows.head(target_queue, target_partition))
                 if (target_queue, target_partition) != (queue, partition) and not head.schedule_mark:
                     head = replace(head, schedule_mark=visible_bound(now))
-                head = _with_bands(head, arrived.get((target_queue, target_partition), []))
+                head = _with_bands(head, arrived.get((target_queue, target_partition), []), now)
                 rows.write_head(target_queue, target_partition, head)
         return result
 

@@ -124,7 +124,12 @@ def _encode_bands(head: PartitionHead) -> str | None:
     if not head.bands:
         return None
     return json.dumps(
-        {"bands": sorted(head.bands), "cursors": dict(head.band_cursors), "sweeps": dict(head.band_sweeps)}
+        {
+            "bands": sorted(head.bands),
+            "cursors": dict(head.band_cursors),
+            "sweeps": dict(head.band_sweeps),
+            "registered_us": {band: timestamp_us(at) for band, at in head.band_registered.items()},
+        }
     )
 
 
@@ -132,7 +137,14 @@ def _decode_bands(value: str | None) -> dict[str, Any]:
     if value is None:
         return {}
     data = json.loads(value)
-    return {"bands": frozenset(data["bands"]), "band_cursors": data["cursors"], "band_sweeps": data["sweeps"]}
+    return {
+        "bands": frozenset(data["bands"]),
+        "band_cursors": data["cursors"],
+        "band_sweeps": data["sweeps"],
+        "band_registered": {
+            band: utc_from_timestamp_us(us) for band, us in data.get("registered_us", {}).items()
+        },
+    }
 
 
 class DatabaseFileError(Exception):

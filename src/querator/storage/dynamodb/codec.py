@@ -129,6 +129,11 @@ def decode_head(attrs: AttributeMap | None) -> PartitionHead:
         bands=frozenset(attrs.get(schema.HEAD_BANDS, {}).get("SS", [])),
         band_cursors=_band_marks(attrs, schema.HEAD_CURSOR),
         band_sweeps=_band_marks(attrs, schema.HEAD_SWEEP),
+        band_registered={
+            band: _required_time(attrs, name)
+            for band in BANDS
+            if band and (name := schema.band_attribute(schema.HEAD_BAND_REGISTERED, band)) in attrs
+        },
     )
 
 

@@ -58,8 +58,10 @@ LEASE_RECORD_DEADLINE = "dl"
 HEAD_CURSOR = "cur"
 HEAD_SWEEP = "swp"
 #: The bands other than priority 5's that items were written to (a string set); each band's cursor
-#: and sweep mark are ``cur<band>`` and ``swp<band>`` (``cur.3``, ``curp7``).
+#: and sweep mark are ``cur<band>`` and ``swp<band>`` (``cur.3``, ``curp7``), and ``bt<band>`` when
+#: it was last registered (epoch seconds; the reaper drops a band that is empty and idle).
 HEAD_BANDS = "bd"
+HEAD_BAND_REGISTERED = "bt"
 HEAD_SCHEDULE_MARK = "sm"
 HEAD_ITEMS = "n"
 HEAD_LEASED = "nl"

@@ -242,29 +242,57 @@ class DynamoDBItemStore:
                 self._sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))  # noqa: S311
         return found
 
-    def register_bands(self, queue: str, partition: int, ids: Iterable[str]) -> None:
-        """Add the bands of ``ids`` (other than priority 5's) to the partition's head row, before
-        items of those bands are written: a lease reads only the bands the head row names, so an
-        item written to a band it does not name would never be leased. Raises when the write fails
-        (the items are then not written); no request for priority 5 items."""
+    def register_bands(self, queue: str, partition: int, ids: Iterable[str], *, now: datetime) -> None:
+        """Add the bands of ``ids`` (other than priority 5's) to the partition's head row, with
+        ``now`` as their registration time, before items of those bands are written: a lease reads
+        only the bands the head row names, so an item written to a band it does not name would
+        never be leased. Raises when the write fails (the items are then not written); no request
+        for priority 5 items."""
         bands = sorted({band_of(i) for i in ids} - {""})
         if not bands:
             return
+        names = {"#bd": schema.HEAD_BANDS}
+        values: dict[str, Any] = {":bands": {"SS": bands}, ":now": codec.num(now)}
+        stamps = []
+        for index, band in enumerate(bands):
+            names[f"#bt{index}"] = schema.band_attribute(schema.HEAD_BAND_REGISTERED, band)
+            stamps.append(f"#bt{index} = :now")
         try:
             self._client.update_item(
                 TableName=self._table,
                 Key=codec.head_key(queue, partition),
-                UpdateExpression="ADD #bd :bands",
-                ExpressionAttributeNames={"#bd": schema.HEAD_BANDS},
-                ExpressionAttributeValues={":bands": {"SS": bands}},
+                UpdateExpression=f"ADD #bd :bands SET {', '.join(stamps)}",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             raise translate(exc, "produce") from exc
 
+    def drop_band(self, queue: str, partition: int, band: str, *, registered_before: datetime) -> bool:
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=codec.head_key(queue, partition),
+                UpdateExpression="DELETE #bd :band",
+                # No registration since: a writer that registered the band has written its items by
+                # then (registered_before is far enough back), so the caller's re-check sees them.
+                ConditionExpression="attribute_not_exists(#bt) OR #bt < :before",
+                ExpressionAttributeNames={
+                    "#bd": schema.HEAD_BANDS,
+                    "#bt": schema.band_attribute(schema.HEAD_BAND_REGISTERED, band),
+                },
+                ExpressionAttributeValues={":band": {"SS": [band]}, ":before": codec.num(registered_before)},
+            )
+        except ClientError as exc:
+            if error_code(exc) == CONDITION_FAILED:
+                return False
+            raise translate(exc, "reaper") from exc
+        return True
+
     # -- writes of new items ---------------------------------------------------------------------
 
     def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
-        self.register_bands(queue, partition, (item.id for item in items))
+        self.register_bands(queue, partition, (item.id for item in items), now=now)
         requests = [{"PutRequest": {"Item": codec.encode_item(queue, partition, item)}} for item in items]
         self._batch_write(requests, "produce")
         self._count_added(queue, partition, items, now)
@@ -274,7 +302,7 @@ class DynamoDBItemStore:
     ) -> BatchResult[str]:
         result: BatchResult[str] = BatchResult()
         written = []
-        self.register_bands(queue, partition, (item.id for item in items))
+        self.register_bands(queue, partition, (item.id for item in items), now=now)
         for item in items:
             if self._put_if_absent(codec.encode_item(queue, partition, item)):
                 written.append(item)
@@ -690,7 +718,7 @@ class DynamoDBItemStore:
             if band and (band != band_of(m.item.id) or elsewhere):
                 arriving[m.target_queue, m.target_partition].add(m.replacement.id)
         for (target_queue, target_partition), ids in arriving.items():
-            self.register_bands(target_queue, target_partition, ids)
+            self.register_bands(target_queue, target_partition, ids, now=now)
 
         def move_one(move: Move) -> bool:
             delete: dict[str, Any] = {
