@@ -11,6 +11,10 @@ one-partition queue per case. The cases differ only in the items' priorities:
 * ``one band``: every item of priority 2 (one band other than 5's in use);
 * ``ten bands``: item ``n`` has priority ``n % 10`` (every band in use, each produce touching all).
 
+``--depth N`` adds the lease at depth: N valid leases of 1,000 B items of priority 1 ahead (written
+straight into the table, with the head row a lease of them would have left), then 10 ready items of
+priority 7; one lease of 10, metered (moto in process).
+
 Timings on moto mean nothing, so none are printed.
 """
 
@@ -18,10 +22,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from moto import mock_aws
+
 from benchmarks.cost import PHASES, metered_service, run_case, use_fake_credentials
-from querator.testing import moto_server_process
+from benchmarks.engine import HOUR, Bench
+from querator.domain.ids import IdFactory
+from querator.domain.model import Item, NewItem
+from querator.storage.dynamodb import codec, schema
+from querator.testing import FakeClock, moto_server_process
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,6 +72,45 @@ def measure(endpoint: str, *, count: int) -> list[tuple[str, CaseResult]]:
     return results
 
 
+def lease_at_depth(valid: int) -> tuple[int, float, int]:
+    """Items leased, read units and requests of one lease of 10 priority-7 items behind ``valid``
+    valid leases of priority 1 (moto in process; call inside ``mock_aws``)."""
+    clock = FakeClock()
+    bench = Bench(clock)
+    bench.queue("q")
+    now = clock.now()
+    ids = IdFactory().new_ids(now, valid, 1)
+    payload = b"x" * 1000
+    leased = Item(
+        id="",
+        payload=payload,
+        attempts=1,
+        lease_deadline=now + HOUR,
+        expire_deadline=now + 2 * HOUR,
+        created_at=now,
+    )
+    bench.write_raw([codec.encode_item("q", 0, replace(leased, id=i)) for i in ids])
+    bench.write_raw(
+        [
+            {
+                schema.PK: {"S": schema.partition_key("q", 0)},
+                schema.SK: {"S": schema.HEAD_SK},
+                schema.HEAD_BANDS: {"SS": [".1"]},
+                schema.band_attribute(schema.HEAD_CURSOR, ".1"): {"S": f"{ids[-1]}0"},
+                schema.HEAD_ITEMS: {"N": str(valid)},
+                schema.HEAD_LEASED: {"N": str(valid)},
+            }
+        ]
+    )
+    clock.advance(timedelta(seconds=2))
+    bench.setup.produce("q", [NewItem(payload=payload, priority=7) for _ in range(10)])
+    clock.advance(timedelta(seconds=2))
+    bench.meter.reset()
+    found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
+    cost = bench.meter.snapshot()
+    return found, cost.read_units, cost.requests
+
+
 def format_report(results: list[tuple[str, CaseResult]], count: int) -> str:
     lines = [
         f"Per delivered item, {count:,} items of {PAYLOAD_BYTES} B a case (produce -> lease -> complete):",
@@ -85,11 +136,26 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--count", type=int, default=1000, help="items per case (default 1,000)")
+    parser.add_argument("--depth", type=int, nargs="*", default=[], help="valid leases ahead (e.g. 100000)")
     args = parser.parse_args(argv)
     use_fake_credentials()
-    with moto_server_process() as endpoint:
-        results = measure(endpoint, count=args.count)
-    sys.stdout.write(format_report(results, args.count) + "\n")
+    if args.count:
+        with moto_server_process() as endpoint:
+            results = measure(endpoint, count=args.count)
+        sys.stdout.write(format_report(results, args.count) + "\n")
+    if args.depth:
+        lines = [
+            "",
+            "One lease of 10 priority-7 items behind N valid leases of priority 1 (1,000 B items):",
+            "",
+            "| valid leases ahead | items leased | read units | requests |",
+            "|---:|---:|---:|---:|",
+        ]
+        with mock_aws():
+            for valid in args.depth:
+                found, read_units, requests = lease_at_depth(valid)
+                lines.append(f"| {valid:,} | {found} | {read_units:.1f} | {requests} |")
+        sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
