@@ -77,8 +77,8 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
             catalog=("GetItem",),
         ),
         # complete (conditional delete, reading the head row when a scheduled item came due), retry
-        # (batched read, then move or delete), renew (a lease record, then updates), reprioritize
-        # (batched read, then moves or updates); the head row's counters after each.
+        # (batched read, then move or delete), renew (a lease record, then updates); the head row's
+        # counters after each.
         Function.ITEMS: _grants(
             items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
@@ -91,7 +91,8 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
         # stats (a batched read of the head rows), listings; clear (conditional deletes, putting
         # expired leases back first), storage import (batched writes) and delete; redrive (which
         # queues dead-letter into this one: a Query of the catalog; moves: Delete + Put
-        # transactions); the head row's counters after each.
+        # transactions); reprioritize (batched read, then moves or updates); the head row's
+        # counters after each.
         Function.ADMIN: _grants(
             items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem"),
             catalog=("GetItem", "Query"),

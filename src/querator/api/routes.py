@@ -143,7 +143,9 @@ RENEW: Final = _post(
 )
 REPRIORITIZE: Final = _post(
     "queue.reprioritize",
-    Function.ITEMS,
+    # An operator's call on any item (admin callers); a consumer changes the priority of the items
+    # it holds with queue.retry's priority.
+    Function.ADMIN,
     schemas.ReprioritizeRequest,
     schemas.ReprioritizeResponse,
     "Change the priority of waiting and scheduled items (new ids) and of leased ones (when they go back).",

@@ -20,7 +20,7 @@ EXPECTED = {
     ("POST", "/v1/queue.complete"): "items",
     ("POST", "/v1/queue.retry"): "items",
     ("POST", "/v1/queue.renew"): "items",
-    ("POST", "/v1/queue.reprioritize"): "items",
+    ("POST", "/v1/queue.reprioritize"): "admin",
     ("POST", "/v1/queue.stats"): "admin",
     ("POST", "/v1/queue.clear"): "admin",
     ("POST", "/v1/queue.redrive"): "admin",
@@ -69,12 +69,7 @@ def test_by_path() -> None:
 
 
 def test_for_function() -> None:
-    assert routes.for_function(routes.Function.ITEMS) == (
-        routes.COMPLETE,
-        routes.RETRY,
-        routes.RENEW,
-        routes.REPRIORITIZE,
-    )
+    assert routes.for_function(routes.Function.ITEMS) == (routes.COMPLETE, routes.RETRY, routes.RENEW)
     assert {r.function for r in routes.ROUTES} == {
         routes.Function.PRODUCE,
         routes.Function.LEASE,
