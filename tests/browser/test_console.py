@@ -237,7 +237,9 @@ def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: Pa
     source, dead = f"{prefix}-jobs", f"{prefix}-dead"
     api.create_queue(dead, lease_timeout="1m", expire_timeout="1h")
     api.create_queue(source, lease_timeout="1m", expire_timeout="1h", dead_queue=dead, max_attempts=1)
-    api.produce(source, [NewItem(payload=f"job {n}".encode(), reference=f"r{n}") for n in range(5)])
+    api.produce(
+        source, [NewItem(payload=f"job {n}".encode(), reference=f"r{n}", priority=2) for n in range(5)]
+    )
     lease = api.lease(source, batch_size=5)
     api.retry(source, lease.items, dead=True)
     assert len(api.list_items(dead)) == 5
@@ -251,7 +253,7 @@ def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: Pa
     page.wait_text("#notice", "1 dead letters moved")
     assert len(api.list_items(dead)) == 4
     [back] = api.list_items(source)
-    assert (back.attempts, back.payload) == (0, b"job 0")
+    assert (back.attempts, back.payload, back.priority) == (0, b"job 0", 2)  # moved by the console itself
 
     page.element("#redrive-all").click()
     assert "Move 4 dead letters" in page.confirm()
@@ -260,6 +262,7 @@ def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: Pa
     moved = api.list_items(source)
     assert sorted(item.payload for item in moved) == [f"job {n}".encode() for n in range(5)]
     assert {item.attempts for item in moved} == {0}
+    assert {item.priority for item in moved} == {2}
     assert sorted(item.reference for item in moved) == [f"r{n}" for n in range(5)]
 
 

@@ -580,7 +580,8 @@ async function moveItems(from, partition, items, target) {
     const p = targetPartition(item.id, target.requested_partitions || 1);
     if (!groups.has(p)) groups.set(p, []);
     groups.get(p).push({ source_id: item.id, attempts: 0, created_at: new Date(now).toISOString(), expire_deadline: expire,
-      reference: item.reference, encoding: item.encoding, kind: item.kind, payload: item.payload });
+      reference: item.reference, encoding: item.encoding, kind: item.kind, payload: item.payload,
+      priority: item.priority ?? 5 });
   }
   for (const [p, batch] of groups) {
     await api("storage/items.import", { queue_name: target.queue_name, partition: p, items: batch });
@@ -634,6 +635,7 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
         h("td", { class: "mono" }, h("a", { href: `${base}/item/${partition}/${encodeURIComponent(item.id)}` }, item.id)),
         h("td", {}, item.is_leased ? "leased" : tab === "scheduled" ? "scheduled" : "ready"),
         h("td", { class: "num" }, item.attempts || 0),
+        h("td", { class: "num" }, item.priority ?? 5),
         h("td", {}, item.reference || ""),
         h("td", { class: "num" }, fmtAge(ageOf(item.created_at))),
         h("td", {}, tab === "scheduled" ? item.enqueue_at || "" : item.lease_deadline || ""));
@@ -691,7 +693,7 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
       h("thead", {}, h("tr", {},
         state.config.read_only ? null : h("th", { scope: "col" }, h("span", { class: "muted" }, "Select")),
         h("th", { scope: "col" }, "Id"), h("th", { scope: "col" }, "State"), h("th", { scope: "col", class: "num" }, "Attempts"),
-        h("th", { scope: "col" }, "Reference"), h("th", { scope: "col", class: "num" }, "Age"),
+        h("th", { scope: "col", class: "num" }, "Priority"), h("th", { scope: "col" }, "Reference"), h("th", { scope: "col", class: "num" }, "Age"),
         h("th", { scope: "col" }, tab === "scheduled" ? "Enqueue at" : "Lease deadline"))),
       body),
     items.length ? null : h("p", { class: "muted" }, "No items here."),
@@ -736,7 +738,8 @@ async function itemView(view, name, partition, id) {
     h("dl", { class: "fields" },
       field("Queue", name), field("Partition", partition),
       field("State", item.is_leased ? "leased" : item.scheduled ? "scheduled" : "ready"),
-      field("Attempts", item.attempts || 0), field("Reference", item.reference), field("Kind", item.kind),
+      field("Attempts", item.attempts || 0), field("Priority", item.priority ?? 5),
+      field("Reference", item.reference), field("Kind", item.kind),
       field("Encoding", item.encoding), field("Source id", item.source_id), field("Created at", item.created_at),
       field("Enqueue at", item.enqueue_at), field("Lease deadline", item.lease_deadline),
       field("Expire deadline", item.expire_deadline), field("Payload size", `${bytes.length} bytes`)),
