@@ -15,6 +15,9 @@ refreshes the generated part of ``docs/capacity.md`` from the measured units. Th
    over N stored items, expiry to leasable (``benchmarks.engine``);
 7. the capacity model fed with the measured units (``benchmarks.capacity``).
 
+Sections 8 and later of ``docs/benchmarks.md`` (Spark, idle consumers, the stream on AWS,
+priorities, redrive) come from their own modules' runs and are kept as they are.
+
 Every store is a single-threaded moto server on 127.0.0.1: units are exact (computed from AWS's
 rules), timings are not AWS's. Exits 1 if any run delivered an item twice or lost one.
 """
@@ -214,6 +217,17 @@ def run(sizes: Sizes) -> tuple[list[str], list[capacity.Inputs], bool]:
     return sections, inputs, sound
 
 
+#: Where the sections this command does not generate begin in docs/benchmarks.md: those measured by
+#: their own modules (Spark, idle consumers, the stream on AWS, priorities, redrive), kept as they are.
+KEPT_FROM = "## 8. "
+
+
+def kept_sections(existing: str) -> str:
+    """The part of an existing docs/benchmarks.md that this command does not generate ("" if none)."""
+    at = existing.find(f"\n{KEPT_FROM}")
+    return existing[at + 1 :].rstrip("\n") + "\n" if at >= 0 else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -251,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ]
     )
+    previous = DOCS / "benchmarks.md"
+    kept = kept_sections(previous.read_text()) if previous.exists() else ""
+    if kept:
+        document = f"{document}\n{kept}"
     print(f"## 7. Capacity model\n\n{capacity_block}\n")
     print(f"total {total:.0f} s")
     if not args.no_write:
