@@ -1,4 +1,5 @@
-"""Concurrency: 8 consumers lease and complete 2,000 items of one queue at once.
+"""Concurrency: 8 consumers lease and complete 2,000 items of one queue at once (of one priority,
+and of all ten).
 
 Runs against the single-threaded moto server, whose conditional writes are atomic like DynamoDB's
 (moto in-process is not: docs/adr/0050-engine-v2.md). Each consumer records what it was handed and
@@ -37,12 +38,13 @@ class Held:
     released_at: datetime
 
 
-def test_eight_consumers_complete_every_item_exactly_once(moto_server):
+@pytest.mark.parametrize("priorities", [False, True], ids=["fifo", "ten-priorities"])
+def test_eight_consumers_complete_every_item_exactly_once(moto_server, priorities):
     service = build_service(dynamodb_client(moto_server, max_pool=CONSUMERS + 2), clock=SystemClock())
     placeholder = datetime(2000, 1, 1, tzinfo=UTC)
     service.create_queue(
         QueueInfo(
-            name="race",
+            name=f"race-{priorities}",
             lease_timeout=timedelta(minutes=5),
             expire_timeout=timedelta(hours=1),
             created_at=placeholder,
@@ -50,8 +52,11 @@ def test_eight_consumers_complete_every_item_exactly_once(moto_server):
         )
     )
     produced = [f"item-{n:05d}".encode() for n in range(ITEMS)]
+    queue = f"race-{priorities}"
+    # With priorities, every produce request spans all ten bands: leases cross bands under contention.
+    items = [NewItem(payload=p, priority=n % 10 if priorities else 5) for n, p in enumerate(produced)]
     for start in range(0, ITEMS, 500):
-        service.produce("race", [NewItem(payload=p) for p in produced[start : start + 500]])
+        service.produce(queue, items[start : start + 500])
 
     held: list[Held] = []
     completed: list[str] = []
@@ -62,11 +67,11 @@ def test_eight_consumers_complete_every_item_exactly_once(moto_server):
         try:
             while True:
                 try:
-                    lease = service.lease("race", batch_size=BATCH, client_id=f"consumer-{n}")
+                    lease = service.lease(queue, batch_size=BATCH, client_id=f"consumer-{n}")
                 except NothingToLeaseError:
                     return
                 leased_at = datetime.now(UTC)
-                outcome = service.complete("race", lease.partition, [i.id for i in lease.items])
+                outcome = service.complete(queue, lease.partition, [i.id for i in lease.items])
                 released_at = datetime.now(UTC)
                 with lock:
                     completed.extend(outcome.applied)
@@ -98,4 +103,4 @@ def test_eight_consumers_complete_every_item_exactly_once(moto_server):
         leases.sort(key=lambda h: h.leased_at)
         for first, second in itertools.pairwise(leases):
             assert second.leased_at >= min(first.deadline, first.released_at)
-    assert sum(s.total for s in service.stats("race")) == 0
+    assert sum(s.total for s in service.stats(queue)) == 0
