@@ -413,3 +413,18 @@ def test_an_item_that_lands_between_the_check_and_the_drop_keeps_its_band(servic
     assert report.bands_dropped == 0
     assert ".1" in service.store.head("jobs", 0, now=clock.now())[0].bands
     assert [i.id for i in lease_all(service)] == [item_id]
+
+
+@pytest.mark.parametrize("priority", [0, 9])
+def test_a_lone_leased_item_of_another_priority_comes_back_when_its_lease_runs_out(service, clock, priority):
+    # One id in the lease record: it must read back whole (a record of one banded id once read as
+    # two broken ones, and the item never came back).
+    make_queue(service)
+    (item_id,) = produce(service, priority, "alone")
+    (first,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+    clock.advance(LEASE + timedelta(seconds=1))
+
+    (again,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+
+    assert (first.id, again.payload, again.attempts, again.priority) == (item_id, b"alone", 2, priority)
+    assert again.id != item_id

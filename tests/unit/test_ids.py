@@ -9,7 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from querator.domain.errors import InvalidRequestError
-from querator.domain.ids import ID_LENGTH, IdFactory, parse_item_id, visible_at_of, visible_bound
+from querator.domain.ids import (
+    ID_LENGTH,
+    IdFactory,
+    is_item_id,
+    join_ids,
+    parse_item_id,
+    split_ids,
+    visible_at_of,
+    visible_bound,
+)
+from querator.domain.priority import priority_of
 
 times = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC))
 
@@ -58,3 +68,28 @@ def test_parse_refuses_what_is_not_an_id(bad):
 def test_naive_times_are_refused():
     with pytest.raises(InvalidRequestError):
         IdFactory().new_id(datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "priorities",
+    [[5], [5, 5, 5], [0], [9], [0, 5, 9], [3, 3], []],
+    ids=["one plain", "plain", "one urgent", "one bulk", "mixed", "banded", "none"],
+)
+def test_joined_ids_read_back_whole_whatever_their_priorities(priorities: list[int]) -> None:
+    factory = IdFactory()
+    now = datetime(2026, 11, 25, tzinfo=UTC)
+    ids = [factory.new_id(now, p) for p in priorities]
+    joined = join_ids(ids)
+    assert split_ids(joined) == ids
+    if all(p == 5 for p in priorities):
+        assert joined == "".join(ids)  # the fixed-width form records had before priorities
+
+
+def test_ids_of_each_priority_sort_by_priority_then_time() -> None:
+    factory = IdFactory()
+    early, late = datetime(2026, 11, 25, tzinfo=UTC), datetime(2026, 11, 26, tzinfo=UTC)
+    ids = [factory.new_id(at, p) for p in (9, 5, 0) for at in (late, early)]
+    expected = [(p, at) for p in (0, 5, 9) for at in (early, late)]
+    assert [(priority_of(i), visible_at_of(i)) for i in sorted(ids)] == expected
+    assert all(is_item_id(i) and parse_item_id(i) == i for i in ids)
+    assert not is_item_id(".5" + ids[1][-30:]) and not is_item_id("p4" + ids[1][-30:])

@@ -3,7 +3,7 @@ store and on a SQLite file.
 
 A model of what the queue must hold is kept beside the service; after every step the service's
 storage must agree with it: nothing lost, nothing doubled, no item under two live leases, attempts
-never going down, oldest-first leasing.
+never going down, priority-then-oldest-first leasing, every item at the priority the model expects.
 """
 
 from __future__ import annotations
@@ -77,19 +77,33 @@ class QueueMachine(RuleBasedStateMachine):
         self.done: set[bytes] = set()
         self.held: dict[bytes, tuple[str, datetime]] = {}  # payload -> (id, lease deadline)
         self.attempts: dict[bytes, int] = {}
+        self.priority: dict[bytes, int] = {}  # payload -> its priority
+        self.next_priority: dict[bytes, int] = {}  # payload -> given while leased, taken when back
 
     def _live_holds(self) -> dict[bytes, tuple[str, datetime]]:
         now = self.clock.now()
         return {p: h for p, h in self.held.items() if h[1] > now}
 
-    @rule(count=st.integers(1, 4))
-    def produce(self, count):
+    def _allowed(self, payload: bytes) -> set[int]:
+        """Its priority, or the one reprioritize gave it while leased (once it went back)."""
+        allowed = {self.priority[payload]}
+        if payload in self.next_priority:
+            allowed.add(self.next_priority[payload])
+        return allowed
+
+    def _observed(self, payload: bytes, priority: int) -> None:
+        if self.next_priority.get(payload) == priority:
+            self.priority[payload] = self.next_priority.pop(payload)
+
+    @rule(count=st.integers(1, 4), priority=st.integers(0, 9))
+    def produce(self, count, priority):
         batch = []
         for _ in range(count):
             self.counter += 1
             batch.append(f"item-{self.counter}".encode())
-        self.service.produce(self.q, [NewItem(payload=p) for p in batch])
+        self.service.produce(self.q, [NewItem(payload=p, priority=priority) for p in batch])
         self.alive.update(batch)
+        self.priority.update(dict.fromkeys(batch, priority))
 
     @rule(batch=st.integers(1, 5))
     def lease(self, batch):
@@ -98,7 +112,17 @@ class QueueMachine(RuleBasedStateMachine):
         except NothingToLeaseError:
             leased = []
         live = self._live_holds()
+        priorities = [item.priority for item in leased]
+        assert priorities == sorted(priorities), "a lease reply out of priority order"
+        if leased:
+            # Strict priority: nothing left ready is more urgent than what was handed out.
+            ready = [
+                i.priority for i in self.service.list_items(self.q, 0) if not i.is_leased(self.clock.now())
+            ]
+            assert all(p >= max(priorities) for p in ready), "a more urgent item was left behind"
         for item in leased:
+            assert item.priority in self._allowed(item.payload)
+            self._observed(item.payload, item.priority)
             assert item.payload not in live, "an item was handed out under two live leases"
             assert item.payload in self.alive
             assert item.attempts > self.attempts.get(item.payload, 0)
@@ -119,12 +143,35 @@ class QueueMachine(RuleBasedStateMachine):
             self.done.add(payload)
 
     @precondition(lambda self: self.held)
-    @rule(data=st.data(), dead=st.booleans())
-    def retry(self, data, dead):
+    @rule(data=st.data(), dead=st.booleans(), priority=st.none() | st.integers(0, 9))
+    def retry(self, data, dead, priority):
         payload = data.draw(st.sampled_from(sorted(self.held)))
         item_id, deadline = self.held.pop(payload)
-        outcome = self.service.retry(self.q, 0, [RetryRequest(id=item_id, dead=dead)])
-        assert (outcome.applied == [item_id]) == (deadline > self.clock.now())
+        outcome = self.service.retry(self.q, 0, [RetryRequest(id=item_id, dead=dead, priority=priority)])
+        applied = deadline > self.clock.now()
+        assert (outcome.applied == [item_id]) == applied
+        if applied and not dead:
+            back = self.next_priority.pop(payload, self.priority[payload])
+            self.priority[payload] = back if priority is None else priority
+
+    @precondition(lambda self: self.alive)
+    @rule(data=st.data(), priority=st.integers(0, 9))
+    def reprioritize(self, data, priority):
+        stored = self.service.list_items(self.q, 0)
+        if not stored:
+            return
+        item = data.draw(st.sampled_from(stored))
+        outcome = self.service.reprioritize(self.q, 0, [item.id], priority)
+        assert outcome.failed == []
+        if item.is_leased(self.clock.now()):
+            assert outcome.ids == {item.id: item.id}, "a leased item keeps its id"
+            self.next_priority[item.payload] = priority
+        else:
+            self.priority[item.payload] = priority
+            self.next_priority.pop(item.payload, None)
+            if item.payload in self.held:
+                # Its lease had run out: the id the consumer holds is stale now (a new place).
+                self.held[item.payload] = (outcome.ids[item.id], self.held[item.payload][1])
 
     @rule(seconds=st.sampled_from([1, 10, 31]))
     def wait(self, seconds):
@@ -138,6 +185,11 @@ class QueueMachine(RuleBasedStateMachine):
         assert not set(in_queue) & set(dead)
         assert set(in_queue) | set(dead) == self.alive, "an item was lost or resurrected"
         assert not set(dead) & self.done
+
+    @invariant()
+    def every_item_has_the_priority_it_should(self):
+        for item in self.service.list_items(self.q, 0):
+            assert item.priority in self._allowed(item.payload), (item.payload, item.priority)
 
     @invariant()
     def attempts_stay_within_max(self):

@@ -68,16 +68,17 @@ def key_after(item_id: str) -> str:
 
 def join_ids(ids: Sequence[str]) -> str:
     """Ids as one string (lease records, idempotency records): concatenated when all are of
-    priority 5 (fixed length, as stored before priorities existed), else comma-separated."""
+    priority 5 (fixed length, as stored before priorities existed), else each after a comma (the
+    leading comma marks the form, so one id of another priority reads back whole)."""
     if all(len(i) == ID_LENGTH for i in ids):
         return "".join(ids)
-    return ",".join(ids)
+    return "".join(f",{i}" for i in ids)
 
 
 def split_ids(joined: str) -> list[str]:
     """The ids ``join_ids`` joined."""
-    if "," in joined:
-        return joined.split(",")
+    if joined.startswith(","):
+        return joined[1:].split(",")
     return [joined[i : i + ID_LENGTH] for i in range(0, len(joined), ID_LENGTH)]
 
 
