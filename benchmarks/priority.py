@@ -95,7 +95,7 @@ def lease_at_depth(valid: int) -> tuple[int, float, int]:
             {
                 schema.PK: {"S": schema.partition_key("q", 0)},
                 schema.SK: {"S": schema.HEAD_SK},
-                schema.HEAD_BANDS: {"SS": [".1"]},
+                schema.band_attribute(schema.HEAD_BAND_REGISTERED, ".1"): codec.num(now),
                 schema.band_attribute(schema.HEAD_CURSOR, ".1"): {"S": f"{ids[-1]}0"},
                 schema.HEAD_ITEMS: {"N": str(valid)},
                 schema.HEAD_LEASED: {"N": str(valid)},

@@ -85,15 +85,14 @@ class PartitionHead:
     cursor: str = ""
     sweep: str = ""
     schedule_mark: str = ""
-    #: The bands (``querator.domain.priority``) other than priority 5's that items were ever written
-    #: to: a lease reads only these and priority 5's. Registered before the items are written.
-    bands: frozenset[str] = frozenset()
+    #: The bands (``querator.domain.priority``) other than priority 5's that are in use, and when each
+    #: was last registered (before items of it were written): a lease reads only these and priority
+    #: 5's; the reaper drops one that has been empty and unregistered for ``BAND_IDLE``.
+    band_registered: Mapping[str, datetime] = field(default_factory=dict)
     #: Cursors and sweep marks of the bands other than priority 5's (whose are ``cursor``/``sweep``),
     #: by band; each is a key inside its band.
     band_cursors: Mapping[str, str] = field(default_factory=dict)
     band_sweeps: Mapping[str, str] = field(default_factory=dict)
-    #: When each of ``bands`` was last registered (absent: before registration times were kept).
-    band_registered: Mapping[str, datetime] = field(default_factory=dict)
     items: int = 0
     leased: int = 0
     scheduled: int = 0
@@ -106,6 +105,11 @@ class PartitionHead:
     #: The recount under way (``None``: none), and when the last one finished.
     recount: Recount | None = None
     recounted_at: datetime | None = None
+
+    @property
+    def bands(self) -> frozenset[str]:
+        """The bands other than priority 5's that are in use."""
+        return frozenset(self.band_registered)
 
     def leasable_bands(self) -> list[str]:
         """The bands that may hold items, highest priority first (priority 5's always)."""

@@ -60,7 +60,7 @@ class Leaser:
         self._waiting: set[tuple[str, str]] = set()
 
     def lease(self, queue_name: str, *, batch_size: int, client_id: str, timeout: timedelta) -> Lease:
-        """Lease up to ``batch_size`` items of one partition, oldest first.
+        """Lease up to ``batch_size`` items of one partition, by priority, then oldest first.
 
         Returns as soon as at least one item is leased; with nothing to lease it polls the store
         until ``timeout`` and then raises ``NothingToLeaseError``. Claiming stops once the call has

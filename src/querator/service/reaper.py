@@ -276,10 +276,9 @@ class Reaper:
             report.bands_dropped += 1
 
     def _band_holds_items(self, queue: QueueInfo, partition: int, band: str) -> bool:
-        found = self._store.list_items(
-            queue.name, partition, limit=1, lower=band_start(band), upper=band_end(band), max_bytes=1
-        )
-        return bool(found)
+        # A state read of one row (the payload is not read): leased, scheduled or waiting, any counts.
+        page = self._store.scan(queue.name, partition, start=band_start(band), end=band_end(band), limit=1)
+        return bool(page.items)
 
     def _recount(
         self,

@@ -16,10 +16,7 @@ from querator.domain.errors import InvalidRequestError
 from querator.domain.ids import key_after
 from querator.domain.model import MAX_BATCH, Item, RedriveOutcome, validate_queue_name
 from querator.ports import Guard, Move
-from querator.service.tuning import PAGE_MAX
-
-#: Payload bytes one page of dead letters may hold in memory (items are up to 256 KB each).
-PAGE_BYTES = 4_000_000
+from querator.service.tuning import PAGE_MAX, REDRIVE_PAGE_BYTES
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -80,7 +77,7 @@ class Redriver:
                     partition,
                     limit=min(PAGE_MAX, limit - moved),
                     lower=start,
-                    max_bytes=PAGE_BYTES,
+                    max_bytes=REDRIVE_PAGE_BYTES,
                 )
                 if not page:
                     break  # the partition's end

@@ -61,3 +61,7 @@ DEFAULT_QUEUE_CACHE_TTL: Final = timedelta(seconds=1)
 #: writer takes from registering a band to writing its items (a Lambda call lasts at most 15
 #: minutes), so an item written under an older registration is in place when the reaper re-checks.
 BAND_IDLE: Final = timedelta(hours=1)
+
+#: Payload bytes one page of dead letters a redrive reads may hold in memory (a page is read whole
+#: and moved before the next, and items are up to 380,000 bytes each).
+REDRIVE_PAGE_BYTES: Final = 4_000_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from querator.domain.ids import ITEMS_END, key_after, time_key, visible_bound
 from querator.domain.priority import band_end, band_of, band_start
@@ -100,7 +100,7 @@ def _with_bands(head: PartitionHead, ids: Iterable[str], now: datetime) -> Parti
     if not bands:
         return head
     registered = {**head.band_registered, **dict.fromkeys(bands, now)}
-    return replace(head, bands=head.bands | bands, band_registered=registered)
+    return replace(head, band_registered=registered)
 
 
 def _with_cursor(head: PartitionHead, cursor: str) -> PartitionHead:
@@ -325,34 +325,29 @@ class SortedRowsStore:
         with self._write() as rows:
             head = rows.head(queue, partition)
             registered = head.band_registered.get(band)
-            if band not in head.bands or (registered is not None and registered >= registered_before):
+            if registered is None or registered >= registered_before:
                 return False
             # One transaction: the band is empty now, and no write can land in it unnamed.
             if rows.states(queue, partition, band_start(band), band_end(band), 1):
                 return False
             remaining = {b: t for b, t in head.band_registered.items() if b != band}
-            rows.write_head(
-                queue, partition, replace(head, bands=head.bands - {band}, band_registered=remaining)
-            )
+            rows.write_head(queue, partition, replace(head, band_registered=remaining))
         return True
 
     def set_next_priority(
         self, queue: str, partition: int, ids: Sequence[str], *, priority: int, now: datetime
     ) -> BatchResult[str]:
-        result: BatchResult[str] = BatchResult()
-        with self._write() as rows:
-            for item_id in ids:
-                item = rows.item(queue, partition, item_id)
-                if item is None or not _guard_holds(item, Guard.LEASE_VALID, now):
-                    result.rejected.append(item_id)
-                    continue
-                rows.put(queue, partition, replace(item, next_priority=priority))
-                result.applied.append(item_id)
-        return result
+        return self._change_leased(queue, partition, ids, now, next_priority=priority)
 
     def renew(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
     ) -> BatchResult[str]:
+        return self._change_leased(queue, partition, ids, now, lease_deadline=lease_deadline)
+
+    def _change_leased(
+        self, queue: str, partition: int, ids: Sequence[str], now: datetime, **changes: Any
+    ) -> BatchResult[str]:
+        """``changes`` on each item whose lease is still valid (rejected: the others), in one transaction."""
         result: BatchResult[str] = BatchResult()
         with self._write() as rows:
             for item_id in ids:
@@ -360,7 +355,7 @@ class SortedRowsStore:
                 if item is None or not _guard_holds(item, Guard.LEASE_VALID, now):
                     result.rejected.append(item_id)
                     continue
-                rows.put(queue, partition, replace(item, lease_deadline=lease_deadline))
+                rows.put(queue, partition, replace(item, **changes))
                 result.applied.append(item_id)
         return result
 

@@ -121,11 +121,10 @@ _HEAD_COLUMNS = (
 
 def _encode_bands(head: PartitionHead) -> str | None:
     """The head's bands other than priority 5's, as JSON (``None`` when there are none)."""
-    if not head.bands:
+    if not (head.band_registered or head.band_cursors or head.band_sweeps):
         return None
     return json.dumps(
         {
-            "bands": sorted(head.bands),
             "cursors": dict(head.band_cursors),
             "sweeps": dict(head.band_sweeps),
             "registered_us": {band: timestamp_us(at) for band, at in head.band_registered.items()},
@@ -138,7 +137,6 @@ def _decode_bands(value: str | None) -> dict[str, Any]:
         return {}
     data = json.loads(value)
     return {
-        "bands": frozenset(data["bands"]),
         "band_cursors": data["cursors"],
         "band_sweeps": data["sweeps"],
         "band_registered": {

@@ -126,7 +126,6 @@ def decode_head(attrs: AttributeMap | None) -> PartitionHead:
         version=_int(attrs, schema.HEAD_VERSION),
         recount=decode_recount(attrs.get(schema.HEAD_RECOUNT)),
         recounted_at=_time(attrs, schema.HEAD_RECOUNTED_AT),
-        bands=frozenset(attrs.get(schema.HEAD_BANDS, {}).get("SS", [])),
         band_cursors=_band_marks(attrs, schema.HEAD_CURSOR),
         band_sweeps=_band_marks(attrs, schema.HEAD_SWEEP),
         band_registered={

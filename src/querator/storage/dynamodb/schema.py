@@ -57,10 +57,9 @@ LEASE_RECORD_DEADLINE = "dl"
 # Head row attributes.
 HEAD_CURSOR = "cur"
 HEAD_SWEEP = "swp"
-#: The bands other than priority 5's that items were written to (a string set); each band's cursor
-#: and sweep mark are ``cur<band>`` and ``swp<band>`` (``cur.3``, ``curp7``), and ``bt<band>`` when
-#: it was last registered (epoch seconds; the reaper drops a band that is empty and idle).
-HEAD_BANDS = "bd"
+#: A band other than priority 5's is in use while ``bt<band>`` says when it was last registered
+#: (``bt.3``, ``btp7``; the reaper removes it once the band is empty and idle); its cursor and sweep
+#: mark are ``cur<band>`` and ``swp<band>``.
 HEAD_BAND_REGISTERED = "bt"
 HEAD_SCHEDULE_MARK = "sm"
 HEAD_ITEMS = "n"

@@ -243,16 +243,15 @@ class DynamoDBItemStore:
         return found
 
     def register_bands(self, queue: str, partition: int, ids: Iterable[str], *, now: datetime) -> None:
-        """Add the bands of ``ids`` (other than priority 5's) to the partition's head row, with
-        ``now`` as their registration time, before items of those bands are written: a lease reads
-        only the bands the head row names, so an item written to a band it does not name would
-        never be leased. Raises when the write fails (the items are then not written); no request
-        for priority 5 items."""
+        """Name the bands of ``ids`` (other than priority 5's) in the partition's head row, with
+        ``now`` as their registration time (``bt<band>``), before items of those bands are written:
+        a lease reads only the bands the head row names, so an item written to a band it does not
+        name would never be leased. Raises when the write fails (the items are then not written);
+        no request for priority 5 items."""
         bands = sorted({band_of(i) for i in ids} - {""})
         if not bands:
             return
-        names = {"#bd": schema.HEAD_BANDS}
-        values: dict[str, Any] = {":bands": {"SS": bands}, ":now": codec.num(now)}
+        names: dict[str, str] = {}
         stamps = []
         for index, band in enumerate(bands):
             names[f"#bt{index}"] = schema.band_attribute(schema.HEAD_BAND_REGISTERED, band)
@@ -261,9 +260,9 @@ class DynamoDBItemStore:
             self._client.update_item(
                 TableName=self._table,
                 Key=codec.head_key(queue, partition),
-                UpdateExpression=f"ADD #bd :bands SET {', '.join(stamps)}",
+                UpdateExpression=f"SET {', '.join(stamps)}",
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
+                ExpressionAttributeValues={":now": codec.num(now)},
             )
         except ClientError as exc:
             raise translate(exc, "produce") from exc
@@ -273,15 +272,12 @@ class DynamoDBItemStore:
             self._client.update_item(
                 TableName=self._table,
                 Key=codec.head_key(queue, partition),
-                UpdateExpression="DELETE #bd :band",
+                UpdateExpression="REMOVE #bt",
                 # No registration since: a writer that registered the band has written its items by
                 # then (registered_before is far enough back), so the caller's re-check sees them.
-                ConditionExpression="attribute_not_exists(#bt) OR #bt < :before",
-                ExpressionAttributeNames={
-                    "#bd": schema.HEAD_BANDS,
-                    "#bt": schema.band_attribute(schema.HEAD_BAND_REGISTERED, band),
-                },
-                ExpressionAttributeValues={":band": {"SS": [band]}, ":before": codec.num(registered_before)},
+                ConditionExpression="#bt < :before",
+                ExpressionAttributeNames={"#bt": schema.band_attribute(schema.HEAD_BAND_REGISTERED, band)},
+                ExpressionAttributeValues={":before": codec.num(registered_before)},
             )
         except ClientError as exc:
             if error_code(exc) == CONDITION_FAILED:
@@ -596,54 +592,48 @@ class DynamoDBItemStore:
     def renew(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
     ) -> BatchResult[str]:
-        condition, names = expressions.GUARD_CONDITIONS[Guard.LEASE_VALID]
-        values = {":deadline": codec.num(lease_deadline), ":now": codec.num(now)}
-
-        def renew_one(item_id: str) -> str | None:
-            try:
-                self._client.update_item(
-                    TableName=self._table,
-                    Key=codec.item_key(queue, partition, item_id),
-                    UpdateExpression=expressions.RENEW_UPDATE,
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=values,
-                )
-            except ClientError as exc:
-                if error_code(exc) == CONDITION_FAILED:
-                    return item_id
-                raise translate(exc, "renew") from exc
-            return None
-
-        refused = {i for i in self._each(renew_one, list(ids)) if i is not None}
-        return BatchResult(
-            applied=[i for i in ids if i not in refused], rejected=[i for i in ids if i in refused]
-        )
+        values = {":deadline": codec.num(lease_deadline)}
+        return self._update_leased(queue, partition, ids, expressions.RENEW_UPDATE, {}, values, now, "renew")
 
     def set_next_priority(
         self, queue: str, partition: int, ids: Sequence[str], *, priority: int, now: datetime
     ) -> BatchResult[str]:
-        condition, guard_names = expressions.GUARD_CONDITIONS[Guard.LEASE_VALID]
-        names = {**guard_names, "#np": schema.NEXT_PRIORITY}
-        values = {":priority": {"N": str(priority)}, ":now": codec.num(now)}
+        names = {"#np": schema.NEXT_PRIORITY}
+        values = {":priority": {"N": str(priority)}}
+        update = expressions.NEXT_PRIORITY_UPDATE
+        return self._update_leased(queue, partition, ids, update, names, values, now, "reprioritize")
 
-        def mark_one(item_id: str) -> str | None:
+    def _update_leased(
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        update: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        now: datetime,
+        operation: str,
+    ) -> BatchResult[str]:
+        """``update`` on each item whose lease is still valid, concurrently (rejected: the others)."""
+        condition, guard_names = expressions.GUARD_CONDITIONS[Guard.LEASE_VALID]
+
+        def update_one(item_id: str) -> str | None:
             try:
                 self._client.update_item(
                     TableName=self._table,
                     Key=codec.item_key(queue, partition, item_id),
-                    UpdateExpression=expressions.NEXT_PRIORITY_UPDATE,
+                    UpdateExpression=update,
                     ConditionExpression=condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=values,
+                    ExpressionAttributeNames={**guard_names, **names},
+                    ExpressionAttributeValues={**values, ":now": codec.num(now)},
                 )
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
                     return item_id
-                raise translate(exc, "reprioritize") from exc
+                raise translate(exc, operation) from exc
             return None
 
-        refused = {i for i in self._each(mark_one, list(ids)) if i is not None}
+        refused = {i for i in self._each(update_one, list(ids)) if i is not None}
         return BatchResult(
             applied=[i for i in ids if i not in refused], rejected=[i for i in ids if i in refused]
         )
