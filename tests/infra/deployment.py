@@ -78,12 +78,16 @@ class Call:
 
 
 class _Recorder:
-    """WSGI middleware: note the call, then hand the request to moto unchanged."""
+    """WSGI middleware: note the call, then hand the request to moto unchanged, except for a
+    ``TransactWriteItems`` whose ``ClientRequestToken`` already succeeded (see ``_replayed``)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.calls: list[Call] = []
         self._lock = threading.Lock()
+        # ClientRequestToken -> the first successful reply (status, headers, body).
+        self._transactions: dict[str, tuple[str, list[tuple[str, str]], bytes]] = {}
+        self.replayed_transactions = 0
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -106,7 +110,35 @@ class _Recorder:
                 operation = f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"
             with self._lock:
                 self.calls.append(Call(credential.group(1), credential.group(2), operation, body))
+            if operation == "TransactWriteItems" and body.get("ClientRequestToken"):
+                return self._replayed(body["ClientRequestToken"], environ, start_response)
         return self.app(environ, start_response)
+
+    def _replayed(self, token: str, environ: dict[str, Any], start_response: Any) -> Any:
+        """DynamoDB makes a transaction idempotent by its ``ClientRequestToken`` (which botocore fills
+        in and keeps across its own retries); moto ignores it. Without this, a transaction that moto
+        applied but answered after the caller's read timeout (this server answers one request at a
+        time) is retried, fails its conditions, and reads as "someone else acted" where DynamoDB
+        would have answered success: a test artifact, not the product's behaviour."""
+        with self._lock:
+            seen = self._transactions.get(token)
+            if seen is not None:
+                self.replayed_transactions += 1
+        if seen is not None:
+            status, headers, body = seen
+            start_response(status, headers)
+            return [body]
+        reply: dict[str, Any] = {}
+
+        def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            reply["status"], reply["headers"] = status, headers
+            return start_response(status, headers, exc_info)
+
+        chunks = list(self.app(environ, keep))
+        if reply.get("status", "").startswith("200"):
+            with self._lock:
+                self._transactions[token] = (reply["status"], reply["headers"], b"".join(chunks))
+        return chunks
 
 
 class RecordingMoto:
