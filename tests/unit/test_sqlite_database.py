@@ -69,10 +69,11 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     make_queue(service)
     service.produce("jobs", [NewItem(payload=b"kept")])
     service.store._db.close()  # type: ignore[attr-defined]
-    # Schema 1 as released: items without source_queue or next_priority, heads without bands.
+    # Schema 1 as released: items without source_queue, next_priority or group, heads without bands.
     old = sqlite3.connect(path)
     old.execute("ALTER TABLE items DROP COLUMN source_queue")
     old.execute("ALTER TABLE items DROP COLUMN next_priority")
+    old.execute("ALTER TABLE items DROP COLUMN item_group")
     old.execute("ALTER TABLE heads DROP COLUMN bands")
     old.execute("UPDATE querator_meta SET value = '1' WHERE key = 'schema_version'")
     old.execute("PRAGMA user_version = 1")
@@ -82,14 +83,20 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded = sqlite_service(path, clock=FakeClock())
 
     [item] = upgraded.list_items("jobs", 0)
-    assert (item.payload, item.source_queue, item.priority, item.next_priority) == (b"kept", "", 5, None)
+    assert (item.payload, item.source_queue, item.priority, item.next_priority, item.group) == (
+        b"kept",
+        "",
+        5,
+        None,
+        "",
+    )
     # The upgraded file takes items of other priorities (the head row's bands) and leases them first.
-    upgraded.produce("jobs", [NewItem(payload=b"urgent", priority=0)])
+    upgraded.produce("jobs", [NewItem(payload=b"urgent", priority=0, group="acme")])
     leased = upgraded.lease("jobs", batch_size=10, client_id="c", timeout=timedelta(0)).items
-    assert [i.payload for i in leased] == [b"urgent", b"kept"]
+    assert [(i.payload, i.group) for i in leased] == [(b"urgent", "acme"), (b"kept", "")]
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
-    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "4"
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "5"
     check.close()
 
 

@@ -69,7 +69,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "items": [
             {"reference": "account-0001", "kind": "order-v1", "encoding": "json", "utf8": '{"id": 1}'},
             {"bytes": "aGVsbG8=", "enqueue_at": "2026-11-22T05:33:11Z"},
-            {"utf8": "urgent", "priority": 0},
+            {"utf8": "urgent", "priority": 0, "group": "tenant-42"},
         ],
     },
     "queue.lease": {

@@ -34,6 +34,7 @@ from querator.api.durations import format_duration, format_timestamp, parse_dura
 from querator.api.errors import body_too_large, unsupported_content
 from querator.domain import model as domain
 from querator.domain.errors import InvalidRequestError
+from querator.domain.groups import MAX_GROUP_BYTES, validate_group
 from querator.domain.model import MAX_BATCH, MAX_PAYLOAD_BYTES
 from querator.domain.priority import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
@@ -98,6 +99,13 @@ def _encode_payload(value: bytes) -> str:
     return base64.b64encode(value).decode("ascii")
 
 
+def _check_group(value: str) -> str:
+    try:
+        return validate_group(value)
+    except InvalidRequestError as exc:
+        raise _custom_error("group", str(exc)) from exc
+
+
 def _check_queue_name(value: str) -> str:
     try:
         return domain.validate_queue_name(value)
@@ -134,6 +142,12 @@ Partition = Annotated[int, Field(ge=0)]
 #: 0-9, lower leases first; a JSON integer (``5.0``, ``"5"`` and ``true`` are refused).
 Priority = Annotated[
     int, Strict(), Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0-9, lower leases first")
+]
+#: An item's group: up to 128 bytes of printable UTF-8; "" (the default) is none.
+Group = Annotated[
+    str,
+    AfterValidator(_check_group),
+    Field(description=f'The item\'s group (a tenant, a customer): up to {MAX_GROUP_BYTES} bytes, "" is none'),
 ]
 
 
@@ -307,6 +321,7 @@ class ProduceItem(WireRequest):
     #: In the future: the item is scheduled until then.
     enqueue_at: Timestamp | None = None
     priority: Priority = DEFAULT_PRIORITY
+    group: Group = ""
 
     @field_validator("utf8")
     @classmethod
@@ -342,6 +357,7 @@ class ProduceItem(WireRequest):
             kind=self.kind,
             enqueue_at=self.enqueue_at,
             priority=self.priority,
+            group=self.group,
         )
 
 
@@ -374,6 +390,7 @@ class LeaseItem(WireResponse):
     id: str
     attempts: int
     priority: int = DEFAULT_PRIORITY
+    group: str = ""
     lease_deadline: Timestamp | None = None
     reference: str = ""
     encoding: str = ""
@@ -386,6 +403,7 @@ class LeaseItem(WireResponse):
             id=item.id,
             attempts=item.attempts,
             priority=item.priority,
+            group=item.group,
             lease_deadline=item.lease_deadline,
             reference=item.reference,
             encoding=item.encoding,
@@ -637,6 +655,7 @@ class StorageItemResponse(WireResponse):
     enqueue_at: Timestamp | None = None
     attempts: int = 0
     priority: int = DEFAULT_PRIORITY
+    group: str = ""
     reference: str = ""
     encoding: str = ""
     kind: str = ""
@@ -655,6 +674,7 @@ class StorageItemResponse(WireResponse):
             enqueue_at=item.enqueue_at,
             attempts=item.attempts,
             priority=item.priority,
+            group=item.group,
             reference=item.reference,
             encoding=item.encoding,
             kind=item.kind,
@@ -688,6 +708,7 @@ class ImportItem(WireRequest):
     enqueue_at: Timestamp | None = None
     attempts: int = Field(default=0, ge=0)
     priority: Priority = DEFAULT_PRIORITY
+    group: Group = ""
     reference: str = ""
     encoding: str = ""
     kind: str = ""
@@ -706,6 +727,7 @@ class ImportItem(WireRequest):
             enqueue_at=self.enqueue_at,
             source_id=self.source_id,
             priority=self.priority,
+            group=self.group,
         )
 
 

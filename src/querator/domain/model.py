@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from querator.domain.errors import InvalidRequestError
+from querator.domain.groups import validate_group
 from querator.domain.priority import DEFAULT_PRIORITY, priority_of, validate_priority
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
@@ -137,9 +138,12 @@ class NewItem:
     enqueue_at: datetime | None = None
     #: 0-9, lower leases first (``querator.domain.priority``).
     priority: int = DEFAULT_PRIORITY
+    #: The item's group (``querator.domain.groups``); ``""``: none.
+    group: str = ""
 
     def __post_init__(self) -> None:
         validate_priority(self.priority)
+        validate_group(self.group)
         if len(self.payload) > MAX_PAYLOAD_BYTES:
             raise InvalidRequestError(
                 f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload"
@@ -179,6 +183,8 @@ class Item:
     #: A priority given by ``queue.reprioritize`` while the item was leased: it goes back to the
     #: queue (or to the dead-letter queue) with this one. ``None``: with its own.
     next_priority: int | None = None
+    #: The item's group (``querator.domain.groups``); ``""``: none.
+    group: str = ""
 
     @property
     def priority(self) -> int:
@@ -196,7 +202,7 @@ class Item:
     def reply_size(self) -> int:
         """Bytes the item's variable fields may add to a reply: the payload, and its strings twice
         (JSON escapes can double them). Leases keep their replies under the cap with it."""
-        strings = len(self.reference.encode()) + len(self.encoding.encode()) + len(self.kind.encode())
+        strings = sum(len(s.encode()) for s in (self.reference, self.encoding, self.kind, self.group))
         return len(self.payload) + 2 * strings
 
     def state(self) -> ItemState:
@@ -355,9 +361,11 @@ class StorageItem:
     enqueue_at: datetime | None = None
     source_id: str = ""
     priority: int = DEFAULT_PRIORITY
+    group: str = ""
 
     def __post_init__(self) -> None:
         validate_priority(self.priority)
+        validate_group(self.group)
         if self.enqueue_at is not None:
             object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
 

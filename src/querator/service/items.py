@@ -287,6 +287,7 @@ class ItemCalls:
                     reference=item.reference,
                     encoding=item.encoding,
                     kind=item.kind,
+                    group=item.group,
                     attempts=item.attempts,
                     lease_deadline=item.lease_deadline,
                     expire_deadline=item.expire_deadline

@@ -106,6 +106,7 @@ class Producer:
             reference=item.reference,
             encoding=item.encoding,
             kind=item.kind,
+            group=item.group,
             expire_deadline=lifecycle.expire_deadline(visible, queue.expire_timeout),
             created_at=now,
             enqueue_at=visible if scheduled else None,

@@ -123,8 +123,8 @@ class Redriver:
         return target
 
     def _move(self, item: Item, target: QueueInfo, now: datetime) -> Move:
-        """The dead letter as a new item at the target's tail: payload, reference, encoding, kind
-        and priority kept; ``attempts`` from 0 and ``created_at`` now, so ``expire_timeout`` counts
+        """The dead letter as a new item at the target's tail: payload, reference, encoding, kind,
+        priority and group kept; ``attempts`` from 0 and ``created_at`` now, so ``expire_timeout`` counts
         from now."""
         replacement = Item(
             id=self._ids.new_id(now, item.priority),
@@ -132,6 +132,7 @@ class Redriver:
             reference=item.reference,
             encoding=item.encoding,
             kind=item.kind,
+            group=item.group,
             attempts=0,
             created_at=now,
             expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),

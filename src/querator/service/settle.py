@@ -205,6 +205,7 @@ class Settler:
                 reference=item.reference,
                 encoding=item.encoding,
                 kind=item.kind,
+                group=item.group,
                 attempts=item.attempts,
                 created_at=item.created_at,
                 expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, str] = {
     # 2: the queue a dead letter came from, for queue.redrive.
@@ -58,6 +58,8 @@ _MIGRATIONS: dict[int, str] = {
     3: "ALTER TABLE heads ADD COLUMN bands TEXT",
     # 4: the priority a leased item goes back with (queue.reprioritize).
     4: "ALTER TABLE items ADD COLUMN next_priority INTEGER",
+    # 5: the item's group ("group" is an SQL keyword).
+    5: "ALTER TABLE items ADD COLUMN item_group TEXT NOT NULL DEFAULT ''",
 }
 #: How long a writer waits for another's lock before the call fails (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
@@ -72,6 +74,7 @@ CREATE TABLE items (
     created_us INTEGER NOT NULL, enqueue_us INTEGER, size INTEGER NOT NULL,
     payload BLOB NOT NULL, reference TEXT NOT NULL, encoding TEXT NOT NULL, kind TEXT NOT NULL,
     source_id TEXT NOT NULL, source_queue TEXT NOT NULL DEFAULT '', next_priority INTEGER,
+    item_group TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (queue, part, id)
 ) WITHOUT ROWID;
 CREATE TABLE heads (
@@ -111,7 +114,8 @@ _SELECT_QUEUE = (
 # hence the S608 waivers.
 _STATE_COLUMNS = "id, attempts, lease_us, expire_us, created_us, enqueue_us, size"
 _ITEM_COLUMNS = (
-    f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id, source_queue, next_priority"
+    f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id, source_queue, next_priority,"
+    " item_group"
 )
 _HEAD_COLUMNS = (
     "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
@@ -184,6 +188,7 @@ def _item(row: Any) -> Item:
         source_id=row[11],
         source_queue=row[12],
         next_priority=row[13],
+        group=row[14],
     )
 
 
@@ -410,7 +415,7 @@ class _SQLiteRows:
         size = item.reply_size()
         self._c.execute(
             f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 queue,
                 partition,
@@ -428,6 +433,7 @@ class _SQLiteRows:
                 item.source_id,
                 item.source_queue,
                 item.next_priority,
+                item.group,
             ),
         )
 

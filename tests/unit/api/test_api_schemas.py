@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -504,6 +505,7 @@ def test_storage_item_response_shape() -> None:
         "created_at": "2026-11-22T05:28:11.123456Z",
         "attempts": 2,
         "priority": 5,
+        "group": "",
         "reference": "r",
         "encoding": "e",
         "kind": "k",
@@ -545,6 +547,7 @@ def test_lease_response_shape() -> None:
                 "id": ITEM_ID,
                 "attempts": 2,
                 "priority": 5,
+                "group": "",
                 "lease_deadline": "2026-11-22T05:34:11.123456Z",
                 "reference": "r",
                 "encoding": "e",
@@ -605,3 +608,24 @@ def test_reprioritize_response_lists_every_id_with_its_new_id() -> None:
         "partition": 2,
         "items": [{"id": "a", "new_id": ".1a"}, {"id": "b", "new_id": "b"}],
     }
+
+
+# -- group ------------------------------------------------------------------------------------------
+
+
+def test_group_travels_from_produce_and_import_to_the_domain_and_back() -> None:
+    request = parse(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x", "group": "acme"}]})
+    assert request.to_domain()[0].group == "acme"
+    imported = parse(schemas.ImportItemsRequest, {"queue_name": "q", "items": [{"group": "acme"}]})
+    assert imported.to_domain()[0].group == "acme"
+    grouped = replace(_item(), group="acme")
+    lease = Lease(queue_name="q", partition=0, items=[grouped])
+    assert schemas.LeaseResponse.from_domain(lease).to_wire()["items"][0]["group"] == "acme"
+    assert schemas.ListItemsResponse.from_domain([grouped], NOW).to_wire()["items"][0]["group"] == "acme"
+
+
+@pytest.mark.parametrize("value", ["x" * 129, "a\nb", "\u0007", 5, None])
+def test_group_refuses_long_control_or_non_string_values_naming_the_field(value: object) -> None:
+    message = invalid(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x", "group": value}]})
+    assert "items[0].group" in message
+    assert "group" in invalid(schemas.ImportItemsRequest, {"queue_name": "q", "items": [{"group": value}]})

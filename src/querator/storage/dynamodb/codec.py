@@ -62,6 +62,7 @@ def encode_item(queue: str, partition: int, item: Item) -> AttributeMap:
         (schema.KIND, item.kind),
         (schema.SOURCE_ID, item.source_id),
         (schema.SOURCE_QUEUE, item.source_queue),
+        (schema.GROUP, item.group),
     ):
         if value:
             attrs[name] = {"S": value}
@@ -90,6 +91,7 @@ def decode_item(attrs: AttributeMap) -> Item:
         source_id=_str(attrs, schema.SOURCE_ID),
         source_queue=_str(attrs, schema.SOURCE_QUEUE),
         next_priority=int(attrs[schema.NEXT_PRIORITY]["N"]) if schema.NEXT_PRIORITY in attrs else None,
+        group=_str(attrs, schema.GROUP),
     )
 
 

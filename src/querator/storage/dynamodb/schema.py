@@ -44,6 +44,8 @@ ENQUEUE_AT = "enqueue"
 SOURCE_ID = "src"
 SOURCE_QUEUE = "sq"
 NEXT_PRIORITY = "np"
+#: The item's group (absent: none).
+GROUP = "grp"
 #: What the item may add to a lease reply (``codec.reply_size``), stored only from 1 KB on, so a lease
 #: keeps its reply under the Lambda response limit from the scan alone (smaller items count as 1 KB).
 PAYLOAD_SIZE = "sz"

@@ -1,0 +1,32 @@
+"""Domain layer: an item's group (a tenant, a customer, a webhook endpoint).
+
+A group is 1-128 bytes of printable UTF-8; an item without one has the empty group (``""`` on the
+wire). Items keep their group wherever they go: requeue, retry, dead-lettering, redrive, import.
+Fair delivery across groups is the next step (docs/adr/0080-priority-fair-redrive.md).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from querator.domain.errors import InvalidRequestError
+
+MAX_GROUP_BYTES = 128
+
+#: Control characters, surrogates and line or paragraph separators: a group is shown in logs,
+#: listings and the console on one line. Format characters (the zero-width joiner of emoji) are allowed.
+_NOT_PRINTABLE = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+def validate_group(value: object, what: str = "group") -> str:
+    """``value`` as a group, or ``InvalidRequestError`` naming ``what``."""
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{what} must be a string", field=what)
+    if any(unicodedata.category(c) in _NOT_PRINTABLE for c in value):
+        raise InvalidRequestError(f"{what} may not hold control characters", field=what)
+    if len(value.encode()) > MAX_GROUP_BYTES:
+        raise InvalidRequestError(f"{what} is longer than {MAX_GROUP_BYTES} bytes", field=what)
+    return value
+
+
+__all__ = ["MAX_GROUP_BYTES", "validate_group"]
