@@ -43,7 +43,13 @@ from querator.client import (
     NewItem,
     RetryItem,
 )
-from querator.client.models import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, check_priority
+from querator.client.models import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    check_group,
+    check_priority,
+)
 from querator.domain.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -122,6 +128,14 @@ def add_command(
 
 def make_client(args: argparse.Namespace) -> Client:
     return Client(args.url, sigv4_region=args.sigv4_region, timeout=args.timeout)
+
+
+def group_arg(text: str) -> str:
+    """``--group``: at most 128 bytes of UTF-8 without control characters; else a usage error (2)."""
+    try:
+        return check_group(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def priority_arg(text: str) -> int:
@@ -357,12 +371,13 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Produce items: one per PAYLOAD argument; else one per line of --file or of stdin.\n"
             "--format jsonl: each line a JSON object with payload (text) or bytes (base64), and\n"
-            "  optionally reference, encoding, kind, enqueue_at, priority; any other JSON value is\n"
-            "  the payload.\n"
+            "  optionally reference, encoding, kind, enqueue_at, priority, group; any other JSON\n"
+            "  value is the payload.\n"
             "--format csv: a header row; the payload column (or every column, as a JSON object)\n"
-            "  is the payload; reference, encoding, kind, enqueue_at, priority columns are used\n"
-            "  when present.\n"
+            "  is the payload; reference, encoding, kind, enqueue_at, priority and group columns\n"
+            "  are used when present.\n"
             "--priority: 0-9, lower leases first (default 5); a line's own priority wins.\n"
+            "--group: the group (tenant, customer) of every item; a line's own group wins.\n"
             "Items go in batches of --batch-size, each sent with its own Idempotency-Key so a\n"
             "retried batch is never stored twice. Progress is drawn on stderr when it is a terminal.\n"
             "PAYLOADs may come before or after the options; one that starts with '-' goes after '--'."
@@ -396,6 +411,12 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
         help=f"priority of every item unless the input sets one: 0-9, lower leases first "
         f"(default {DEFAULT_PRIORITY})",
     )
+    produce.add_argument(
+        "--group",
+        type=group_arg,
+        default="",
+        help="group of every item unless the input sets one (a tenant, a customer; default none)",
+    )
     when = produce.add_mutually_exclusive_group()
     when.add_argument("--enqueue-at", metavar="TIMESTAMP", help="schedule the items for this RFC 3339 time")
     when.add_argument(
@@ -410,6 +431,7 @@ class _Defaults:
     encoding: str
     enqueue_at: datetime | str | None
     priority: int
+    group: str = ""
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -418,7 +440,7 @@ def _produce(args: argparse.Namespace) -> int:
     enqueue_at: datetime | str | None = args.enqueue_at
     if args.delay:
         enqueue_at = datetime.now(UTC) + parse_duration_delta(args.delay, "--delay")
-    defaults = _Defaults(args.reference, args.kind, args.encoding, enqueue_at, args.priority)
+    defaults = _Defaults(args.reference, args.kind, args.encoding, enqueue_at, args.priority, args.group)
     produced = batches = 0
     key_prefix = uuid.uuid4().hex
     with make_client(args) as client, _input(args) as (lines, size, fmt):
@@ -522,6 +544,11 @@ def _item(payload: bytes | str, fields: dict[str, Any], defaults: _Defaults, num
             check_priority(priority)
         except ValueError as exc:
             raise CliError(f"line {number}: {exc}", ExitCode.BAD_REQUEST) from exc
+    group = fields.get("group") or defaults.group
+    try:
+        check_group(group)
+    except ValueError as exc:
+        raise CliError(f"line {number}: {exc}", ExitCode.BAD_REQUEST) from exc
     return NewItem(
         payload=payload,
         reference=str(fields.get("reference") or defaults.reference),
@@ -529,6 +556,7 @@ def _item(payload: bytes | str, fields: dict[str, Any], defaults: _Defaults, num
         kind=str(fields.get("kind") or defaults.kind),
         enqueue_at=fields.get("enqueue_at") or defaults.enqueue_at,
         priority=priority,
+        group=group,
     )
 
 

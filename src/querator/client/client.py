@@ -656,6 +656,8 @@ def _import_wire(item: StoredItem) -> dict[str, Any]:
     # Left out at the default, so a server from before priorities (which refuses unknown keys) takes it.
     if item.priority == DEFAULT_PRIORITY:
         del body["priority"]
+    if not item.group:
+        del body["group"]
     return body
 
 

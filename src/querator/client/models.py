@@ -8,6 +8,7 @@ contract says. Only ``querator.api.durations`` is shared with the server: it is 
 from __future__ import annotations
 
 import base64
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -29,6 +30,9 @@ Timestamp = datetime | str
 MIN_PRIORITY: Final = 0
 MAX_PRIORITY: Final = 9
 DEFAULT_PRIORITY: Final = 5
+#: An item's group: at most this many bytes of UTF-8 (a copy of ``querator.domain.groups``).
+MAX_GROUP_BYTES: Final = 128
+_NOT_PRINTABLE: Final = frozenset({"Cc", "Cs", "Zl", "Zp"})
 
 
 def duration_to_wire(value: Duration) -> str:
@@ -69,6 +73,18 @@ def check_priority(value: object, what: str = "priority") -> int:
         raise ValueError(f"{what} must be an integer between 0 and 9, not {value!r}")
     if not MIN_PRIORITY <= value <= MAX_PRIORITY:
         raise ValueError(f"{what} must be between 0 and 9 (lower leases first), not {value}")
+    return value
+
+
+def check_group(value: object, what: str = "group") -> str:
+    """``value`` as a group, or ``ValueError``: a ``str`` of at most 128 bytes of UTF-8 without
+    control characters or line separators (``""``: none), checked before anything is sent."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, not {value!r}")
+    if any(unicodedata.category(c) in _NOT_PRINTABLE for c in value):
+        raise ValueError(f"{what} may not hold control characters: {value!r}")
+    if len(value.encode()) > MAX_GROUP_BYTES:
+        raise ValueError(f"{what} is longer than {MAX_GROUP_BYTES} bytes")
     return value
 
 
@@ -162,6 +178,7 @@ class NewItem:
 
     ``enqueue_at`` in the future makes the item scheduled: invisible to lease until then.
     ``priority`` is 0-9, lower leases first (5 by default); anything else raises ``ValueError``.
+    ``group`` names a tenant, customer or endpoint the item belongs to (``check_group``).
     """
 
     payload: bytes | str = b""
@@ -170,9 +187,11 @@ class NewItem:
     kind: str = ""
     enqueue_at: Timestamp | None = None
     priority: int = DEFAULT_PRIORITY
+    group: str = ""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
+        check_group(self.group)
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {}
@@ -181,7 +200,8 @@ class NewItem:
             body["utf8"] = self.payload
         else:
             body["bytes"] = base64.b64encode(self.payload).decode("ascii")
-        for key in ("reference", "encoding", "kind"):
+        # Left out when empty, as the group is: a server from before groups refuses unknown keys.
+        for key in ("reference", "encoding", "kind", "group"):
             if value := getattr(self, key):
                 body[key] = value
         if self.enqueue_at is not None:
@@ -225,6 +245,8 @@ class LeasedItem:
     partition: int = 0
     #: 0-9, lower leases first.
     priority: int = DEFAULT_PRIORITY
+    #: As produced; ``""``: none.
+    group: str = ""
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any], *, partition: int) -> LeasedItem:
@@ -238,6 +260,7 @@ class LeasedItem:
             kind=_str(body, "kind"),
             partition=partition,
             priority=_priority(body),
+            group=_str(body, "group"),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -245,6 +268,7 @@ class LeasedItem:
             "id": self.id,
             "attempts": self.attempts,
             "priority": self.priority,
+            "group": self.group,
             "lease_deadline": format_timestamp(self.lease_deadline) if self.lease_deadline else None,
             "reference": self.reference,
             "encoding": self.encoding,
@@ -429,6 +453,8 @@ class StoredItem:
     kind: str = ""
     #: 0-9, lower leases first.
     priority: int = DEFAULT_PRIORITY
+    #: As produced; ``""``: none.
+    group: str = ""
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any]) -> StoredItem:
@@ -446,6 +472,7 @@ class StoredItem:
             encoding=_str(body, "encoding"),
             kind=_str(body, "kind"),
             priority=_priority(body),
+            group=_str(body, "group"),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -456,6 +483,7 @@ class StoredItem:
             "is_leased": self.is_leased,
             "attempts": self.attempts,
             "priority": self.priority,
+            "group": self.group,
             "reference": self.reference,
             "encoding": self.encoding,
             "kind": self.kind,
