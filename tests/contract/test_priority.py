@@ -437,3 +437,17 @@ def test_a_lone_leased_item_of_another_priority_comes_back_when_its_lease_runs_o
 
     assert (first.id, again.payload, again.attempts, again.priority) == (item_id, b"alone", 2, priority)
     assert again.id != item_id
+
+
+def test_an_item_reprioritized_while_leased_is_leased_first_when_its_lease_runs_out(service, clock):
+    # Found by the state machine: the lease read the head row, then put the expired item back into
+    # a band that row did not name yet, and leased the lower priority first.
+    make_queue(service)
+    produce(service, 1, "a", "b")
+    (held,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+    service.reprioritize("jobs", 0, [held.id], 0)
+    clock.advance(LEASE + timedelta(seconds=1))
+
+    (next_item,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+
+    assert (next_item.payload, next_item.priority) == (b"a", 0)

@@ -124,7 +124,11 @@ class Leaser:
         head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
         if due:
             # Expired leases go back to the tail (new ids above the cursor) before this lease reads.
-            self._settler.recover(queue, partition, due, now)
+            recovered = self._settler.recover(queue, partition, due, now)
+            if recovered.entered_bands - head.bands - {""}:
+                # A priority given while leased put an item in a band this head row did not name:
+                # read the head again, or a lower priority would be leased before it.
+                head, _ = self._store.head(queue.name, partition, now=now)
         stop_at = now + self._claim_budget
         claimed: list[Item] = []
         reply_bytes = 0

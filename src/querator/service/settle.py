@@ -15,6 +15,7 @@ from querator.domain import lifecycle
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError
 from querator.domain.lifecycle import Action
 from querator.domain.model import Item
+from querator.domain.priority import band_of
 from querator.ports import Guard, Move
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class SettleOutcome:
     #: Expired leases found through their lease records.
     recovered: int = 0
     counts_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Bands that requeued items entered from another band (a priority given while they were
+    #: leased): a lease that read its head row before settling must read it again to see them.
+    entered_bands: set[str] = field(default_factory=set)
 
     def add(self, other: SettleOutcome) -> None:
         self.requeued += other.requeued
@@ -48,6 +52,7 @@ class SettleOutcome:
         self.deleted += other.deleted
         self.skipped += other.skipped
         self.recovered += other.recovered
+        self.entered_bands |= other.entered_bands
         for reason, count in other.counts_by_reason.items():
             self.count(reason, count)
 
@@ -126,6 +131,12 @@ class Settler:
         if requeue:
             moved = self._store.move(queue.name, partition, requeue, guard=requeue_guard, now=now)
             outcome.requeued += len(moved.applied)
+            applied = set(moved.applied)
+            outcome.entered_bands |= {
+                band_of(m.replacement.id)
+                for m in requeue
+                if m.item.id in applied and band_of(m.replacement.id) != band_of(m.item.id)
+            }
         for guard in (Guard.LEASE_EXPIRED, Guard.NOT_VALIDLY_LEASED):
             batch = [(item, reason) for item, g, reason in dead_items if g is guard]
             if not batch:
