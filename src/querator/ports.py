@@ -99,6 +99,10 @@ class PartitionHead:
     created_sum: int = 0
     leased_created_sum: int = 0
     scheduled_created_sum: int = 0
+    #: Items produced (or imported) into the partition and items completed in it, ever: cumulative
+    #: counts that a recount leaves alone; sampled twice, they give the rates the console shows.
+    produced: int = 0
+    completed: int = 0
     #: Moves on with every counter update: a recount that saw no change between its start and its
     #: end counted a still picture and may replace the counters.
     version: int = 0
@@ -309,10 +313,18 @@ class ItemStore(Protocol):
         ...
 
     def delete(
-        self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
         """Delete items still in the guarded state (rejected: ids that failed the guard; with
-        ``Guard.ANY`` an item already gone counts as applied)."""
+        ``Guard.ANY`` an item already gone counts as applied). ``completed``: the deletion is
+        ``queue.complete``'s, counted in the partition's ``completed``."""
         ...
 
     def move(

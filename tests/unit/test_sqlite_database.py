@@ -75,6 +75,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     old.execute("ALTER TABLE items DROP COLUMN next_priority")
     old.execute("ALTER TABLE items DROP COLUMN item_group")
     old.execute("ALTER TABLE heads DROP COLUMN bands")
+    old.execute("ALTER TABLE heads DROP COLUMN produced")
+    old.execute("ALTER TABLE heads DROP COLUMN completed")
     old.execute("UPDATE querator_meta SET value = '1' WHERE key = 'schema_version'")
     old.execute("PRAGMA user_version = 1")
     old.commit()
@@ -94,6 +96,10 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded.produce("jobs", [NewItem(payload=b"urgent", priority=0, group="acme")])
     leased = upgraded.lease("jobs", batch_size=10, client_id="c", timeout=timedelta(0)).items
     assert [(i.payload, i.group) for i in leased] == [(b"urgent", "acme"), (b"kept", "")]
+    # Counted from the upgrade on: the item produced before it is not in ``produced``.
+    upgraded.complete("jobs", 0, [i.id for i in leased])
+    [stats] = upgraded.stats("jobs")
+    assert (stats.produced, stats.completed) == (1, 2)
     check = sqlite3.connect(path)
     assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "5"

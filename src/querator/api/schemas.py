@@ -548,6 +548,10 @@ class PartitionStatsResponse(WireResponse):
     scheduled: int
     average_age: GoDuration
     average_leased_age: GoDuration
+    #: Items produced (or imported) into the partition and items completed in it, ever: two
+    #: samples of these give produce and complete rates.
+    produced: int = 0
+    completed: int = 0
 
     @classmethod
     def from_domain(cls, stats: domain.PartitionStats) -> Self:
@@ -558,6 +562,8 @@ class PartitionStatsResponse(WireResponse):
             scheduled=stats.scheduled,
             average_age=stats.average_age,
             average_leased_age=stats.average_leased_age,
+            produced=stats.produced,
+            completed=stats.completed,
         )
 
 

@@ -390,6 +390,10 @@ class PartitionStats:
     scheduled: int = 0
     average_age: timedelta = timedelta(0)
     average_leased_age: timedelta = timedelta(0)
+    #: Items produced (or imported) and completed since the partition was created (0 from a
+    #: server that does not count them): sample twice for rates.
+    produced: int = 0
+    completed: int = 0
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any]) -> PartitionStats:
@@ -400,6 +404,8 @@ class PartitionStats:
             scheduled=_int(body, "scheduled"),
             average_age=_duration(body, "average_age"),
             average_leased_age=_duration(body, "average_leased_age"),
+            produced=_int(body, "produced"),
+            completed=_int(body, "completed"),
         )
 
 

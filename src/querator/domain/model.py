@@ -321,6 +321,9 @@ class PartitionStats:
     scheduled: int = 0
     average_age: timedelta = timedelta(0)
     average_leased_age: timedelta = timedelta(0)
+    #: Items produced (or imported) and items completed, ever (cumulative; rates come from samples).
+    produced: int = 0
+    completed: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -221,4 +221,6 @@ def partition_stats(partition: int, head: PartitionHead, now: datetime) -> Parti
         scheduled=max(head.scheduled, 0),
         average_age=timedelta(seconds=max(age, 0) / total) if total else timedelta(0),
         average_leased_age=timedelta(seconds=max(leased_age, 0) / leased) if leased else timedelta(0),
+        produced=head.produced,
+        completed=head.completed,
     )

@@ -51,7 +51,9 @@ class ItemCalls:
         """Delete leased items; ids that are unknown, stale or not leased are reported as failed."""
         queue, valid, failed = self._leased_ids(queue_name, partition, ids)
         now = self._clock.now()
-        result = self._store.delete(queue.name, partition, valid, guard=Guard.LEASE_VALID, now=now)
+        result = self._store.delete(
+            queue.name, partition, valid, guard=Guard.LEASE_VALID, now=now, completed=True
+        )
         rejected = set(result.rejected)
         return BatchOutcome(
             applied=[i for i in valid if i not in rejected],

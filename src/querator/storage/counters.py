@@ -29,6 +29,9 @@ class CounterDeltas:
     created: int = 0
     leased_created: int = 0
     scheduled_created: int = 0
+    #: Cumulative, never recounted: items produced (or imported) and items completed, for rates.
+    produced: int = 0
+    completed: int = 0
 
     def add(self, item_created: datetime, *, sign: int, leased: bool, scheduled: bool) -> None:
         seconds = timestamp_us(item_created) // 1_000_000
@@ -65,6 +68,8 @@ class CounterDeltas:
             created_sum=head.created_sum + self.created,
             leased_created_sum=head.leased_created_sum + self.leased_created,
             scheduled_created_sum=head.scheduled_created_sum + self.scheduled_created,
+            produced=head.produced + self.produced,
+            completed=head.completed + self.completed,
         )
 
 

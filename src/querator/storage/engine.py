@@ -161,6 +161,8 @@ class SortedRowsStore:
                 leased=item.lease_deadline is not None,
                 scheduled=scheduled_when_written(item, now),
             )
+        # Every write of new items is production (produce, its resumption, import), as in the reference.
+        counts.produced = counts.items
         if counts.items:
             head = rows.head(queue, partition)
             # The schedule mark starts at the partition's first write (as in the reference).
@@ -362,7 +364,14 @@ class SortedRowsStore:
     # -- removals and moves ----------------------------------------------------------------------
 
     def delete(
-        self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
         result: BatchResult[str] = BatchResult()
         counts = CounterDeltas()
@@ -383,6 +392,8 @@ class SortedRowsStore:
                     leased=item.lease_deadline is not None,
                     scheduled=still_scheduled(item, mark),
                 )
+            if completed:
+                counts.completed = -counts.items
             if counts.items:
                 rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
         return result

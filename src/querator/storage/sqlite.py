@@ -51,15 +51,19 @@ APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
 SCHEMA_VERSION = 5
 #: What each version adds to the one before, applied in order when a file of an older version opens.
-_MIGRATIONS: dict[int, str] = {
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: the queue a dead letter came from, for queue.redrive.
-    2: "ALTER TABLE items ADD COLUMN source_queue TEXT NOT NULL DEFAULT ''",
+    2: ("ALTER TABLE items ADD COLUMN source_queue TEXT NOT NULL DEFAULT ''",),
     # 3: priorities: the bands in use and their cursors and sweep marks, as JSON.
-    3: "ALTER TABLE heads ADD COLUMN bands TEXT",
+    3: ("ALTER TABLE heads ADD COLUMN bands TEXT",),
     # 4: the priority a leased item goes back with (queue.reprioritize).
-    4: "ALTER TABLE items ADD COLUMN next_priority INTEGER",
-    # 5: the item's group ("group" is an SQL keyword).
-    5: "ALTER TABLE items ADD COLUMN item_group TEXT NOT NULL DEFAULT ''",
+    4: ("ALTER TABLE items ADD COLUMN next_priority INTEGER",),
+    # 5: the item's group ("group" is an SQL keyword), and the items produced and completed ever.
+    5: (
+        "ALTER TABLE items ADD COLUMN item_group TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE heads ADD COLUMN produced INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE heads ADD COLUMN completed INTEGER NOT NULL DEFAULT 0",
+    ),
 }
 #: How long a writer waits for another's lock before the call fails (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
@@ -84,6 +88,7 @@ CREATE TABLE heads (
     created_sum INTEGER NOT NULL, leased_created_sum INTEGER NOT NULL,
     scheduled_created_sum INTEGER NOT NULL,
     version INTEGER NOT NULL DEFAULT 0, recount TEXT, recounted_us INTEGER, bands TEXT,
+    produced INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, part)
 ) WITHOUT ROWID;
 CREATE TABLE lease_records (
@@ -119,7 +124,7 @@ _ITEM_COLUMNS = (
 )
 _HEAD_COLUMNS = (
     "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
-    " scheduled_created_sum, version, recount, recounted_us, bands"
+    " scheduled_created_sum, version, recount, recounted_us, bands, produced, completed"
 )
 
 
@@ -245,7 +250,8 @@ class SQLiteDatabase:
                 connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif version < SCHEMA_VERSION:
                 for step in range(version + 1, SCHEMA_VERSION + 1):
-                    connection.execute(_MIGRATIONS[step])
+                    for statement in _MIGRATIONS[step]:
+                        connection.execute(statement)
                 connection.execute(
                     "UPDATE querator_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                 )
@@ -379,12 +385,14 @@ class _SQLiteRows:
             recount=None if row[10] is None else Recount(**json.loads(row[10])),
             recounted_at=None if row[11] is None else utc_from_timestamp_us(row[11]),
             **_decode_bands(row[12]),
+            produced=row[13],
+            completed=row[14],
         )
 
     def write_head(self, queue: str, partition: int, head: PartitionHead) -> None:
         self._c.execute(
             f"INSERT OR REPLACE INTO heads (queue, part, {_HEAD_COLUMNS})"  # noqa: S608
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 queue,
                 partition,
@@ -401,6 +409,8 @@ class _SQLiteRows:
                 None if head.recount is None else json.dumps(asdict(head.recount)),
                 None if head.recounted_at is None else timestamp_us(head.recounted_at),
                 _encode_bands(head),
+                head.produced,
+                head.completed,
             ),
         )
 

@@ -441,6 +441,8 @@ def test_stats_response_has_querator_shape() -> None:
             scheduled=2,
             average_age=timedelta(seconds=90),
             average_leased_age=timedelta(milliseconds=300),
+            produced=1042,
+            completed=1037,
         ),
         PartitionStats(partition=1),
     ]
@@ -456,6 +458,8 @@ def test_stats_response_has_querator_shape() -> None:
                         "scheduled": 2,
                         "average_age": "1m30s",
                         "average_leased_age": "300ms",
+                        "produced": 1042,
+                        "completed": 1037,
                     },
                     {
                         "partition": 1,
@@ -464,6 +468,8 @@ def test_stats_response_has_querator_shape() -> None:
                         "scheduled": 0,
                         "average_age": "0s",
                         "average_leased_age": "0s",
+                        "produced": 0,
+                        "completed": 0,
                     },
                 ]
             }

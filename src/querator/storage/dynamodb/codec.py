@@ -125,6 +125,8 @@ def decode_head(attrs: AttributeMap | None) -> PartitionHead:
         created_sum=_int(attrs, schema.HEAD_CREATED_SUM),
         leased_created_sum=_int(attrs, schema.HEAD_LEASED_CREATED_SUM),
         scheduled_created_sum=_int(attrs, schema.HEAD_SCHEDULED_CREATED_SUM),
+        produced=_int(attrs, schema.HEAD_PRODUCED),
+        completed=_int(attrs, schema.HEAD_COMPLETED),
         version=_int(attrs, schema.HEAD_VERSION),
         recount=decode_recount(attrs.get(schema.HEAD_RECOUNT)),
         recounted_at=_time(attrs, schema.HEAD_RECOUNTED_AT),

@@ -91,6 +91,8 @@ HEAD_COUNT_UPDATE_NAMES = {
     "#cl": schema.HEAD_LEASED_CREATED_SUM,
     "#cs": schema.HEAD_SCHEDULED_CREATED_SUM,
 }
+# The cumulative counts, added by the same update; a recount never sets them (it cannot know history).
+HEAD_TOTAL_NAMES = {"#tp": schema.HEAD_PRODUCED, "#tc": schema.HEAD_COMPLETED}
 # A new partition's schedule mark starts at its first write, so the schedule pass never reads from
 # the beginning of time, and its first recount comes a recount period later, not on the next run.
 # (The sweep mark starts empty: its first pass reads what is below the cursor once, a straggler of

@@ -70,6 +70,9 @@ HEAD_SCHEDULED = "ns"
 HEAD_CREATED_SUM = "ca"
 HEAD_LEASED_CREATED_SUM = "cl"
 HEAD_SCHEDULED_CREATED_SUM = "cs"
+#: Items produced and completed, ever (never recounted).
+HEAD_PRODUCED = "tp"
+HEAD_COMPLETED = "tc"
 HEAD_VERSION = "ver"
 #: The recount under way: a map of the ``ports.Recount`` fields (absent: none).
 HEAD_RECOUNT = "rc"

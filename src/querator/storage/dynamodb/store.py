@@ -83,12 +83,15 @@ def _add_clauses(counts: CounterDeltas) -> tuple[list[str], dict[str, str], dict
         ("#ca", counts.created),
         ("#cl", counts.leased_created),
         ("#cs", counts.scheduled_created),
+        ("#tp", counts.produced),
+        ("#tc", counts.completed),
     ]
     used = [(name, value) for name, value in pairs if value]
     if used:
         used.append(("#ver", 1))
     parts = [f"{name} :{name[1:]}" for name, _ in used]
-    names = {name: expressions.HEAD_COUNT_UPDATE_NAMES[name] for name, _ in used}
+    known = {**expressions.HEAD_COUNT_UPDATE_NAMES, **expressions.HEAD_TOTAL_NAMES}
+    names = {name: known[name] for name, _ in used}
     values = {f":{name[1:]}": {"N": str(value)} for name, value in used}
     return parts, names, values
 
@@ -321,6 +324,8 @@ class DynamoDBItemStore:
                 leased=item.lease_deadline is not None,
                 scheduled=scheduled_when_written(item, now),
             )
+        # Every write of new items is production: produce, its resumption, import, the Spark writer.
+        counts.produced = counts.items
         if counts.items:
             # The schedule mark starts at the partition's first write: the first schedule pass then
             # reads only what was written since, never the partition from its beginning.
@@ -641,7 +646,14 @@ class DynamoDBItemStore:
     # -- removals and moves ----------------------------------------------------------------------
 
     def delete(
-        self, queue: str, partition: int, ids: Sequence[str], *, guard: Guard, now: datetime
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
         condition, names = ("", {}) if guard is Guard.ANY else expressions.GUARD_CONDITIONS[guard]
 
@@ -677,6 +689,8 @@ class DynamoDBItemStore:
                     leased=state.lease_deadline is not None,
                     scheduled=still_scheduled(state, mark),
                 )
+            if completed:
+                counts.completed = len(removed)
             self._update_head(queue, partition, counts, operation="delete")
         return BatchResult(
             applied=[item_id for item_id, _, ok in results if ok],
