@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from botocore.credentials import Credentials
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from querator.client import Client, NewItem
@@ -41,6 +42,25 @@ def fresh(prefix: str) -> str:
 def row_cells(page: PageType, queue: str) -> list[str]:
     row = page.element(f'tr[data-queue="{queue}"]')
     return [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+
+
+def listed_groups(page: PageType) -> dict[str, str] | None:
+    """Item id -> the text of its Group cell, for the rows the items table shows (None while empty)."""
+    headers = [th.text for th in page.driver.find_elements(By.CSS_SELECTOR, "section table thead th")]
+    if not headers:
+        return None  # not drawn yet
+    column = headers.index("Group")  # a table without the column fails at once
+    rows = page.driver.find_elements(By.CSS_SELECTOR, "tr[data-id]")
+    found = {r.get_attribute("data-id"): r.find_elements(By.TAG_NAME, "td")[column].text for r in rows}
+    return found or None
+
+
+def detail_fields(page: PageType) -> dict[str, str]:
+    """The item page's fields, label -> value."""
+    page.element("dl.fields")
+    labels = page.driver.find_elements(By.CSS_SELECTOR, "dl.fields dt")
+    values = page.driver.find_elements(By.CSS_SELECTOR, "dl.fields dd")
+    return {dt.text: dd.text for dt, dd in zip(labels, values, strict=True)}
 
 
 def test_the_queue_list_shows_depth_oldest_age_and_dead_letters(page: PageType, api: Client) -> None:
@@ -124,8 +144,86 @@ def test_edit_settings_produce_a_test_item_and_see_it_listed(page: PageType, api
     produce.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     page.wait_text("#notice", "Item produced")
     [stored] = api.list_items(queue)
-    assert (stored.payload, stored.reference) == (b'{"order": 42}', "from-the-console")
+    assert (stored.payload, stored.reference, stored.group) == (b'{"order": 42}', "from-the-console", "")
     page.wait_text("#summary", "1 ready")
+
+
+def test_produce_a_test_item_with_a_group(page: PageType, api: Client) -> None:
+    queue = fresh("produce-group")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/queue/{queue}")
+    produce = page.element('form[aria-label="Produce a test item"]')
+    group = produce.find_element(By.NAME, "group")
+    # Labelled: the field is named by its label, so a screen reader announces it.
+    assert group.accessible_name == "Group (optional)"
+    group.send_keys("tenant-7 ü")
+    produce.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Item produced")
+    [stored] = api.list_items(queue)
+    assert stored.group == "tenant-7 ü"
+
+    # A group the API refuses (over 128 bytes) is its 400, shown as the API wrote it.
+    group.clear()
+    group.send_keys("x" * 129)
+    produce.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert "group" in page.wait_text("#error", "400")
+    assert len(api.list_items(queue)) == 1
+
+
+def test_items_show_their_group_filter_by_group_and_the_detail_shows_it(page: PageType, api: Client) -> None:
+    queue = fresh("groups")
+    api.create_queue(queue, lease_timeout="5m", expire_timeout="1h")
+    markup = "<b>initech</b> & co"  # user data: shown as text, never parsed as HTML
+    api.produce(
+        queue,
+        [
+            NewItem(payload=b"1", reference="r1", group="acme"),
+            NewItem(payload=b"2", reference="r2", group="globex"),
+            NewItem(payload=b"3", reference="r3", group="ACME-eu"),
+            NewItem(payload=b"4", reference="r4", group=markup),
+            NewItem(payload=b"5", reference="r5"),
+        ],
+    )
+    stored = {item.reference: item for item in api.list_items(queue)}
+    assert {ref: item.group for ref, item in stored.items()} == {
+        "r1": "acme",
+        "r2": "globex",
+        "r3": "ACME-eu",
+        "r4": markup,
+        "r5": "",
+    }
+    page.open(f"#/queue/{queue}")
+    shown = page.until(lambda d: (g := listed_groups(page)) and len(g) == 5 and g)
+    assert shown == {item.id: item.group for item in stored.values()}
+    assert page.driver.find_elements(By.CSS_SELECTOR, "tr[data-id] b") == []
+
+    group_filter = page.element('input[aria-label="Filter by group"]')
+    assert group_filter.accessible_name == "Filter by group"
+    group_filter.send_keys("acme")  # like the reference filter: contains, any case
+    page.until(lambda d: listed_groups(page) == {stored["r1"].id: "acme", stored["r3"].id: "ACME-eu"})
+    group_filter.clear()
+    group_filter.send_keys("globex")
+    page.until(lambda d: listed_groups(page) == {stored["r2"].id: "globex"})
+    # With the reference filter too, only items matching both are listed.
+    page.element('input[aria-label="Filter by reference"]').send_keys("r1")
+    page.until(lambda d: page.driver.find_elements(By.CSS_SELECTOR, "tr[data-id]") == [])
+    page.element('input[aria-label="Filter by reference"]').clear()
+    group_filter.clear()
+    group_filter.send_keys("initech")
+    page.until(lambda d: listed_groups(page) == {stored["r4"].id: markup})
+
+    # The filter is reached by keyboard from the reference filter, and the row's link opens its detail.
+    page.element('input[aria-label="Filter by reference"]').click()
+    page.driver.switch_to.active_element.send_keys(Keys.TAB)
+    assert page.driver.switch_to.active_element.get_attribute("aria-label") == "Filter by group"
+    page.element(f'tr[data-id="{stored["r4"].id}"] a').send_keys(Keys.ENTER)
+    page.wait_text("h1", stored["r4"].id)
+    fields = page.until(lambda d: (f := detail_fields(page)) and "Group" in f and f)
+    assert (fields["Group"], fields["Reference"]) == (markup, "r4")
+    assert page.driver.find_elements(By.CSS_SELECTOR, "dl.fields b") == []
+    page.go(f"#/queue/{queue}/item/0/{stored['r5'].id}")
+    page.until(lambda d: detail_fields(page).get("Reference") == "r5")
+    assert detail_fields(page)["Group"] == "—"
 
 
 def test_item_detail_shows_json_pretty_text_and_hex(page: PageType, api: Client) -> None:
@@ -219,16 +317,21 @@ def test_retry_scheduled_items_now(page: PageType, api: Client) -> None:
     queue = fresh("later")
     api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
     api.produce(
-        queue, [NewItem(payload=b"tomorrow", enqueue_at=datetime.now(timezone.utc) + timedelta(days=1))]
+        queue,
+        [
+            NewItem(
+                payload=b"tomorrow", group="acme", enqueue_at=datetime.now(timezone.utc) + timedelta(days=1)
+            )
+        ],
     )
     page.open(f"#/queue/{queue}?tab=scheduled")
-    page.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-id]")) == 1)
+    page.until(lambda d: listed_groups(page) == {api.list_scheduled(queue)[0].id: "acme"})
     page.element("tr[data-id] input[type=checkbox]").click()
     page.element("#retry-selected").click()
     page.wait_text("#notice", "ready now")
     assert api.list_scheduled(queue) == []
     [ready] = api.list_items(queue)
-    assert ready.payload == b"tomorrow"
+    assert (ready.payload, ready.group) == (b"tomorrow", "acme")  # moved by the console itself
     assert [item.payload for item in api.lease(queue, batch_size=5).items] == [b"tomorrow"]
 
 
@@ -238,7 +341,11 @@ def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: Pa
     api.create_queue(dead, lease_timeout="1m", expire_timeout="1h")
     api.create_queue(source, lease_timeout="1m", expire_timeout="1h", dead_queue=dead, max_attempts=1)
     api.produce(
-        source, [NewItem(payload=f"job {n}".encode(), reference=f"r{n}", priority=2) for n in range(5)]
+        source,
+        [
+            NewItem(payload=f"job {n}".encode(), reference=f"r{n}", priority=2, group=f"tenant-{n % 2}")
+            for n in range(5)
+        ],
     )
     lease = api.lease(source, batch_size=5)
     api.retry(source, lease.items, dead=True)
@@ -253,7 +360,8 @@ def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: Pa
     page.wait_text("#notice", "1 dead letters moved")
     assert len(api.list_items(dead)) == 4
     [back] = api.list_items(source)
-    assert (back.attempts, back.payload, back.priority) == (0, b"job 0", 2)  # moved by the console itself
+    # Moved by the console itself: priority and group kept.
+    assert (back.attempts, back.payload, back.priority, back.group) == (0, b"job 0", 2, "tenant-0")
 
     page.element("#redrive-all").click()
     assert "Move 4 dead letters" in page.confirm()
@@ -263,6 +371,9 @@ def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: Pa
     assert sorted(item.payload for item in moved) == [f"job {n}".encode() for n in range(5)]
     assert {item.attempts for item in moved} == {0}
     assert {item.priority for item in moved} == {2}
+    assert sorted((item.reference, item.group) for item in moved) == [
+        (f"r{n}", f"tenant-{n % 2}") for n in range(5)
+    ]
     assert sorted(item.reference for item in moved) == [f"r{n}" for n in range(5)]
 
 

@@ -478,15 +478,17 @@ function settingsForm(info) {
 function produceForm(info) {
   const payload = h("textarea", { name: "payload", "aria-label": "Payload (text)" }, "{\"hello\": \"world\"}");
   const reference = h("input", { name: "reference" });
+  const group = h("input", { name: "group" });
   const enqueueAt = h("input", { name: "enqueue_at", placeholder: "2026-01-01T00:00:00Z" });
   const form = h("form", { class: "panel", "aria-label": "Produce a test item" }, h("h2", {}, "Produce a test item"),
     h("label", {}, "Payload (text)", payload),
-    h("div", { class: "row" }, h("label", {}, "Reference", reference),
+    h("div", { class: "row" }, h("label", {}, "Reference", reference), h("label", {}, "Group (optional)", group),
       h("label", {}, "Enqueue at (RFC 3339, optional)", enqueueAt), h("button", { type: "submit" }, "Produce")));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const item = { utf8: payload.value, reference: reference.value };
     if (enqueueAt.value) item.enqueue_at = enqueueAt.value;
+    if (group.value) item.group = group.value;
     const done = await guarded(() => api("queue.produce", { queue_name: info.queue_name, items: [item] }));
     if (done !== undefined) { showNotice("Item produced."); if (state.refresh) await state.refresh(); }
   });
@@ -581,7 +583,7 @@ async function moveItems(from, partition, items, target) {
     if (!groups.has(p)) groups.set(p, []);
     groups.get(p).push({ source_id: item.id, attempts: 0, created_at: new Date(now).toISOString(), expire_deadline: expire,
       reference: item.reference, encoding: item.encoding, kind: item.kind, payload: item.payload,
-      priority: item.priority ?? 5 });
+      priority: item.priority ?? 5, group: item.group || undefined });
   }
   for (const [p, batch] of groups) {
     await api("storage/items.import", { queue_name: target.queue_name, partition: p, items: batch });
@@ -613,6 +615,7 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
   const stateFilter = h("select", { "aria-label": "Filter by state" },
     h("option", { value: "" }, "any state"), h("option", { value: "ready" }, "ready"), h("option", { value: "leased" }, "leased"));
   const referenceFilter = h("input", { "aria-label": "Filter by reference", placeholder: "reference contains" });
+  const groupFilter = h("input", { "aria-label": "Filter by group", placeholder: "group contains" });
   const body = h("tbody", {});
   const checks = new Map();
   const base = `#/queue/${encodeURIComponent(info.queue_name)}`;
@@ -623,11 +626,11 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
   };
   const render = () => {
     const wanted = stateFilter.value;
-    const text = referenceFilter.value.toLowerCase();
+    const has = (value, filter) => !filter.value || (value || "").toLowerCase().includes(filter.value.toLowerCase());
     body.replaceChildren(...items.filter((item) => {
       if (wanted === "ready" && item.is_leased) return false;
       if (wanted === "leased" && !item.is_leased) return false;
-      return !text || (item.reference || "").toLowerCase().includes(text);
+      return has(item.reference, referenceFilter) && has(item.group, groupFilter);
     }).map((item) => {
       if (!checks.has(item.id)) checks.set(item.id, h("input", { type: "checkbox", "aria-label": `Select item ${item.id}` }));
       return h("tr", { "data-id": item.id },
@@ -637,12 +640,14 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
         h("td", { class: "num" }, item.attempts || 0),
         h("td", { class: "num" }, item.priority ?? 5),
         h("td", {}, item.reference || ""),
+        h("td", {}, item.group || ""),
         h("td", { class: "num" }, fmtAge(ageOf(item.created_at))),
         h("td", {}, tab === "scheduled" ? item.enqueue_at || "" : item.lease_deadline || ""));
     }));
   };
   stateFilter.addEventListener("change", render);
   referenceFilter.addEventListener("input", render);
+  groupFilter.addEventListener("input", render);
   render();
   const selected = () => items.filter((item) => checks.get(item.id) && checks.get(item.id).checked);
   const actions = [];
@@ -687,13 +692,15 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
     h("div", { class: "row" },
       h("label", {}, "Partition", h("select", { "aria-label": "Partition", onchange: (e) => { location.hash = link({ partition: e.target.value, pivot: "" }); } },
         partitions.map((p) => h("option", { value: p, selected: p === partition }, p)))),
-      h("label", {}, "State", stateFilter), h("label", {}, "Reference", referenceFilter)),
+      h("label", {}, "State", stateFilter), h("label", {}, "Reference", referenceFilter),
+      h("label", {}, "Group", groupFilter)),
     h("div", { class: "actions" }, actions),
     h("table", { "aria-label": tab === "scheduled" ? "Scheduled items" : "Items" },
       h("thead", {}, h("tr", {},
         state.config.read_only ? null : h("th", { scope: "col" }, h("span", { class: "muted" }, "Select")),
         h("th", { scope: "col" }, "Id"), h("th", { scope: "col" }, "State"), h("th", { scope: "col", class: "num" }, "Attempts"),
-        h("th", { scope: "col", class: "num" }, "Priority"), h("th", { scope: "col" }, "Reference"), h("th", { scope: "col", class: "num" }, "Age"),
+        h("th", { scope: "col", class: "num" }, "Priority"), h("th", { scope: "col" }, "Reference"), h("th", { scope: "col" }, "Group"),
+        h("th", { scope: "col", class: "num" }, "Age"),
         h("th", { scope: "col" }, tab === "scheduled" ? "Enqueue at" : "Lease deadline"))),
       body),
     items.length ? null : h("p", { class: "muted" }, "No items here."),
@@ -739,7 +746,7 @@ async function itemView(view, name, partition, id) {
       field("Queue", name), field("Partition", partition),
       field("State", item.is_leased ? "leased" : item.scheduled ? "scheduled" : "ready"),
       field("Attempts", item.attempts || 0), field("Priority", item.priority ?? 5),
-      field("Reference", item.reference), field("Kind", item.kind),
+      field("Reference", item.reference), field("Group", item.group), field("Kind", item.kind),
       field("Encoding", item.encoding), field("Source id", item.source_id), field("Created at", item.created_at),
       field("Enqueue at", item.enqueue_at), field("Lease deadline", item.lease_deadline),
       field("Expire deadline", item.expire_deadline), field("Payload size", `${bytes.length} bytes`)),
