@@ -222,9 +222,11 @@ def run_case(
     count: int,
     queue_name: str | None = None,
     priority_of: Callable[[int], int] | None = None,
+    group_of: Callable[[int], str] | None = None,
 ) -> CaseResult:
     """Produce ``count`` items in requests of ``batch``, then lease and complete them all;
-    ``priority_of(n)`` gives the ``n``-th item's priority (default: 5 for all)."""
+    ``priority_of(n)`` / ``group_of(n)`` give the ``n``-th item's priority and group (default: 5
+    and none for all)."""
     service = metered.service
     # Fixed width: the queue name is part of every key, so it must not make one case's items larger.
     name = queue_name or f"cost-{payload_bytes:05d}-{batch:04d}"
@@ -245,7 +247,11 @@ def run_case(
     partition = 0
     for start in range(0, count, batch):
         chunk = [
-            NewItem(payload=payload, priority=priority_of(start + i) if priority_of else 5)
+            NewItem(
+                payload=payload,
+                priority=priority_of(start + i) if priority_of else 5,
+                group=group_of(start + i) if group_of else "",
+            )
             for i in range(min(batch, count - start))
         ]
         with phases.phase("produce"):

@@ -10,6 +10,8 @@ one-partition queue per case. The cases differ only in the items' priorities:
 * ``fifo``: every item of priority 5 (the default; the keys and costs of before priorities);
 * ``one band``: every item of priority 2 (one band other than 5's in use);
 * ``ten bands``: item ``n`` has priority ``n % 10`` (every band in use, each produce touching all).
+* ``fifo, grouped``: priority 5, every item with a 12-byte group of 100 tenants (``tenant-00042``):
+  what carrying a group costs a FIFO queue.
 
 ``--depth N`` adds the lease at depth: N valid leases of 1,000 B items of priority 1 ahead (written
 straight into the table, with the head row a lease of them would have left), then 10 ready items of
@@ -46,7 +48,10 @@ CASES: dict[str, Callable[[int], int] | None] = {
     "fifo": None,
     "one band": lambda n: 2,
     "ten bands": lambda n: n % 10,
+    "fifo, grouped": None,
 }
+#: Cases whose items carry a group: 100 tenants, a 12-byte group each (``tenant-00042``).
+GROUPS: dict[str, Callable[[int], str]] = {"fifo, grouped": lambda n: f"tenant-{n % 100:05d}"}
 
 
 def measure(endpoint: str, *, count: int) -> list[tuple[str, CaseResult]]:
@@ -63,6 +68,7 @@ def measure(endpoint: str, *, count: int) -> list[tuple[str, CaseResult]]:
                 count=count,
                 queue_name=name,
                 priority_of=priority_of,
+                group_of=GROUPS.get(case),
             )
             if result.duplicates or result.missing:
                 raise RuntimeError(
