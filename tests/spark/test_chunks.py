@@ -1,6 +1,7 @@
-"""Priorities in the plan and the chunk ids, without Spark or a store: each id is the item's band in
-front of the digits the chunk record fixes, so a resumed chunk regenerates the same ids; a plan or
-job record staged before priorities existed reads as priority 5."""
+"""Priorities and groups in the plan and the chunk's items, without a Spark session or a store: each
+id is the item's band in front of the digits the chunk record fixes, so a resumed chunk regenerates
+the same ids; each item keeps its group; a plan or job record staged before priorities or groups
+existed reads as priority 5 without a group."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
+from pyspark.sql import Row
 
 from querator.domain.ids import ID_LENGTH, is_item_id, time_key
 from querator.domain.model import NewItem, QueueInfo
 from querator.domain.priority import band, priority_of, unbanded
 from querator.spark.chunks import ChunkPlan
-from querator.spark.job import _columns_record, _from_plan
-from querator.spark.mapping import ColumnMap
+from querator.spark.job import _columns_record, _from_plan, _RowPreparer, plan_schema
+from querator.spark.mapping import ColumnMap, RowError
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -88,8 +90,9 @@ def test_a_scheduled_item_keeps_its_band_and_sorts_at_its_time():
 # -- the staged plan and the job record -------------------------------------------------------------
 
 
-def plan_row(priority: int | None) -> SimpleNamespace:
-    """A staged plan row as Spark reads it back (a plan staged before priorities: ``None``)."""
+def plan_row(priority: int | None, group: str | None = None) -> SimpleNamespace:
+    """A staged plan row as Spark reads it back (a plan staged before priorities or groups: ``None``;
+    Spark reads a column the plan's files lack as null)."""
     return SimpleNamespace(
         bucket=0,
         row_key="k",
@@ -100,6 +103,7 @@ def plan_row(priority: int | None) -> SimpleNamespace:
         kind=None,
         enqueue_at=None,
         priority=priority,
+        group=group,
         error_row=None,
         error_column=None,
         error_reason=None,
@@ -117,3 +121,75 @@ def test_a_job_without_a_priority_column_keeps_the_job_record_it_had_before_prio
     plain = _columns_record(ColumnMap(payload=("body",), key="id"))
     assert "priority" not in plain
     assert _columns_record(ColumnMap(payload=("body",), key="id", priority="p")) == {**plain, "priority": "p"}
+
+
+# -- groups ------------------------------------------------------------------------------------------
+
+GROUPS = ["acme", "", "globex", "acme", "é" * 64, "", "initech", "globex", "", "acme", "x", "y"]
+
+
+def grouped_items() -> list[NewItem]:
+    return [
+        NewItem(payload=f"row {i}".encode(), priority=p, group=g)
+        for i, (p, g) in enumerate(zip(PRIORITIES, GROUPS, strict=True))
+    ]
+
+
+def test_each_item_of_a_chunk_keeps_its_group():
+    items = PLAN.items(QUEUE, grouped_items())
+
+    assert [item.group for item in items] == GROUPS
+    assert [item.priority for item in items] == PRIORITIES
+    assert [item.payload for item in items] == [f"row {i}".encode() for i in range(len(GROUPS))]
+
+
+def test_a_resumed_chunk_regenerates_identical_items_with_their_groups():
+    first = PLAN.items(QUEUE, grouped_items())
+    resumed = ChunkPlan(
+        partition=PLAN.partition, minted_at=PLAN.minted_at, seq=PLAN.seq, node=PLAN.node, count=PLAN.count
+    ).items(QUEUE, grouped_items())
+
+    # Every field: the id (band and digits), the group, the deadlines.
+    assert resumed == first
+    assert {item.group for item in resumed} == set(GROUPS)
+
+
+def test_a_plan_row_without_a_group_is_an_item_without_one():
+    assert _from_plan(plan_row(None, None))[1] == NewItem(payload=b"x")
+    assert _from_plan(plan_row(3, "acme"))[1] == NewItem(payload=b"x", priority=3, group="acme")
+
+
+def test_a_prepared_plan_row_reads_back_as_the_same_item_with_its_group():
+    # The staged row is positional (``plan_schema``'s order); reading it back goes by name.
+    columns = ColumnMap(payload=("body",), key="id", kind="kind", priority="prio", group="grp")
+    preparer = _RowPreparer(columns=columns, job_id="j", buckets=4)
+    names = [field.name for field in plan_schema().fields]
+    for grp in ("tenant-7", None):
+        source = Row(body="x", id=1, kind="k", prio=2, grp=grp)
+        staged = SimpleNamespace(**dict(zip(names, preparer(source), strict=True)))
+
+        assert staged.group == grp
+        assert _from_plan(staged)[1] == NewItem(payload=b"x", kind="k", priority=2, group=grp or "")
+
+
+def test_a_bad_group_is_staged_as_an_invalid_row_naming_its_column():
+    columns = ColumnMap(payload=("body",), key="id", group="grp")
+    preparer = _RowPreparer(columns=columns, job_id="j", buckets=4)
+    names = [field.name for field in plan_schema().fields]
+
+    for grp, reason in (("g" * 129, "longer than 128 bytes"), ("two\nlines", "control characters")):
+        staged = SimpleNamespace(**dict(zip(names, preparer(Row(body="x", id=1, grp=grp)), strict=True)))
+        _, error = _from_plan(staged)
+
+        assert isinstance(error, RowError)
+        assert (error.row, error.column) == ("id=1", "grp")
+        assert reason in error.reason
+
+
+def test_a_job_without_a_group_column_keeps_the_job_record_it_had_before_groups():
+    plain = _columns_record(ColumnMap(payload=("body",), key="id", priority="p"))
+    assert "group" not in plain
+    assert _columns_record(ColumnMap(payload=("body",), key="id", priority="p", group="g")) == {
+        **plain,
+        "group": "g",
+    }

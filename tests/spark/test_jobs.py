@@ -130,6 +130,39 @@ def test_the_produce_job_reads_priorities_from_csv_text_and_lists_bad_ones(
     ]
 
 
+def test_the_produce_job_reads_groups_from_csv_text_and_lists_bad_ones(spark, store: Store, tmp_path, capsys):
+    queue = create_queue(store.service, "csv-group", partitions=1)
+    path = tmp_path / "source.csv"
+    too_long = "g" * 129
+    rows = ["id,body,grp", "a,first,acme", "b,second,", f"c,third,{too_long}", "d,fourth,tab\there"]
+    rows += ["e,fifth,globex corp"]
+    path.write_text("\n".join(rows) + "\n")
+    argv = ["--source", str(path), "--format", "csv", "--queue", queue, "--job-id", "csv-group"]
+    argv += ["--payload", "body", "--key", "id", "--group", "grp", "--partitions", "1"]
+    argv += ["--staging-dir", store.staging, *store_arguments(store)]
+
+    assert produce_main(argv, spark=spark) == EXIT_INVALID_ROWS
+    report = last_json_line(capsys.readouterr().out)
+    assert (report["status"], report["written"], report["invalid"]) == ("invalid_rows", 3, 2)
+    invalid = {row["row"]: row for row in report["invalid_rows"]}
+    assert set(invalid) == {"id='c'", "id='d'"}
+    assert {row["column"] for row in invalid.values()} == {"grp"}
+    assert "longer than 128 bytes" in invalid["id='c'"]["reason"]
+    assert "control characters" in invalid["id='d'"]["reason"]
+    # An empty CSV field is no group
+    items = stored(store.service, queue)
+    assert {item.payload: item.group for item in items} == {
+        b"first": "acme",
+        b"second": "",
+        b"fifth": "globex corp",
+    }
+    # A re-run regenerates the same items: nothing is stored twice
+    assert produce_main(argv, spark=spark) == EXIT_INVALID_ROWS
+    again = last_json_line(capsys.readouterr().out)
+    assert (again["written"], again["skipped_duplicates"], again["invalid"]) == (0, 3, 2)
+    assert count_items(store, queue) == 3
+
+
 def test_the_export_job_writes_every_item_of_every_partition_to_parquet(
     spark, store: Store, tmp_path, capsys
 ):
@@ -179,15 +212,19 @@ def test_the_http_write_path_produces_through_querator_serve(spark, moto_server:
             staging=str(tmp_path / "staging"),
         )
         queue = create_queue(store.service, "over-http", partitions=2)
+        # Every 5th row has no group; the others one of four tenants, one name not ASCII.
+        groups = {
+            i: None if i % 5 == 4 else ["acme", "globex", "initech", "ünïcode"][i % 5] for i in range(300)
+        }
         frame = spark.createDataFrame(
-            [(i, f"http {i}", None if i % 3 else "2099-01-01T00:00:00Z") for i in range(300)],
-            "id long, body string, at string",
+            [(i, f"http {i}", None if i % 3 else "2099-01-01T00:00:00Z", groups[i]) for i in range(300)],
+            "id long, body string, at string, grp string",
         )
         source = str(tmp_path / "source")
         frame.write.parquet(source)
         argv = ["--source", source, "--queue", queue, "--job-id", "over-http", "--payload", "body"]
         argv += ["--key", "id", "--enqueue-at", "at", "--write-path", "http", "--base-url", base_url]
-        argv += ["--chunk-items", "50", "--staging-dir", store.staging]
+        argv += ["--group", "grp", "--chunk-items", "50", "--staging-dir", store.staging]
 
         assert produce_main([*argv, "--partitions", "4"], spark=spark) == EXIT_OK
         first = last_json_line(capsys.readouterr().out)
@@ -201,4 +238,8 @@ def test_the_http_write_path_produces_through_querator_serve(spark, moto_server:
         items = stored(store.service, queue)
         assert sorted(item.payload for item in items) == sorted(f"http {i}".encode() for i in range(300))
         assert sum(1 for item in items if item.enqueue_at is not None) == 100
+        # Each item carries its row's group over HTTP; a null group is none.
+        assert {item.payload: item.group for item in items} == {
+            f"http {i}".encode(): groups[i] or "" for i in range(300)
+        }
         assert HttpTarget(base_url=base_url).connect().check_queue(queue) == 2

@@ -155,6 +155,50 @@ def test_a_bad_priority_is_an_invalid_row_naming_its_column(value):
     assert len(str(caught.value)) < 120  # a long value is cut short in the report
 
 
+GROUP = ColumnMap(payload=("body",), group="grp")
+
+
+@pytest.mark.parametrize(
+    ("value", "group"),
+    [
+        ("acme", "acme"),
+        ("tenant 42 / eu-west", "tenant 42 / eu-west"),
+        ("é" * 64, "é" * 64),  # 128 bytes of UTF-8: the longest group
+        ("g" * 128, "g" * 128),
+        ("👩\u200d💻", "👩\u200d💻"),  # a zero-width joiner is a format character, allowed
+        (None, ""),
+        ("", ""),
+    ],
+)
+def test_a_group_column_gives_the_items_group_and_null_or_empty_means_none(value, group):
+    assert row_to_item({"body": "x", "grp": value}, GROUP).group == group
+
+
+def test_without_a_group_column_no_item_has_a_group():
+    assert row_to_item({"body": "x", "grp": "acme"}, BODY).group == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("g" * 129, "longer than 128 bytes"),
+        ("é" * 64 + "g", "longer than 128 bytes"),  # 129 bytes, 65 characters
+        ("two\nlines", "control characters"),
+        ("tab\there", "control characters"),
+        ("line\u2028separator", "control characters"),
+        ("nul\x00", "control characters"),
+        (42, "expected a string, got int"),
+        (b"acme", "expected a string, got bytes"),
+    ],
+)
+def test_a_bad_group_is_an_invalid_row_naming_its_column(value, fragment):
+    with pytest.raises(InvalidRowError, match=f"^grp: .*{fragment}") as caught:
+        row_to_item({"body": "x", "grp": value}, GROUP)
+    assert caught.value.context["column"] == "grp"
+    assert isinstance(caught.value, InvalidRequestError)
+    assert len(str(caught.value)) < 120  # the value is not repeated in the report
+
+
 def test_a_column_map_refuses_no_payload_and_repeated_payload_columns():
     with pytest.raises(ValueError, match="payload"):
         ColumnMap(payload=())
@@ -163,8 +207,8 @@ def test_a_column_map_refuses_no_payload_and_repeated_payload_columns():
 
 
 def test_source_columns_lists_each_column_once_payload_first():
-    columns = ColumnMap(payload=("a", "b"), key="id", reference="a", kind="k", priority="p")
-    assert columns.source_columns == ("a", "b", "id", "k", "p")
+    columns = ColumnMap(payload=("a", "b"), key="id", reference="a", kind="k", priority="p", group="g")
+    assert columns.source_columns == ("a", "b", "id", "k", "p", "g")
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -207,6 +251,10 @@ def test_item_digest_tells_apart_every_field():
         NewItem(payload=b"ab", reference="r", kind="ke", encoding=""),
         NewItem(payload=b"ab", reference="r", kind="k", encoding="e", priority=0),
         NewItem(payload=b"ab", reference="r", kind="k", encoding="e", priority=9),
+        NewItem(payload=b"ab", reference="r", kind="k", encoding="e", group="acme"),
+        NewItem(payload=b"ab", reference="r", kind="k", encoding="e", group="acme2"),
+        NewItem(payload=b"ab", reference="r", kind="k", encoding="e", priority=0, group="acme"),
+        NewItem(payload=b"ab", reference="r", kind="k", encoding="e", group="priority=0"),
     ]
     assert len({item_digest(v) for v in variants}) == len(variants)
 
@@ -215,6 +263,24 @@ def test_item_digest_of_priority_five_is_the_digest_from_before_priorities():
     # The digest orders rows and names chunks: a job of priority 5 items keeps its chunk keys.
     item = NewItem(payload=b"ab", reference="r", kind="k", encoding="e", priority=5)
     assert item_digest(item) == "196ab1757877a965044cb253f55ff4b6f896823ad171aaf5aec5cd002e1beea9"
+
+
+def test_item_digest_without_a_group_is_the_digest_from_before_groups():
+    # The digest orders rows and names chunks: a job whose items have no group keeps its chunk keys.
+    item = NewItem(payload=b"ab", reference="r", kind="k", encoding="e", group="")
+    assert item_digest(item) == "196ab1757877a965044cb253f55ff4b6f896823ad171aaf5aec5cd002e1beea9"
+    assert item_digest(NewItem(payload=b"ab", reference="r", kind="k", encoding="e", group="g")) != (
+        item_digest(item)
+    )
+
+
+def test_row_key_without_a_key_column_tells_apart_rows_that_differ_only_in_their_group():
+    columns = ColumnMap(payload=("body",), group="grp")
+    keys = {
+        row_key(row, columns, row_to_item(row, columns), job_id="j")
+        for row in ({"body": "x", "grp": "a"}, {"body": "x", "grp": "b"}, {"body": "x", "grp": None})
+    }
+    assert len(keys) == 3
 
 
 def test_chunk_key_depends_on_job_queue_and_exact_rows():
@@ -265,6 +331,25 @@ def test_wire_size_bounds_the_json_the_client_sends():
         }
     )
     assert wire_size(item) >= len(body.encode())
+
+
+def test_wire_size_counts_the_group_when_there_is_one_and_nothing_when_not():
+    plain = NewItem(payload=bytes(range(256)) * 10, reference="r", kind="k", encoding="e")
+    grouped = NewItem(payload=plain.payload, reference="r", kind="k", encoding="e", group="é" * 64)
+    body = json.dumps(
+        {
+            "bytes": __import__("base64").b64encode(grouped.payload).decode(),
+            "reference": grouped.reference,
+            "kind": grouped.kind,
+            "encoding": grouped.encoding,
+            "group": grouped.group,
+            "enqueue_at": "2030-01-01T00:00:00.000000Z",
+            "priority": 9,
+        }
+    )
+    assert wire_size(grouped) >= len(body.encode())
+    # An item without a group has the size it had before groups: a job's chunks are cut the same.
+    assert wire_size(plain) == 4 * ((len(plain.payload) + 2) // 3) + 3 * 3 + 120
 
 
 def test_an_empty_stream_has_no_chunks():

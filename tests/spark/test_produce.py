@@ -4,6 +4,7 @@ store nothing twice, invalid rows are reported, throttling ends in a clear failu
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,11 +16,16 @@ from pyspark import TaskContext, cloudpickle
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql import types as T  # noqa: N812
 
-from querator.domain.errors import NothingToLeaseError, QueueNotFoundError, StoreThrottledError
+from querator.domain.errors import (
+    NothingToLeaseError,
+    QueratorError,
+    QueueNotFoundError,
+    StoreThrottledError,
+)
 from querator.domain.model import MAX_PAYLOAD_BYTES
 from querator.spark.job import ProduceCounts, ProduceFailedError, produce_dataframe
 from querator.spark.mapping import ColumnMap, row_key, row_to_item
-from querator.spark.plan import PlanMismatchError, RerunTooLateError
+from querator.spark.plan import PLAN_NAME, PlanMismatchError, RerunTooLateError, job_dir
 from querator.spark.retry import RetryPolicy
 from tests.spark.helpers import Store, count_items, create_queue, fresh_store, stored, stored_by_partition
 
@@ -571,3 +577,118 @@ def test_a_priority_column_of_a_type_without_integers_is_refused_before_any_work
             job_id="double",
         )
     assert count_items(store, queue) == 0
+
+
+# -- groups ------------------------------------------------------------------------------------------
+
+GROUP_COLUMNS = ColumnMap(payload=("body",), key="id", reference="ref", group="grp")
+#: Rows whose group is not a group: 129 bytes of UTF-8 (65 characters), a line break.
+BAD_GROUPS = {7: "é" * 64 + "x", 19: "two\nlines"}
+
+
+def group_of_row(i: int) -> str | None:
+    """Row ``i``'s group column: three tenants, then null (every 4th row), and the bad ones."""
+    if i in BAD_GROUPS:
+        return BAD_GROUPS[i]
+    return None if i % 4 == 3 else f"tenant-{i % 4}"
+
+
+def group_frame(spark, count: int):
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("body", T.StringType()),
+            T.StructField("ref", T.StringType()),
+            T.StructField("grp", T.StringType()),
+        ]
+    )
+    data = [(i, f"payload {i}", f"ref-{i}", group_of_row(i)) for i in range(count)]
+    return spark.createDataFrame(data, schema)
+
+
+def test_a_group_column_reaches_the_stored_items_through_a_retried_task_and_a_rerun(spark, store: Store):
+    queue = create_queue(store.service, "grouped", partitions=2)
+    frame = group_frame(spark, 442)
+    options = {"queue": queue, "columns": GROUP_COLUMNS, "staging_dir": store.staging}
+    options |= {"job_id": "grouped", "partitions": 2, "buckets": 3, "chunk_items": 50}
+    # GIVEN Spark partition 0 dies after storing 2 chunks, and Spark retries it
+    first = produce_dataframe(frame, target=DyingTarget(store.target, before_failure=2), **options)
+    # WHEN the job is run again with the same job id
+    again = produce_dataframe(frame, target=store.target, **options)
+
+    # THEN the rows with a bad group are reported, not produced
+    assert (first.rows, first.invalid, first.failed) == (442, 2, 0)
+    assert (first.skipped_duplicates, first.written) == (100, 340)
+    assert (again.written, again.skipped_duplicates, again.invalid) == (0, 440, 2)
+    reported = {error.row: error for error in first.invalid_rows}
+    assert set(reported) == {"id=7", "id=19"}
+    assert {error.column for error in reported.values()} == {"grp"}
+    assert "longer than 128 bytes" in reported["id=7"].reason
+    assert "control characters" in reported["id=19"].reason
+    # AND every other row is stored once, with its group (a null group: none)
+    items = stored(store.service, queue)
+    valid = [i for i in range(442) if i not in BAD_GROUPS]
+    assert sorted(item.reference for item in items) == sorted(f"ref-{i}" for i in valid)
+    group = {f"ref-{i}": group_of_row(i) or "" for i in valid}
+    assert {item.reference: item.group for item in items} == group
+    assert {item.group for item in items} == {"tenant-0", "tenant-1", "tenant-2", ""}
+
+
+def test_a_group_column_that_is_not_text_is_refused_before_any_work(spark, store: Store):
+    queue = create_queue(store.service, "group-long", partitions=1)
+    frame = spark.createDataFrame([("x", 42)], "body string, grp long")
+    with pytest.raises(ValueError, match=r"group column grp has type bigint.*cast it to string"):
+        produce_dataframe(
+            frame,
+            queue=queue,
+            columns=ColumnMap(payload=("body",), group="grp"),
+            target=store.target,
+            staging_dir=store.staging,
+            job_id="group-long",
+        )
+    assert count_items(store, queue) == 0
+
+
+class RefusesEverything:
+    """A producer whose every call is refused (not worth retrying): the job stages its plan, then fails."""
+
+    def produce(
+        self, queue: str, items: Sequence[NewItem], *, idempotency_key: str, route: int = 0
+    ) -> ChunkReceipt:
+        raise QueratorError("injected: refused")
+
+    def check_queue(self, queue: str) -> int:
+        return 1
+
+
+@dataclass(frozen=True)
+class RefusingTarget:
+    def connect(self) -> RefusesEverything:
+        return RefusesEverything()
+
+
+def test_a_plan_staged_before_groups_existed_is_read_and_produced_without_groups(spark, store: Store):
+    queue = create_queue(store.service, "old-plan", partitions=1)
+    frame = priority_frame(spark, 30)
+    options = {"queue": queue, "columns": PRIORITY_COLUMNS, "staging_dir": store.staging, "job_id": "old"}
+    # GIVEN a first run that staged its plan and stored nothing
+    with pytest.raises(ProduceFailedError):
+        produce_dataframe(frame, target=RefusingTarget(), check_queue=False, **options)
+    # AND its plan rewritten as one staged before items had groups: no group column at all
+    plan = f"{job_dir(store.staging, 'old')}/{PLAN_NAME}"
+    staged = spark.read.parquet(plan)
+    assert "group" in staged.columns
+    staged.drop("group").write.parquet(f"{plan}-old")
+    shutil.rmtree(plan)
+    Path(f"{plan}-old").rename(plan)
+    assert "group" not in spark.read.parquet(plan).columns
+
+    # WHEN the job is run again
+    counts = produce_dataframe(frame, target=store.target, **options)
+
+    # THEN the old plan is read: every row stored, without a group, with its priority
+    assert (counts.rows, counts.written, counts.invalid, counts.failed) == (30, 30, 0, 0)
+    items = stored(store.service, queue)
+    assert sorted(item.reference for item in items) == sorted(f"ref-{i}" for i in range(30))
+    assert {item.group for item in items} == {""}
+    assert all(item.priority == item_priority(int(item.reference[4:])) for item in items)

@@ -68,3 +68,11 @@ def test_the_http_path_sends_a_priority_other_than_five_and_leaves_five_to_the_d
     assert urgent == {"bytes": "eA==", "kind": "k", "priority": 1}
     # Priority 5 is sent as before priorities existed: a server that predates them accepts it.
     assert normal == {"bytes": "eA==", "kind": "k"}
+
+
+def test_the_http_path_sends_the_items_group_and_leaves_out_an_empty_one():
+    grouped = client_item(NewItem(payload=b"x", kind="k", group="acme")).to_wire()
+    plain = client_item(NewItem(payload=b"x", kind="k")).to_wire()
+    assert grouped == {"bytes": "eA==", "kind": "k", "group": "acme"}
+    # No group: the body a server from before groups accepts.
+    assert plain == {"bytes": "eA==", "kind": "k"}

@@ -43,6 +43,7 @@ pytestmark = pytest.mark.spark
 
 COLUMNS = ColumnMap(payload=("body",), key="id")
 PRIORITY_COLUMNS = ColumnMap(payload=("body",), key="id", priority="prio")
+GROUP_COLUMNS = ColumnMap(payload=("body",), key="id", priority="prio", group="grp")
 
 
 @dataclass
@@ -92,13 +93,17 @@ class MemoryTarget:
         return self.producer
 
 
-def records(count: int, *, invalid: int = 0, size: int = 10, priorities: bool = False) -> list:
+def records(
+    count: int, *, invalid: int = 0, size: int = 10, priorities: bool = False, groups: bool = False
+) -> list:
     """Sorted (sort key, item) records as the shuffle hands them over, with ``invalid`` RowErrors;
-    with ``priorities``, row ``i`` has priority ``i mod 10``."""
+    with ``priorities``, row ``i`` has priority ``i mod 10``; with ``groups``, also group
+    ``tenant-<i mod 7>`` (none when ``i mod 7`` is 0)."""
     out: list = []
-    columns = PRIORITY_COLUMNS if priorities else COLUMNS
+    columns = GROUP_COLUMNS if groups else PRIORITY_COLUMNS if priorities else COLUMNS
     for i in range(count):
-        row = {"id": i, "body": f"{i:06d}".ljust(size, "x"), "prio": i % 10}
+        group = f"tenant-{i % 7}" if i % 7 else None
+        row = {"id": i, "body": f"{i:06d}".ljust(size, "x"), "prio": i % 10, "grp": group}
         item = row_to_item(row, columns)
         out.append(((0, row_key(row, columns, item, job_id="job"), item_digest(item)), item))
     out += [
@@ -425,3 +430,28 @@ def test_a_chunks_bands_are_registered_before_any_of_its_items_is_written(moto_s
     # Each chunk's bands (every priority's: rows 0-199 have priorities i mod 10), with what was
     # stored when they were registered: nothing of this chunk yet
     assert calls == [(set(BANDS), 0), (set(BANDS), 100)]
+
+
+@pytest.mark.server
+def test_a_chunk_with_groups_resumed_mid_write_stores_every_item_once_with_its_group(moto_server):
+    # GIVEN a chunk of 200 items of 7 groups (and none) whose first attempt stored 2 of its 8 batches
+    rig = chunk_rig(moto_server, die_after=2)
+    recs = records(200, groups=True)
+    with pytest.raises(RuntimeError, match="injected"):
+        list(rig_writer(rig, retry=RetryPolicy(max_attempts=1))(0, iter(recs)))
+    before = {item.id: item for item in rig.stored()}
+    assert 0 < len(before) < 200
+    rig.client._die_after = None
+
+    # WHEN its retry resumes it
+    (counts,) = list(rig_writer(rig)(0, iter(recs)))
+
+    # THEN the items the first attempt stored are the ones the retry regenerated (same ids and
+    # groups), and every row is stored once with its group and priority
+    assert (counts.written, counts.failed) == (200, 0)
+    after = {item.id: item for item in rig.stored()}
+    assert len(after) == 200
+    assert all(after[item_id] == item for item_id, item in before.items())
+    expected = {item.payload: (item.group, item.priority) for _, item in recs}
+    assert {item.payload: (item.group, item.priority) for item in after.values()} == expected
+    assert {item.group for item in after.values()} == {""} | {f"tenant-{n}" for n in range(1, 7)}

@@ -119,6 +119,7 @@ class ChunkPlan:
                     reference=new.reference,
                     encoding=new.encoding,
                     kind=new.kind,
+                    group=new.group,
                     expire_deadline=lifecycle.expire_deadline(visible, queue.expire_timeout),
                     created_at=self.minted_at,
                     enqueue_at=visible if scheduled else None,

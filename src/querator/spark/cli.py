@@ -117,6 +117,9 @@ def produce_parser() -> argparse.ArgumentParser:
     columns.add_argument(
         "--priority", help="priority column: an integer 0-9, lower leases first (null or empty: 5)"
     )
+    columns.add_argument(
+        "--group", help="group column: the item's group, a tenant or customer; null or empty: none"
+    )
     columns.add_argument("--default-kind", default="", help="kind when there is no kind column or it is null")
     columns.add_argument(
         "--default-encoding", default="", help="encoding when there is no encoding column or it is null"
@@ -200,6 +203,7 @@ def column_map(args: argparse.Namespace) -> ColumnMap:
         encoding=args.encoding,
         enqueue_at=args.enqueue_at,
         priority=args.priority,
+        group=args.group,
         default_kind=args.default_kind,
         default_encoding=args.default_encoding,
     )

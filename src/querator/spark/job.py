@@ -316,6 +316,9 @@ def _columns_record(columns: ColumnMap) -> dict[str, Any]:
         # Only when there is one: a job without it has the record a first run before priorities
         # existed wrote, so its re-run is not refused.
         record["priority"] = columns.priority
+    if columns.group is not None:
+        # The same for the group column: a job without one keeps the record it had before groups.
+        record["group"] = columns.group
     return record
 
 
@@ -323,6 +326,8 @@ def plan_schema() -> StructType:
     """The staged plan's columns: the sort key, then the item, or why the row is invalid.
 
     ``priority`` is null for priority 5, and in plans staged before items had priorities.
+    ``group`` is null for an item without a group, and in plans staged before items had groups
+    (Spark reads a column the files lack as null).
     """
     from pyspark.sql import types as T  # noqa: N812, PLC0415 - pyspark only where Spark runs
 
@@ -337,6 +342,7 @@ def plan_schema() -> StructType:
             T.StructField("kind", T.StringType()),
             T.StructField("enqueue_at", T.StringType()),
             T.StructField("priority", T.IntegerType()),
+            T.StructField("group", T.StringType()),
             T.StructField("error_row", T.StringType()),
             T.StructField("error_column", T.StringType()),
             T.StructField("error_reason", T.StringType()),
@@ -389,8 +395,9 @@ def source_columns(df: DataFrame, columns: ColumnMap) -> list[Column]:
     Raises
     ------
     ValueError
-        A column is missing, ``enqueue_at`` is a timestamp without a time zone or a date, or
-        ``priority`` has a type that holds no integers (``_check_priority_type``).
+        A column is missing, ``enqueue_at`` is a timestamp without a time zone or a date,
+        ``priority`` has a type that holds no integers (``_check_priority_type``), or ``group`` is
+        not a string column (``_check_group_type``).
     """
     from pyspark.sql import functions as F  # noqa: N812, PLC0415 - pyspark only where Spark runs
     from pyspark.sql import types as spark_types  # noqa: PLC0415
@@ -417,6 +424,8 @@ def source_columns(df: DataFrame, columns: ColumnMap) -> list[Column]:
                 column = F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
         if name == columns.priority:
             _check_priority_type(name, types[name])
+        if name == columns.group:
+            _check_group_type(name, types[name])
         selected.append(column.alias(name))
     return selected
 
@@ -434,6 +443,18 @@ def _check_priority_type(name: str, kind: Any) -> None:
         raise ValueError(
             f"priority column {name} has type {kind.simpleString()}; a priority is an integer 0-9: "
             "cast it to int"
+        )
+
+
+def _check_group_type(name: str, kind: Any) -> None:
+    """Refuse, before any work, a group column that is not text: a group is a string (a number's
+    text would depend on how it is formatted, so the caller casts it). Values too long or with
+    control characters are invalid rows, as other bad values are."""
+    from pyspark.sql import types as spark_types  # noqa: PLC0415 - pyspark only where Spark runs
+
+    if not isinstance(kind, spark_types.StringType | spark_types.NullType):
+        raise ValueError(
+            f"group column {name} has type {kind.simpleString()}; a group is a string: cast it to string"
         )
 
 
@@ -466,7 +487,7 @@ class _RowPreparer:
             key = hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()
             column = str(exc.context.get("column", ""))
             bucket = bucket_of(key) % self.buckets
-            return (bucket, key, "!", None, None, None, None, None, None, described, column, str(exc))
+            return (bucket, key, "!", None, None, None, None, None, None, None, described, column, str(exc))
         enqueue_at = None if item.enqueue_at is None else format_timestamp(item.enqueue_at)
         return (
             bucket_of(key) % self.buckets,
@@ -478,6 +499,7 @@ class _RowPreparer:
             item.kind,
             enqueue_at,
             None if item.priority == DEFAULT_PRIORITY else item.priority,
+            item.group or None,
             None,
             None,
             None,
@@ -497,6 +519,7 @@ def _from_plan(row: Any) -> tuple[SortKey, NewItem | RowError]:
         kind=row.kind or "",
         enqueue_at=enqueue_at,
         priority=DEFAULT_PRIORITY if row.priority is None else row.priority,
+        group=row.group or "",
     )
     return key, item
 

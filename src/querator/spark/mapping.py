@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from querator.api.durations import format_timestamp, parse_timestamp
 from querator.domain.errors import InvalidRequestError
+from querator.domain.groups import validate_group
 from querator.domain.model import MAX_BATCH, MAX_PAYLOAD_BYTES, MAX_REFERENCE_BYTES, NewItem
 from querator.domain.priority import DEFAULT_PRIORITY, validate_priority
 
@@ -38,6 +39,8 @@ _DESCRIBE_CHARS = 200
 #: JSON overhead of one item beyond its strings: keys, quotes, commas, the ``enqueue_at`` and
 #: ``priority`` values.
 _ITEM_OVERHEAD_BYTES = 120
+#: ... and of the ``group`` key, counted only for an item that has a group (``wire_size``).
+_GROUP_OVERHEAD_BYTES = len(', "group": ')
 #: A priority given as text (CSV sources read every column as a string): decimal digits only.
 _PRIORITY_TEXT = re.compile(r"[0-9]+")
 
@@ -69,6 +72,9 @@ class ColumnMap:
     priority
         Optional column: an integer 0-9, lower leases first (or its decimal text, as CSV gives it);
         null or empty means 5, the default priority.
+    group
+        Optional string column: the item's group, a tenant or customer (at most 128 bytes of UTF-8,
+        no control characters or line separators); null or empty means none.
     default_kind, default_encoding
         Values used when there is no such column or the row's value is null.
     """
@@ -80,6 +86,7 @@ class ColumnMap:
     encoding: str | None = None
     enqueue_at: str | None = None
     priority: str | None = None
+    group: str | None = None
     default_kind: str = ""
     default_encoding: str = ""
 
@@ -98,7 +105,15 @@ class ColumnMap:
     @property
     def source_columns(self) -> tuple[str, ...]:
         """Every column the mapping reads, each once, payload first."""
-        named = (self.key, self.reference, self.kind, self.encoding, self.enqueue_at, self.priority)
+        named = (
+            self.key,
+            self.reference,
+            self.kind,
+            self.encoding,
+            self.enqueue_at,
+            self.priority,
+            self.group,
+        )
         return tuple(dict.fromkeys([*self.payload, *(n for n in named if n is not None)]))
 
 
@@ -120,8 +135,9 @@ def row_to_item(row: Mapping[str, Any], columns: ColumnMap) -> NewItem:
     ------
     InvalidRowError
         A column is missing, a payload is null or too large, a string is too long, a value has a
-        type the column cannot hold, ``enqueue_at`` is not an aware timestamp, or ``priority`` is
-        not an integer 0-9. ``context`` has ``column``.
+        type the column cannot hold, ``enqueue_at`` is not an aware timestamp, ``priority`` is
+        not an integer 0-9, or ``group`` is not a group (``querator.domain.groups``). ``context``
+        has ``column``.
     """
     payload = _payload(row, columns.payload)
     if len(payload) > MAX_PAYLOAD_BYTES:
@@ -134,6 +150,7 @@ def row_to_item(row: Mapping[str, Any], columns: ColumnMap) -> NewItem:
     encoding = _text(row, columns.encoding, columns.default_encoding)
     enqueue_at = _enqueue_at(row, columns.enqueue_at)
     priority = _priority(row, columns.priority)
+    group = _group(row, columns.group)
     try:
         return NewItem(
             payload=payload,
@@ -142,6 +159,7 @@ def row_to_item(row: Mapping[str, Any], columns: ColumnMap) -> NewItem:
             kind=kind,
             enqueue_at=enqueue_at,
             priority=priority,
+            group=group,
         )
     except InvalidRequestError as exc:
         # The checks above name the column; this is the domain's last word on anything they miss.
@@ -170,13 +188,15 @@ def row_key(row: Mapping[str, Any], columns: ColumnMap, item: NewItem, *, job_id
 def item_digest(item: NewItem) -> str:
     """A digest of everything the item carries; orders rows that share a key.
 
-    The priority is part of it only when it is not the default, so an item of priority 5 has the
-    digest it had before items had priorities.
+    The priority is part of it only when it is not the default, and the group only when there is
+    one, so an item of priority 5 without a group has the digest it had before either existed.
     """
     enqueue_at = "" if item.enqueue_at is None else format_timestamp(item.enqueue_at)
     fields = [item.reference, item.encoding, item.kind, enqueue_at]
     if item.priority != DEFAULT_PRIORITY:
         fields.append(f"priority={item.priority}")
+    if item.group:
+        fields.append(f"group={item.group}")
     return hashlib.sha256(_framed(*fields) + item.payload).hexdigest()
 
 
@@ -194,7 +214,10 @@ def wire_size(item: NewItem) -> int:
     """An upper estimate of the item's size in a JSON produce body (payload as base64)."""
     base64_bytes = 4 * ((len(item.payload) + 2) // 3)
     strings = sum(len(json.dumps(text)) for text in (item.reference, item.kind, item.encoding))
-    return base64_bytes + strings + _ITEM_OVERHEAD_BYTES
+    # The group only when there is one (the client leaves it out when empty): an item without one
+    # keeps the size it had before items had groups, so a re-run cuts a job's chunks the same.
+    group = len(json.dumps(item.group)) + _GROUP_OVERHEAD_BYTES if item.group else 0
+    return base64_bytes + strings + group + _ITEM_OVERHEAD_BYTES
 
 
 def chunks_of(
@@ -307,6 +330,20 @@ def _priority(row: Mapping[str, Any], column: str | None) -> int:
         raise InvalidRowError(
             f"{column}: the priority must be an integer between 0 and 9, got {shown}", column=column
         ) from exc
+
+
+def _group(row: Mapping[str, Any], column: str | None) -> str:
+    if column is None:
+        return ""
+    value = _value(row, column)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidRowError(f"{column}: expected a string, got {type(value).__name__}", column=column)
+    try:
+        return validate_group(value, "the group")
+    except InvalidRequestError as exc:
+        raise InvalidRowError(f"{column}: {exc}", column=column) from exc
 
 
 def _canonical_json(value: Any, column: str) -> str:

@@ -267,7 +267,8 @@ class HttpProducer:
 
 
 def client_item(item: NewItem) -> ClientItem:
-    """The item as ``querator.client`` sends it (which sends the priority when it is not 5)."""
+    """The item as ``querator.client`` sends it (which sends the priority when it is not 5, and the
+    group when there is one)."""
     return ClientItem(
         payload=item.payload,
         reference=item.reference,
@@ -275,6 +276,7 @@ def client_item(item: NewItem) -> ClientItem:
         kind=item.kind,
         enqueue_at=item.enqueue_at,
         priority=item.priority,
+        group=item.group,
     )
 
 
