@@ -7,6 +7,7 @@ checks the result through the API again: the console is a client, so the API is 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
@@ -44,6 +45,71 @@ def row_cells(page: PageType, queue: str) -> list[str]:
     return [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
 
 
+#: The queue list's row of a queue as header -> {text, title}, read in one go (the page repaints the
+#: cells one by one as it refreshes); null while the row is not drawn.
+QUEUE_ROW = """
+const table = document.querySelector('table[aria-label="Queues"]');
+const row = table && table.querySelector(`tr[data-queue="${CSS.escape(arguments[0])}"]`);
+if (!row) return null;
+const headers = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+const cell = (i) => ({text: row.cells[i].textContent, title: row.cells[i].title});
+return headers.map((header, i) => [header, cell(i)]);  // pairs: an object's key order is lost
+"""
+
+#: Makes the page see an older server, one whose queue.stats and OpenAPI document have no `produced`
+#: / `completed`: installed before the console's own script, it drops those keys from the replies.
+OLDER_SERVER = r"""
+(() => {
+  const strip = (value) => {
+    if (Array.isArray(value)) return value.map(strip);
+    if (value === null || typeof value !== "object") return value;
+    return Object.fromEntries(Object.entries(value)
+      .filter(([key]) => key !== "produced" && key !== "completed").map(([key, v]) => [key, strip(v)]));
+  };
+  const original = window.fetch.bind(window);
+  window.fetch = async (input, init) => {
+    const response = await original(input, init);
+    if (!/(\/v1\/queue\.stats|\/openapi\.json)$/.test(String(input))) return response;
+    const body = strip(JSON.parse(await response.text()));
+    const {status, statusText} = response;
+    const headers = {"Content-Type": "application/json"};
+    return new Response(JSON.stringify(body), {status, statusText, headers});
+  };
+})();
+"""
+
+
+def queue_row(page: PageType, queue: str) -> dict[str, dict[str, str]] | None:
+    pairs = page.driver.execute_script(QUEUE_ROW, queue)
+    return None if pairs is None else dict(pairs)
+
+
+def sampled(page: PageType, queue: str, samples: int) -> dict[str, dict[str, str]] | None:
+    """The row once its depth chart has drawn at least ``samples`` samples (the rates are written
+    before the chart, from the same samples)."""
+    row = queue_row(page, queue)
+    if not row or "Depth" not in row:
+        return None
+    found = re.search(r"over the last (\d+) samples", row["Depth"]["text"])
+    return row if found and int(found.group(1)) >= samples else None
+
+
+def per_second(text: str) -> float:
+    return float(text.removeprefix("<"))
+
+
+def partition_columns(page: PageType) -> dict[int, dict[str, str]] | None:
+    """The queue page's Partitions table: partition -> header -> text (None while empty)."""
+    table = page.element('table[aria-label="Partitions"]')
+    headers = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+    rows = table.find_elements(By.CSS_SELECTOR, "tbody tr")
+    found = {}
+    for row in rows:
+        cells = dict(zip(headers, [td.text for td in row.find_elements(By.TAG_NAME, "td")], strict=True))
+        found[int(cells["Partition"])] = cells
+    return found or None
+
+
 def listed_groups(page: PageType) -> dict[str, str] | None:
     """Item id -> the text of its Group cell, for the rows the items table shows (None while empty)."""
     headers = [th.text for th in page.driver.find_elements(By.CSS_SELECTOR, "section table thead th")]
@@ -77,11 +143,93 @@ def test_the_queue_list_shows_depth_oldest_age_and_dead_letters(page: PageType, 
 
     page.open(f"#/?pivot={prefix}")
     page.until(lambda d: row_cells(page, queue)[2] != "…", "stats never arrived")
-    name, partitions, ready, leased, scheduled, oldest, dead_letters, _rate, _chart = row_cells(page, queue)
+    name, partitions, ready, leased, scheduled, oldest, dead_letters, _produced, _completed, _chart = (
+        row_cells(page, queue)
+    )
     assert (name, partitions, ready, leased, scheduled, dead_letters) == (queue, "1", "2", "1", "1", "1")
     assert oldest.endswith("s")
     # The dead-letter queue is a queue of its own in the list, with its own depth.
     assert row_cells(page, dead)[2] == "1"
+
+
+def test_the_queue_list_shows_produced_and_completed_per_second_between_two_samples(
+    page: PageType, api: Client
+) -> None:
+    queue = fresh("rates")
+    page.open("#/")
+    # Refresh off: the list samples once when it is opened, and then only when told to.
+    Select(page.element("#refresh")).select_by_value("0")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h", requested_partitions=2)
+    api.produce(queue, ["a", "b", "c"])
+    page.go(f"#/?pivot={queue}")
+    first = page.until(lambda d: sampled(page, queue, 1), "the first sample never arrived")
+    assert list(first)[-3:] == ["Produced/s", "Completed/s", "Depth"]
+    assert "Net change/s" not in first
+    # One sample has counts but no rate yet.
+    assert (first["Produced/s"]["text"], first["Completed/s"]["text"]) == ("—", "—")
+
+    api.produce(queue, [f"item {n}" for n in range(5)])
+    completed = 0
+    while completed < 4:
+        lease = api.lease(queue, batch_size=4 - completed)
+        assert lease.items, "nothing to lease"
+        api.complete(queue, lease.items)
+        completed += len(lease.items)
+    stats = api.stats(queue)
+    assert (sum(p.produced for p in stats.partitions), sum(p.completed for p in stats.partitions)) == (8, 4)
+
+    Select(page.element("#refresh")).select_by_value("2000")
+    row = page.until(lambda d: sampled(page, queue, 2), "the page never sampled again")
+    # Every sample after the first has 8 produced and 4 completed: the rates count 5 and 4 items.
+    assert row["Produced/s"]["title"].startswith("5 produced in the last ")
+    assert row["Completed/s"]["title"].startswith("4 completed in the last ")
+    assert per_second(row["Produced/s"]["text"]) > 0
+    assert per_second(row["Completed/s"]["text"]) > 0
+    assert per_second(row["Produced/s"]["text"]) >= per_second(row["Completed/s"]["text"])
+    assert row["Ready"]["text"] == "4"
+
+    # The queue's page shows each partition's cumulative counts, as queue.stats has them.
+    page.go(f"#/queue/{queue}")
+    wanted = {p.partition: (str(p.produced), str(p.completed)) for p in api.stats(queue).partitions}
+    shown = page.until(
+        lambda d: (
+            (columns := partition_columns(page))
+            and {n: (c["Produced"], c["Completed"]) for n, c in columns.items()} == wanted
+            and columns
+        ),
+        f"the partitions never showed {wanted}",
+    )
+    assert len(shown) == 2
+
+
+@pytest.fixture
+def older_server(browser: webdriver.Chrome) -> Iterator[None]:
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": OLDER_SERVER})
+    try:
+        yield
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]}
+        )
+
+
+@pytest.mark.usefixtures("older_server")
+def test_a_server_without_the_counters_shows_no_rates(page: PageType, api: Client) -> None:
+    queue = fresh("older")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, ["a"])
+    page.open(f"#/?pivot={queue}")
+    Select(page.element("#refresh")).select_by_value("2000")
+    page.until(lambda d: sampled(page, queue, 1))
+    api.produce(queue, ["b", "c"])
+    [leased] = api.lease(queue, batch_size=1).items
+    api.complete(queue, [leased])
+    # Samples keep coming (the depth follows), but there is nothing to make a rate of.
+    row = page.until(lambda d: (r := sampled(page, queue, 2)) and r["Ready"]["text"] == "2" and r)
+    assert (row["Produced/s"]["text"], row["Completed/s"]["text"]) == ("—", "—")
+    page.go(f"#/queue/{queue}")
+    shown = page.until(lambda d: partition_columns(page))
+    assert (shown[0]["Produced"], shown[0]["Completed"]) == ("—", "—")
 
 
 def test_the_queue_list_pages_through_many_queues(page: PageType, api: Client) -> None:

@@ -5,15 +5,15 @@
 
 const PAGE_QUEUES = 25;   // queues per page: the refresh cost is one stats call per visible queue
 const PAGE_ITEMS = 50;    // items per page of a partition listing
-const HISTORY = 60;       // depth samples kept per queue for the charts
+const HISTORY = 60;       // stats samples kept per queue for the charts and the rates
 const MOVE_CHUNK = 100;   // items per import/delete call when moving dead letters by hand
 
 const state = {
   config: { read_only: false, target: "", refresh_ms: 5000 },
-  features: { redrive: false },
+  features: { redrive: false, counters: false },
   timer: null,
   refresh: null,          // the current view's refresh function
-  history: new Map(),     // queue name -> [{t, ready, leased, scheduled}]
+  history: new Map(),     // queue name -> [{t, ready, leased, scheduled, produced, completed}]
   generation: 0,          // bumped on navigation, so a late reply never paints over a newer view
 };
 
@@ -192,16 +192,26 @@ function partitionsOf(stats) {
   return (stats.logicalQueues && stats.logicalQueues[0] && stats.logicalQueues[0].partitions) || [];
 }
 
+function hasCounters(partitions) {
+  // The cumulative produced / completed counts of queue.stats: an older server has neither (null
+  // then, shown as "—"). A reply may leave a zero out, so the server's OpenAPI document counts too.
+  return state.features.counters || partitions.some((p) => "produced" in p || "completed" in p);
+}
+
 function totals(stats) {
-  const sum = { ready: 0, leased: 0, scheduled: 0, ageWeighted: 0 };
-  for (const p of partitionsOf(stats)) {
+  const sum = { ready: 0, leased: 0, scheduled: 0, ageWeighted: 0, produced: 0, completed: 0 };
+  const partitions = partitionsOf(stats);
+  for (const p of partitions) {
     const total = p.total || 0;
     const leased = p.total_leased || 0;
     sum.ready += total - leased;
     sum.leased += leased;
     sum.scheduled += p.scheduled || 0;
     sum.ageWeighted += goDuration(p.average_age) * total;
+    sum.produced += p.produced || 0;
+    sum.completed += p.completed || 0;
   }
+  if (!hasCounters(partitions)) { sum.produced = null; sum.completed = null; }
   const stored = sum.ready + sum.leased;
   sum.averageAge = stored ? sum.ageWeighted / stored : null;
   return sum;
@@ -223,23 +233,41 @@ async function oldestAge(queueName, stats) {
 }
 
 function remember(queueName, sums) {
-  const samples = state.history.get(queueName) || [];
-  samples.push({ t: Date.now(), ready: sums.ready, leased: sums.leased, scheduled: sums.scheduled });
+  let samples = state.history.get(queueName) || [];
+  const previous = samples[samples.length - 1];
+  // The counters only grow: one that went down means the queue was deleted and created again under
+  // its name, and the old samples belong to another queue.
+  const restarted = (key) => previous && previous[key] !== null && sums[key] !== null && sums[key] < previous[key];
+  if (restarted("produced") || restarted("completed")) samples = [];
+  samples.push({ t: Date.now(), ready: sums.ready, leased: sums.leased, scheduled: sums.scheduled,
+    produced: sums.produced, completed: sums.completed });
   while (samples.length > HISTORY) samples.shift();
   state.history.set(queueName, samples);
   return samples;
 }
 
-function netRate(samples) {
-  // Change of the stored depth per second over the samples kept; produced and completed are not
-  // counted separately by the API, so this is what can be said honestly.
-  if (samples.length < 2) return null;
-  const first = samples[0];
+function counterRate(samples, key) {
+  // Items per second of a cumulative counter ("produced" or "completed") over the samples kept: its
+  // growth from the oldest sample that has it to the newest, over the time between. null until two
+  // samples have it (and from a server without the counters).
   const last = samples[samples.length - 1];
+  if (!last || last[key] === null || last[key] === undefined) return null;
+  const first = samples.find((s) => s[key] !== null && s[key] !== undefined);
   const seconds = (last.t - first.t) / 1000;
-  if (seconds <= 0) return null;
-  const depth = (s) => s.ready + s.leased + s.scheduled;
-  return (depth(last) - depth(first)) / seconds;
+  if (first === last || seconds <= 0) return null;
+  const count = last[key] - first[key];
+  return { perSecond: count / seconds, count, seconds };
+}
+
+function showRate(cell, rate, verb) {
+  if (rate === null) {
+    cell.textContent = "—";
+    cell.title = "needs two samples of the counters (a server without them: always)";
+    return;
+  }
+  const r = rate.perSecond;
+  cell.textContent = r === 0 ? "0" : r < 0.1 ? "<0.1" : r < 100 ? r.toFixed(1) : String(Math.round(r));
+  cell.title = `${rate.count} ${verb} in the last ${Math.round(rate.seconds)} s`;
 }
 
 function sparkline(history, width, height) {
@@ -316,14 +344,16 @@ async function queuesView(view, params) {
     const cells = {
       ready: h("td", { class: "num" }, "…"), leased: h("td", { class: "num" }, "…"),
       scheduled: h("td", { class: "num" }, "…"), oldest: h("td", { class: "num" }, "…"),
-      dead: h("td", { class: "num" }, queue.dead_queue ? "…" : "—"), rate: h("td", { class: "num" }, "…"),
+      dead: h("td", { class: "num" }, queue.dead_queue ? "…" : "—"),
+      produced: h("td", { class: "num" }, "…"), completed: h("td", { class: "num" }, "…"),
       chart: h("td", {}),
     };
     rows.set(queue.queue_name, cells);
     body.append(h("tr", { "data-queue": queue.queue_name },
       h("td", { class: "mono" }, h("a", { href: `#/queue/${encodeURIComponent(queue.queue_name)}` }, queue.queue_name)),
       h("td", { class: "num" }, queue.requested_partitions || 1),
-      cells.ready, cells.leased, cells.scheduled, cells.oldest, cells.dead, cells.rate, cells.chart));
+      cells.ready, cells.leased, cells.scheduled, cells.oldest, cells.dead, cells.produced, cells.completed,
+      cells.chart));
   }
   const filter = h("input", { id: "pivot", value: pivot, placeholder: "name", "aria-label": "Start at queue name" });
   show(view, 
@@ -335,7 +365,9 @@ async function queuesView(view, params) {
         h("th", { scope: "col" }, "Name"), h("th", { scope: "col", class: "num" }, "Partitions"),
         h("th", { scope: "col", class: "num" }, "Ready"), h("th", { scope: "col", class: "num" }, "Leased"),
         h("th", { scope: "col", class: "num" }, "Scheduled"), h("th", { scope: "col", class: "num" }, "Oldest item"),
-        h("th", { scope: "col", class: "num" }, "Dead letters"), h("th", { scope: "col", class: "num" }, "Net change/s"),
+        h("th", { scope: "col", class: "num" }, "Dead letters"),
+        h("th", { scope: "col", class: "num", title: "items produced or imported per second, sampled" }, "Produced/s"),
+        h("th", { scope: "col", class: "num", title: "items completed (queue.complete) per second, sampled" }, "Completed/s"),
         h("th", { scope: "col" }, "Depth"))),
       body),
     queues.length ? null : h("p", { class: "muted" }, pivot ? "No queue from this name on." : "No queues yet."),
@@ -356,8 +388,8 @@ async function queuesView(view, params) {
         cells.leased.textContent = sums.leased;
         cells.scheduled.textContent = sums.scheduled;
         cells.oldest.textContent = fmtAge(await oldestAge(queue.queue_name, stats));
-        const rate = netRate(samples);
-        cells.rate.textContent = rate === null ? "—" : rate.toFixed(1);
+        showRate(cells.produced, counterRate(samples, "produced"), "produced");
+        showRate(cells.completed, counterRate(samples, "completed"), "completed");
         cells.chart.replaceChildren(sparkline(samples, 120, 24));
         if (queue.dead_queue) {
           const dead = totals(await api("queue.stats", { queue_name: queue.dead_queue }));
@@ -420,7 +452,9 @@ async function queueView(view, name, params) {
       h("thead", {}, h("tr", {},
         h("th", { scope: "col", class: "num" }, "Partition"), h("th", { scope: "col", class: "num" }, "Ready"),
         h("th", { scope: "col", class: "num" }, "Leased"), h("th", { scope: "col", class: "num" }, "Scheduled"),
-        h("th", { scope: "col", class: "num" }, "Average age"), h("th", { scope: "col", class: "num" }, "Average leased age"))),
+        h("th", { scope: "col", class: "num" }, "Average age"), h("th", { scope: "col", class: "num" }, "Average leased age"),
+        h("th", { scope: "col", class: "num", title: "items produced or imported since the partition was created" }, "Produced"),
+        h("th", { scope: "col", class: "num", title: "items completed since the partition was created" }, "Completed"))),
       statsBody),
     settingsForm(info),
     state.config.read_only ? null : produceForm(info),
@@ -437,10 +471,12 @@ async function queueView(view, name, params) {
     chartBox.replaceChildren(depthChart(samples), h("p", { class: "legend" },
       h("span", { class: "key ready" }, "ready"), h("span", { class: "key leased" }, "leased"),
       h("span", { class: "key scheduled" }, "scheduled"), ` · last ${samples.length} samples`));
-    statsBody.replaceChildren(...partitionsOf(stats).map((p) => h("tr", {},
+    const counted = hasCounters(partitionsOf(stats));
+    statsBody.replaceChildren(...partitionsOf(stats).map((p) => h("tr", { "data-partition": p.partition },
       h("td", { class: "num" }, p.partition), h("td", { class: "num" }, (p.total || 0) - (p.total_leased || 0)),
       h("td", { class: "num" }, p.total_leased || 0), h("td", { class: "num" }, p.scheduled || 0),
-      h("td", { class: "num" }, p.average_age || "0s"), h("td", { class: "num" }, p.average_leased_age || "0s"))));
+      h("td", { class: "num" }, p.average_age || "0s"), h("td", { class: "num" }, p.average_leased_age || "0s"),
+      h("td", { class: "num" }, counted ? p.produced || 0 : "—"), h("td", { class: "num" }, counted ? p.completed || 0 : "—"))));
   };
   await state.refresh();
 }
@@ -777,6 +813,8 @@ async function start() {
   try {
     const openapi = await (await fetch("/openapi.json")).json();
     state.features.redrive = Boolean(openapi.paths && openapi.paths["/v1/queue.redrive"]);
+    const schemas = Object.values((openapi.components && openapi.components.schemas) || {});
+    state.features.counters = schemas.some((s) => s && s.properties && "produced" in s.properties && "completed" in s.properties);
   } catch (_) { /* no document: assume the older API */ }
   document.getElementById("target").textContent = state.config.target || location.host;
   document.getElementById("mode").hidden = !state.config.read_only;
