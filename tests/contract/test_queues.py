@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -103,3 +104,35 @@ def test_unknown_queue_is_reported(service):
         service.get_queue("nope")
     with pytest.raises(QueueNotFoundError):
         service.produce("nope", items("a"))
+
+
+def test_the_catalog_keeps_delivery_and_max_leased_per_group(service):
+    make_queue(service, "fair", delivery="fair", max_leased_per_group=3)
+    make_queue(service, "plain")
+
+    fair, plain = service.get_queue("fair"), service.get_queue("plain")
+
+    assert (fair.delivery, fair.max_leased_per_group) == ("fair", 3)
+    assert (plain.delivery, plain.max_leased_per_group) == ("fifo", 0)
+    listed = {q.name: (q.delivery, q.max_leased_per_group) for q in service.list_queues()}
+    assert listed == {"fair": ("fair", 3), "plain": ("fifo", 0)}
+    assert {q.name: q.delivery for q in service.catalog.iterate()} == {"fair": "fair", "plain": "fifo"}
+
+
+def test_the_catalog_replaces_delivery_and_marking_deleting_keeps_it(service, clock):
+    created = make_queue(service, "orders", delivery="fair", max_leased_per_group=1_000_000)
+    clock.advance(timedelta(seconds=1))
+    # The catalog port itself: whether an update may change delivery is the service's business.
+    back = replace(created, delivery="fifo", max_leased_per_group=0, updated_at=clock.now())
+    service.catalog.replace(back, expected_updated_at=created.updated_at)
+    assert service.catalog.get("orders") == back
+    again = replace(
+        back, delivery="fair", max_leased_per_group=7, updated_at=clock.now() + timedelta(seconds=1)
+    )
+    service.catalog.replace(again, expected_updated_at=back.updated_at)
+
+    marked = service.catalog.mark_deleting("orders")
+
+    assert (marked.deleting, marked.delivery, marked.max_leased_per_group) == (True, "fair", 7)
+    stored = service.catalog.get("orders")
+    assert (stored.deleting, stored.delivery, stored.max_leased_per_group) == (True, "fair", 7)

@@ -59,6 +59,8 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "max_attempts": 5,
         "dead_queue": "orders-dead",
         "requested_partitions": 4,
+        "delivery": "fair",
+        "max_leased_per_group": 10,
     },
     "queues.update": {"queue_name": "orders", "lease_timeout": "5m"},
     "queues.info": {"queue_name": "orders"},

@@ -35,7 +35,13 @@ from querator.api.errors import body_too_large, unsupported_content
 from querator.domain import model as domain
 from querator.domain.errors import InvalidRequestError
 from querator.domain.groups import MAX_GROUP_BYTES, validate_group
-from querator.domain.model import MAX_BATCH, MAX_PAYLOAD_BYTES
+from querator.domain.model import (
+    DELIVERIES,
+    FIFO,
+    MAX_BATCH,
+    MAX_LEASED_PER_GROUP_LIMIT,
+    MAX_PAYLOAD_BYTES,
+)
 from querator.domain.priority import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 #: Default page size of the storage listings (contract: ``limit`` default 1000).
@@ -106,6 +112,12 @@ def _check_group(value: str) -> str:
         raise _custom_error("group", str(exc)) from exc
 
 
+def _check_delivery(value: str) -> str:
+    if value not in DELIVERIES:
+        raise _custom_error("delivery", "must be 'fifo' or 'fair'")
+    return value
+
+
 def _check_queue_name(value: str) -> str:
     try:
         return domain.validate_queue_name(value)
@@ -142,6 +154,29 @@ Partition = Annotated[int, Field(ge=0)]
 #: 0-9, lower leases first; a JSON integer (``5.0``, ``"5"`` and ``true`` are refused).
 Priority = Annotated[
     int, Strict(), Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0-9, lower leases first")
+]
+#: A queue's delivery: "fifo" (oldest first in each partition) or "fair" (round-robin across groups).
+Delivery = Annotated[
+    str,
+    Strict(),
+    AfterValidator(_check_delivery),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "enum": list(DELIVERIES),
+            "description": '"fifo" (default) or "fair": leases go round-robin across the groups',
+        }
+    ),
+]
+#: In a fair queue, the most valid leases one group may hold; a JSON integer, 0 (no limit) or more.
+MaxLeasedPerGroup = Annotated[
+    int,
+    Strict(),
+    Field(
+        ge=0,
+        le=MAX_LEASED_PER_GROUP_LIMIT,
+        description="fair queues: the most valid leases one group may hold; 0 (default): no limit",
+    ),
 ]
 #: An item's group: up to 128 bytes of printable UTF-8; "" (the default) is none.
 Group = Annotated[
@@ -194,6 +229,8 @@ class CreateQueueRequest(WireRequest):
     dead_queue: str = ""
     reference: str = ""
     requested_partitions: int = 1
+    delivery: Delivery = FIFO
+    max_leased_per_group: MaxLeasedPerGroup = 0
     # Output-only fields of QueueInfo, accepted and ignored, so the body of a queues.info reply can be
     # sent back as is.
     created_at: Timestamp | None = None
@@ -209,6 +246,8 @@ class CreateQueueRequest(WireRequest):
             dead_queue=self.dead_queue,
             reference=self.reference,
             partitions=self.requested_partitions,
+            delivery=self.delivery,
+            max_leased_per_group=self.max_leased_per_group,
             created_at=now,
             updated_at=now,
         )
@@ -224,6 +263,8 @@ class UpdateQueueRequest(WireRequest):
     dead_queue: str | None = None
     reference: str | None = None
     requested_partitions: int | None = None
+    delivery: Delivery | None = None
+    max_leased_per_group: MaxLeasedPerGroup | None = None
     created_at: Timestamp | None = None
     updated_at: Timestamp | None = None
 
@@ -241,6 +282,8 @@ class UpdateQueueRequest(WireRequest):
             dead_queue=present("dead_queue"),
             reference=present("reference"),
             partitions=present("requested_partitions"),
+            delivery=present("delivery"),
+            max_leased_per_group=present("max_leased_per_group"),
         )
 
 
@@ -275,6 +318,8 @@ class QueueInfoResponse(WireResponse):
     dead_queue: str
     reference: str
     requested_partitions: int
+    delivery: str
+    max_leased_per_group: int
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -288,6 +333,8 @@ class QueueInfoResponse(WireResponse):
             dead_queue=info.dead_queue,
             reference=info.reference,
             requested_partitions=info.partitions,
+            delivery=info.delivery,
+            max_leased_per_group=info.max_leased_per_group,
             created_at=info.created_at,
             updated_at=info.updated_at,
         )

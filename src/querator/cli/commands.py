@@ -254,6 +254,21 @@ def _queue_fields(parser: argparse.ArgumentParser, *, defaults: bool = True) -> 
         dest="requested_partitions",
         help="partition count" + (" (default 1)" if defaults else ""),
     )
+    parser.add_argument(
+        "--delivery",
+        choices=("fifo", "fair"),
+        default=None,
+        help="fifo: oldest first; fair: leases go round-robin across the item groups"
+        + (" (default fifo)" if defaults else "; only while the queue holds no items"),
+    )
+    parser.add_argument(
+        "--max-leased-per-group",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fair queues: the most valid leases one group may hold (0: no limit"
+        + (", the default)" if defaults else ")"),
+    )
 
 
 def _queue_row(info: QueueInfo) -> list[Any]:
@@ -264,11 +279,23 @@ def _queue_row(info: QueueInfo) -> list[Any]:
         info.max_attempts,
         info.dead_queue,
         info.requested_partitions,
+        info.delivery,
+        info.max_leased_per_group,
         info.reference,
     ]
 
 
-QUEUE_HEADERS: Final = ["QUEUE", "LEASE", "EXPIRE", "MAX ATTEMPTS", "DEAD QUEUE", "PARTITIONS", "REFERENCE"]
+QUEUE_HEADERS: Final = [
+    "QUEUE",
+    "LEASE",
+    "EXPIRE",
+    "MAX ATTEMPTS",
+    "DEAD QUEUE",
+    "PARTITIONS",
+    "DELIVERY",
+    "MAX LEASED/GROUP",
+    "REFERENCE",
+]
 
 
 def _show_queue(args: argparse.Namespace, info: QueueInfo) -> None:
@@ -288,6 +315,8 @@ def _queues_create(args: argparse.Namespace) -> int:
             dead_queue=args.dead_queue,
             reference=args.reference,
             requested_partitions=args.requested_partitions,
+            delivery=args.delivery,
+            max_leased_per_group=args.max_leased_per_group,
         )
         _show_queue(args, client.queue_info(args.queue_name))
     return ExitCode.OK
@@ -337,6 +366,8 @@ def _queues_update(args: argparse.Namespace) -> int:
             "dead_queue",
             "reference",
             "requested_partitions",
+            "delivery",
+            "max_leased_per_group",
         )
         if getattr(args, key) is not None
     }

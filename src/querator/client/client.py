@@ -272,9 +272,13 @@ class Client:
         dead_queue: str = "",
         reference: str = "",
         requested_partitions: int = 1,
+        delivery: str | None = None,
+        max_leased_per_group: int | None = None,
     ) -> None:
         """``queues.create``. Raises ``QueueExistsError`` when the name is taken, ``BadRequestError``
-        for a bad field (a bad duration, a missing ``dead_queue``)."""
+        for a bad field (a bad duration, a missing ``dead_queue``, a ``delivery`` other than
+        ``"fifo"`` or ``"fair"``). ``delivery`` and ``max_leased_per_group`` are sent when given
+        (the server's defaults: ``"fifo"`` and 0, no limit)."""
         body: dict[str, Any] = {
             "queue_name": queue_name,
             "lease_timeout": duration_to_wire(lease_timeout),
@@ -287,6 +291,10 @@ class Client:
             body["dead_queue"] = dead_queue
         if reference:
             body["reference"] = reference
+        if delivery is not None:
+            body["delivery"] = delivery
+        if max_leased_per_group is not None:
+            body["max_leased_per_group"] = max_leased_per_group
         self._call("queues.create", body, safety=Safety.UNSAFE)
 
     def update_queue(
@@ -299,8 +307,11 @@ class Client:
         dead_queue: str | None = None,
         reference: str | None = None,
         requested_partitions: int | None = None,
+        delivery: str | None = None,
+        max_leased_per_group: int | None = None,
     ) -> None:
-        """``queues.update``: only the arguments given (not ``None``) change."""
+        """``queues.update``: only the arguments given (not ``None``) change. ``delivery`` can change
+        only while the queue holds no items."""
         body: dict[str, Any] = {"queue_name": queue_name}
         if lease_timeout is not None:
             body["lease_timeout"] = duration_to_wire(lease_timeout)
@@ -311,6 +322,8 @@ class Client:
             ("dead_queue", dead_queue),
             ("reference", reference),
             ("requested_partitions", requested_partitions),
+            ("delivery", delivery),
+            ("max_leased_per_group", max_leased_per_group),
         ):
             if value is not None:
                 body[key] = value

@@ -134,6 +134,10 @@ class QueueInfo:
     dead_queue: str = ""
     reference: str = ""
     requested_partitions: int = 1
+    #: ``"fifo"``, or ``"fair"``: leases go round-robin across the groups with ready items.
+    delivery: str = "fifo"
+    #: In a fair queue, the most valid leases one group may hold (0: no limit).
+    max_leased_per_group: int = 0
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
@@ -147,6 +151,9 @@ class QueueInfo:
             dead_queue=_str(body, "dead_queue"),
             reference=_str(body, "reference"),
             requested_partitions=_int(body, "requested_partitions") or 1,
+            # A server from before fair delivery sends neither: its queues are all FIFO.
+            delivery=_str(body, "delivery") or "fifo",
+            max_leased_per_group=_int(body, "max_leased_per_group"),
             created_at=_timestamp(body, "created_at"),
             updated_at=_timestamp(body, "updated_at"),
         )
@@ -161,6 +168,8 @@ class QueueInfo:
             "dead_queue": self.dead_queue,
             "reference": self.reference,
             "requested_partitions": self.requested_partitions,
+            "delivery": self.delivery,
+            "max_leased_per_group": self.max_leased_per_group,
         }
         if self.created_at is not None:
             body["created_at"] = format_timestamp(self.created_at)

@@ -154,6 +154,7 @@ def test_the_limits_are_the_codes() -> None:
     )
     assert _limit_row("`max_attempts`").startswith(f"0 to {model.MAX_ATTEMPTS_LIMIT}")
     assert _limit_row("`requested_partitions`") == f"1 to {model.MAX_PARTITIONS}"
+    assert _limit_row("`max_leased_per_group`").startswith(f"0 to {model.MAX_LEASED_PER_GROUP_LIMIT:,}")
     assert _limit_row("`Idempotency-Key` header") == f"1 to {MAX_IDEMPOTENCY_KEY} characters"
     wait = int(DEFAULT_LEASE_WAIT_CAP.total_seconds())
     assert _limit_row("lease wait (`request_timeout` of `queue.lease`)").startswith(f"{wait} s")

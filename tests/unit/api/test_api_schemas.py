@@ -413,11 +413,95 @@ def test_queue_info_response_shape() -> None:
                 "dead_queue": "orders-dead",
                 "reference": "r",
                 "requested_partitions": 4,
+                "delivery": "fifo",
+                "max_leased_per_group": 0,
                 "created_at": "2026-11-22T05:33:11.123456Z",
                 "updated_at": "2026-11-22T05:33:12.123456Z",
             }
         ]
     }
+
+
+# -- delivery ---------------------------------------------------------------------------------------
+
+
+def _create_body(**fields: object) -> dict[str, object]:
+    return {"queue_name": "q", "lease_timeout": "1m", "expire_timeout": "1h", **fields}
+
+
+def test_create_queue_defaults_to_fifo_without_a_group_limit() -> None:
+    info = parse(schemas.CreateQueueRequest, _create_body()).to_domain(NOW)
+    assert (info.delivery, info.max_leased_per_group) == ("fifo", 0)
+
+
+@pytest.mark.parametrize("spelling", ["snake", "camel"])
+def test_create_queue_takes_delivery_and_max_leased_per_group(spelling: str) -> None:
+    key = "max_leased_per_group" if spelling == "snake" else "maxLeasedPerGroup"
+    info = parse(schemas.CreateQueueRequest, _create_body(delivery="fair", **{key: 3})).to_domain(NOW)
+    assert (info.delivery, info.max_leased_per_group) == ("fair", 3)
+    assert info.fair
+    limit = parse(schemas.CreateQueueRequest, _create_body(max_leased_per_group=1_000_000))
+    assert limit.to_domain(NOW).max_leased_per_group == 1_000_000
+
+
+def test_update_queue_carries_delivery_and_max_leased_per_group_only_when_present() -> None:
+    update = parse(
+        schemas.UpdateQueueRequest, {"queue_name": "q", "delivery": "fair", "max_leased_per_group": 0}
+    ).to_domain()
+    assert (update.delivery, update.max_leased_per_group) == ("fair", 0)
+    absent = parse(schemas.UpdateQueueRequest, {"queue_name": "q", "max_attempts": 2}).to_domain()
+    assert (absent.delivery, absent.max_leased_per_group) == (None, None)
+    nulls = parse(
+        schemas.UpdateQueueRequest, {"queue_name": "q", "delivery": None, "max_leased_per_group": None}
+    ).to_domain()
+    assert (nulls.delivery, nulls.max_leased_per_group) == (None, None)
+
+
+@pytest.mark.parametrize("value", ["lifo", "FIFO", "Fair", "", " fair", 1, True, ["fair"]])
+def test_delivery_refuses_anything_but_fifo_or_fair_naming_the_field(value: object) -> None:
+    message = invalid(schemas.CreateQueueRequest, _create_body(delivery=value))
+    assert message.startswith("delivery: ")
+    assert "delivery: " in invalid(schemas.UpdateQueueRequest, {"queue_name": "q", "delivery": value})
+
+
+def test_a_bad_delivery_string_is_told_the_two_values() -> None:
+    assert invalid(schemas.CreateQueueRequest, _create_body(delivery="lifo")) == (
+        "delivery: must be 'fifo' or 'fair'"
+    )
+
+
+def test_create_queue_refuses_a_null_delivery() -> None:
+    assert invalid(schemas.CreateQueueRequest, _create_body(delivery=None)).startswith("delivery: ")
+    assert invalid(schemas.CreateQueueRequest, _create_body(max_leased_per_group=None)).startswith(
+        "max_leased_per_group: "
+    )
+
+
+@pytest.mark.parametrize("value", [-1, 1_000_001, 2.5, 3.0, "3", True, [3]])
+def test_max_leased_per_group_refuses_anything_but_an_integer_0_to_1000000_naming_the_field(
+    value: object,
+) -> None:
+    message = invalid(schemas.CreateQueueRequest, _create_body(max_leased_per_group=value))
+    assert message.startswith("max_leased_per_group: ")
+    update = invalid(schemas.UpdateQueueRequest, {"queue_name": "q", "maxLeasedPerGroup": value})
+    assert update.startswith("max_leased_per_group: ")
+
+
+def test_queue_info_reply_carries_delivery_and_max_leased_per_group() -> None:
+    info = QueueInfo(
+        name="q",
+        lease_timeout=timedelta(minutes=1),
+        expire_timeout=timedelta(hours=1),
+        delivery="fair",
+        max_leased_per_group=7,
+        created_at=NOW,
+        updated_at=NOW,
+    )
+    wire = schemas.QueueInfoResponse.from_domain(info).to_wire()
+    assert (wire["delivery"], wire["max_leased_per_group"]) == ("fair", 7)
+    # A queues.info reply sent back as an update keeps them.
+    echoed = parse(schemas.UpdateQueueRequest, wire).to_domain()
+    assert (echoed.delivery, echoed.max_leased_per_group) == ("fair", 7)
 
 
 # -- clear, stats, storage --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from querator.domain.errors import (
     StoreThrottledError,
     StoreUnavailableError,
 )
-from querator.domain.model import QueueInfo, timestamp_us, utc_from_timestamp_us
+from querator.domain.model import FIFO, QueueInfo, timestamp_us, utc_from_timestamp_us
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.errors import THROTTLING_CODES
 
@@ -50,6 +50,9 @@ class _CatalogRecord(Model):
     created_at_us = NumberAttribute(null=True)
     updated_at_us = NumberAttribute(null=True)
     deleting = BooleanAttribute(null=True)
+    #: Absent on queues stored before fair delivery, and on FIFO queues: read as "fifo" and 0.
+    delivery = UnicodeAttribute(null=True)
+    max_leased_per_group = NumberAttribute(null=True)
     bookmark = UnicodeAttribute(null=True)
 
 
@@ -103,6 +106,8 @@ class DynamoDBQueueCatalog:
             created_at_us=timestamp_us(info.created_at),
             updated_at_us=timestamp_us(info.updated_at),
             deleting=info.deleting,
+            delivery=info.delivery if info.delivery != FIFO else None,
+            max_leased_per_group=info.max_leased_per_group or None,
         )
 
     @staticmethod
@@ -118,6 +123,8 @@ class DynamoDBQueueCatalog:
             created_at=utc_from_timestamp_us(int(record.created_at_us or 0)),
             updated_at=utc_from_timestamp_us(int(record.updated_at_us or 0)),
             deleting=bool(record.deleting),
+            delivery=record.delivery or FIFO,
+            max_leased_per_group=int(record.max_leased_per_group or 0),
         )
 
     def create(self, info: QueueInfo) -> None:
