@@ -223,6 +223,8 @@ def run_case(
     queue_name: str | None = None,
     priority_of: Callable[[int], int] | None = None,
     group_of: Callable[[int], str] | None = None,
+    delivery: str = "fifo",
+    max_leased_per_group: int = 0,
 ) -> CaseResult:
     """Produce ``count`` items in requests of ``batch``, then lease and complete them all;
     ``priority_of(n)`` / ``group_of(n)`` give the ``n``-th item's priority and group (default: 5
@@ -238,6 +240,8 @@ def run_case(
             expire_timeout=EXPIRE_TIMEOUT,
             created_at=placeholder,
             updated_at=placeholder,
+            delivery=delivery,
+            max_leased_per_group=max_leased_per_group,
         )
     )
     phases = PhaseMeter(metered)

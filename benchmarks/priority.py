@@ -49,9 +49,16 @@ CASES: dict[str, Callable[[int], int] | None] = {
     "one band": lambda n: 2,
     "ten bands": lambda n: n % 10,
     "fifo, grouped": None,
+    "fair, 100 groups": None,
+    "fair, 100 groups, cap 5": None,
 }
 #: Cases whose items carry a group: 100 tenants, a 12-byte group each (``tenant-00042``).
-GROUPS: dict[str, Callable[[int], str]] = {"fifo, grouped": lambda n: f"tenant-{n % 100:05d}"}
+GROUPS: dict[str, Callable[[int], str]] = {
+    case: lambda n: f"tenant-{n % 100:05d}"
+    for case in ("fifo, grouped", "fair, 100 groups", "fair, 100 groups, cap 5")
+}
+#: Fair cases: (delivery, max_leased_per_group).
+FAIR: dict[str, tuple[str, int]] = {"fair, 100 groups": ("fair", 0), "fair, 100 groups, cap 5": ("fair", 5)}
 
 
 def measure(endpoint: str, *, count: int) -> list[tuple[str, CaseResult]]:
@@ -69,6 +76,8 @@ def measure(endpoint: str, *, count: int) -> list[tuple[str, CaseResult]]:
                 queue_name=name,
                 priority_of=priority_of,
                 group_of=GROUPS.get(case),
+                delivery=FAIR.get(case, ("fifo", 0))[0],
+                max_leased_per_group=FAIR.get(case, ("fifo", 0))[1],
             )
             if result.duplicates or result.missing:
                 raise RuntimeError(
@@ -117,6 +126,29 @@ def lease_at_depth(valid: int) -> tuple[int, float, int]:
     return found, cost.read_units, cost.requests
 
 
+def lease_with_groups(groups: int, per_group: int = 10) -> list[tuple[int, float, int]]:
+    """Items leased, read units and requests of each of three leases of 10 from a fair queue whose
+    ``groups`` groups each hold ``per_group`` ready items of 1,000 B (moto in process; call inside
+    ``mock_aws``)."""
+    clock = FakeClock()
+    bench = Bench(clock)
+    bench.queue("q", delivery="fair")
+    payload = b"x" * 1000
+    items = [
+        NewItem(payload=payload, group=f"tenant-{g:05d}") for g in range(groups) for _ in range(per_group)
+    ]
+    for start in range(0, len(items), 1000):
+        bench.setup.produce("q", items[start : start + 1000])
+    clock.advance(timedelta(seconds=2))
+    leases = []
+    for _ in range(3):
+        bench.meter.reset()
+        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
+        cost = bench.meter.snapshot()
+        leases.append((found, cost.read_units, cost.requests))
+    return leases
+
+
 def format_report(results: list[tuple[str, CaseResult]], count: int) -> str:
     lines = [
         f"Per delivered item, {count:,} items of {PAYLOAD_BYTES} B a case (produce -> lease -> complete):",
@@ -143,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--count", type=int, default=1000, help="items per case (default 1,000)")
     parser.add_argument("--depth", type=int, nargs="*", default=[], help="valid leases ahead (e.g. 100000)")
+    parser.add_argument(
+        "--groups", type=int, nargs="*", default=[], help="fair queue with N groups holding items"
+    )
     args = parser.parse_args(argv)
     use_fake_credentials()
     if args.count:
@@ -161,6 +196,19 @@ def main(argv: list[str] | None = None) -> int:
             for valid in args.depth:
                 found, read_units, requests = lease_at_depth(valid)
                 lines.append(f"| {valid:,} | {found} | {read_units:.1f} | {requests} |")
+        sys.stdout.write("\n".join(lines) + "\n")
+    if args.groups:
+        lines = [
+            "",
+            "Leases of 10 from a fair queue whose N groups each hold 10 ready items (1,000 B):",
+            "",
+            "| groups | lease | items leased | read units | requests |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        with mock_aws():
+            for groups in args.groups:
+                for n, (found, read_units, requests) in enumerate(lease_with_groups(groups), 1):
+                    lines.append(f"| {groups:,} | {n} | {found} | {read_units:.1f} | {requests} |")
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

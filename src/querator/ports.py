@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from querator.domain.priority import BANDS, band_start
+from querator.domain.priority import BANDS, band_of, band_start, priority_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -73,6 +73,17 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupLedger:
+    """The leases a capped fair queue handed out in one group (``max_leased_per_group``): each
+    id with its lease deadline as claimed, and a version every claim moves on. An entry may outlive
+    its lease (a complete whose removal was lost) or undercount it (a renewal): callers check
+    entries whose deadline passed against the items."""
+
+    version: int = 0
+    leases: Mapping[str, datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionHead:
     """What a partition's head row holds (docs/adr/0050-engine-v2.md); zeros for a new partition.
 
@@ -110,14 +121,34 @@ class PartitionHead:
     recount: Recount | None = None
     recounted_at: datetime | None = None
 
+    #: Group lanes (fair delivery, ``querator.domain.priority.lane_of``) were registered in the
+    #: partition: leases, the reaper, clear and listings go lane by lane. Never unset.
+    has_lanes: bool = False
+    #: By band: the lane a fair lease served last (the next one starts after it).
+    rings: Mapping[str, str] = field(default_factory=dict)
+    #: The group ledgers, where a store keeps them in the head row (the embedded stores; DynamoDB
+    #: keeps them in rows of their own): read them with ``ItemStore.group_ledgers``.
+    group_ledgers: Mapping[str, GroupLedger] = field(default_factory=dict)
+
     @property
     def bands(self) -> frozenset[str]:
-        """The bands other than priority 5's that are in use."""
+        """The bands other than priority 5's that are in use (and, where the store keeps them in
+        the head row or ``ItemStore.with_lanes`` added them, the group lanes)."""
         return frozenset(self.band_registered)
 
     def leasable_bands(self) -> list[str]:
         """The bands that may hold items, highest priority first (priority 5's always)."""
         return [b for b in BANDS if b == "" or b in self.bands]
+
+    def leasable_lanes(self) -> list[str]:
+        """Every band and group lane that may hold items, in key order: each band, then its group
+        lanes. Group lanes appear when the store holds them in the head row (the embedded stores)
+        or after ``ItemStore.with_lanes``."""
+        lanes = [lane for lane in self.band_registered if lane not in BANDS]
+        return sorted(
+            self.leasable_bands() + lanes,
+            key=lambda lane: (priority_of(lane + "0" * 30), lane != band_of(lane), lane),
+        )
 
     def cursor_in(self, band: str) -> str:
         """Where a lease reads ``band`` from: its cursor, or the band's start."""
@@ -144,6 +175,18 @@ class Recount:
     created_sum: int = 0
     leased_created_sum: int = 0
     scheduled_created_sum: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lane:
+    """A group lane of a fair queue's partition (``querator.domain.priority.lane_of``)."""
+
+    #: The key prefix: the band, ``g`` and the group's 16 hex digits.
+    lane: str
+    #: Where a lease reads the lane from: every id below it is leased, being settled, or gone.
+    cursor: str
+    #: When a write of items into the lane last registered it.
+    registered: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,9 +319,53 @@ class ItemStore(Protocol):
         """
         ...
 
-    def note_leased(self, queue: str, partition: int, items: Sequence[Item], *, cursor: str | None) -> None:
-        """Count ``items`` as leased and, when given, move the lease cursor of ``cursor``'s band
-        (``querator.domain.priority.band_of``) to ``cursor``."""
+    def note_leased(
+        self,
+        queue: str,
+        partition: int,
+        items: Sequence[Item],
+        *,
+        cursor: str | None,
+        ring: tuple[str, str] | None = None,
+    ) -> None:
+        """Count ``items`` as leased and, when given, move the lease cursor of ``cursor``'s lane
+        (``querator.domain.priority.lane_of``: a band, or a group lane) to ``cursor``, and set the
+        ring of band ``ring[0]`` to lane ``ring[1]`` (the lane a fair lease served last)."""
+        ...
+
+    def lanes(self, queue: str, partition: int, band: str, *, after: str, limit: int) -> list[Lane]:
+        """Up to ``limit`` group lanes of ``band`` registered in the partition, in key order, from
+        the first after ``after`` (a lane; ``""``: from the band's first)."""
+        ...
+
+    def with_lanes(self, queue: str, partition: int, head: PartitionHead) -> PartitionHead:
+        """``head`` with every group lane's registration, cursor and sweep mark in its band maps
+        (O(lanes); for the reaper, clear and listings, not for leases)."""
+        ...
+
+    def group_ledgers(self, queue: str, partition: int, groups: Sequence[str]) -> dict[str, GroupLedger]:
+        """The ledgers of ``groups`` (group lanes without their band: ``g`` + 16 hex digits)."""
+        ...
+
+    def claim_in_group(
+        self,
+        queue: str,
+        partition: int,
+        item_id: str,
+        *,
+        version: int,
+        forget: Sequence[str],
+        lease_deadline: datetime,
+        now: datetime,
+    ) -> Item | None:
+        """Claim one item as ``claim`` does and enter it in its group's ledger, in one atomic step
+        that holds only while the ledger is still at ``version`` (moving it on, and dropping the
+        ``forget`` ids from it). ``None``: the item was taken, or the ledger moved (read it again)."""
+        ...
+
+    def forget_leases(self, queue: str, partition: int, ids: Sequence[str]) -> None:
+        """Drop ids of group lanes from their ledgers (their leases ended); best-effort: a lost
+        removal holds a slot until the lease's deadline."""
         ...
 
     def renew(
@@ -301,13 +388,14 @@ class ItemStore(Protocol):
         ...
 
     def register_bands(self, queue: str, partition: int, ids: Iterable[str], *, now: datetime) -> None:
-        """Name the bands of ``ids`` (other than priority 5's) in the partition's head row, as
-        registered at ``now``, before items of those bands are written there (a lease reads only
-        the bands the head row names). Raises when it cannot; no write for priority 5 ids."""
+        """Name the bands of ``ids`` (other than priority 5's) in the partition's head row, and
+        their group lanes (fair queues), as registered at ``now``, before items of those bands are
+        written there (a lease reads only the bands and lanes named). Raises when it cannot; no
+        write for priority 5 ids without a lane."""
         ...
 
     def drop_band(self, queue: str, partition: int, band: str, *, registered_before: datetime) -> bool:
-        """Stop naming ``band`` in the head row if it was last registered before
+        """Stop naming ``band`` (or a group lane) if it was last registered before
         ``registered_before``; whether it did. The caller checks the band is empty before and
         after (a write registered earlier may still land in between)."""
         ...
@@ -353,7 +441,7 @@ class ItemStore(Protocol):
         ...
 
     def set_sweep(self, queue: str, partition: int, mark: str) -> None:
-        """Move the sweep mark of ``mark``'s band to ``mark``."""
+        """Move the sweep mark of ``mark``'s lane (a band, or a group lane) to ``mark``."""
         ...
 
     def save_recount(self, queue: str, partition: int, recount: Recount | None) -> None:

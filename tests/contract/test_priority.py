@@ -8,7 +8,7 @@ import pytest
 
 from querator.domain.errors import InvalidRequestError, NothingToLeaseError
 from querator.domain.model import ClearScope, NewItem, RetryRequest, StorageItem
-from querator.domain.priority import band_end, band_start
+from querator.domain.priority import band_start, held_end
 from querator.ports import Page
 from querator.service.tuning import BAND_IDLE
 from querator.storage.dynamodb.store import DynamoDBItemStore
@@ -406,7 +406,7 @@ def test_an_item_that_lands_between_the_check_and_the_drop_keeps_its_band(servic
     def first_check_misses_it(*args, **kwargs):
         # The reaper's first look at the band sees it empty (the writer had registered it long ago
         # and its item had not landed yet); every other read sees the store as it is.
-        if (kwargs["start"], kwargs["end"], kwargs["limit"]) == (band_start(".1"), band_end(".1"), 1):
+        if (kwargs["start"], kwargs["end"], kwargs["limit"]) == (band_start(".1"), held_end(".1"), 1):
             checks.append(kwargs["start"])
             if len(checks) == 1:
                 return Page(read_to=kwargs["end"])

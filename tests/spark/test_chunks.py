@@ -5,6 +5,7 @@ existed reads as priority 5 without a group."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ from pyspark.sql import Row
 
 from querator.domain.ids import ID_LENGTH, is_item_id, time_key
 from querator.domain.model import NewItem, QueueInfo
-from querator.domain.priority import band, priority_of, unbanded
+from querator.domain.priority import band, lane_of, priority_of, unbanded
 from querator.spark.chunks import ChunkPlan
 from querator.spark.job import _columns_record, _from_plan, _RowPreparer, plan_schema
 from querator.spark.mapping import ColumnMap, RowError
@@ -193,3 +194,18 @@ def test_a_job_without_a_group_column_keeps_the_job_record_it_had_before_groups(
         **plain,
         "group": "g",
     }
+
+
+def test_in_a_fair_queue_each_grouped_item_gets_its_groups_lane_and_a_resumed_chunk_the_same_ids():
+    fair = replace(QUEUE, delivery="fair")
+    first = PLAN.items(fair, grouped_items())
+    again = PLAN.items(fair, grouped_items())
+
+    assert [item.id for item in first] == [item.id for item in again]
+    for item in first:
+        assert is_item_id(item.id)
+        assert priority_of(item.id) == item.priority
+        assert lane_of(item.id) == band(item.priority) + fair.lane_for(item.group)
+        assert len(unbanded(item.id)) == ID_LENGTH
+    # Items without a group stay in their band: a group of their own.
+    assert all(lane_of(i.id) == band(i.priority) for i in first if not i.group)

@@ -69,7 +69,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     make_queue(service)
     service.produce("jobs", [NewItem(payload=b"kept")])
     service.store._db.close()  # type: ignore[attr-defined]
-    # Schema 1 as released: items without source_queue, next_priority or group, heads without bands.
+    # Schema 1 as released: items without source_queue, next_priority or group, heads without bands,
+    # queues without delivery.
     old = sqlite3.connect(path)
     old.execute("ALTER TABLE items DROP COLUMN source_queue")
     old.execute("ALTER TABLE items DROP COLUMN next_priority")
@@ -77,6 +78,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     old.execute("ALTER TABLE heads DROP COLUMN bands")
     old.execute("ALTER TABLE heads DROP COLUMN produced")
     old.execute("ALTER TABLE heads DROP COLUMN completed")
+    old.execute("ALTER TABLE queues DROP COLUMN delivery")
+    old.execute("ALTER TABLE queues DROP COLUMN max_leased_per_group")
     old.execute("UPDATE querator_meta SET value = '1' WHERE key = 'schema_version'")
     old.execute("PRAGMA user_version = 1")
     old.commit()
@@ -84,6 +87,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
 
     upgraded = sqlite_service(path, clock=FakeClock())
 
+    queue = upgraded.get_queue("jobs")
+    assert (queue.delivery, queue.max_leased_per_group) == ("fifo", 0)
     [item] = upgraded.list_items("jobs", 0)
     assert (item.payload, item.source_queue, item.priority, item.next_priority, item.group) == (
         b"kept",

@@ -7,6 +7,7 @@ Fair delivery across groups is the next step (docs/adr/0080-priority-fair-redriv
 
 from __future__ import annotations
 
+import hashlib
 import unicodedata
 
 from querator.domain.errors import InvalidRequestError
@@ -29,4 +30,11 @@ def validate_group(value: object, what: str = "group") -> str:
     return value
 
 
-__all__ = ["MAX_GROUP_BYTES", "validate_group"]
+def group_lane(group: str) -> str:
+    """The key prefix of ``group`` inside a priority's band in a fair queue: ``g`` and 16 hex digits
+    of its SHA-256 (``""``, items without a group, has one too). Ids stay short and URL-safe
+    whatever the group holds; two groups sharing 64 bits of hash would share a turn."""
+    return "g" + hashlib.sha256(group.encode()).hexdigest()[:16]
+
+
+__all__ = ["MAX_GROUP_BYTES", "group_lane", "validate_group"]

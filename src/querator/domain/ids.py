@@ -17,6 +17,8 @@ See docs/adr/0002-item-ids.md.
 
 An item of a priority other than 5 has its priority's band in front of those digits
 (``querator.domain.priority``): ``.3`` + 30 hex digits for priority 3, ``p7`` + 30 for priority 7.
+In a fair queue the group's lane follows the band (``querator.domain.groups.group_lane``):
+``.3g0123456789abcdef`` + 30 hex digits, so each priority and group is one key range.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ _TIME_DIGITS = 14
 _SEQ_DIGITS = 10
 _NODE_DIGITS = 6
 ID_LENGTH = _TIME_DIGITS + _SEQ_DIGITS + _NODE_DIGITS
-_ID_PATTERN = re.compile(rf"(?:\.[0-4]|p[6-9])?[0-9a-f]{{{ID_LENGTH}}}")
+_ID_PATTERN = re.compile(rf"(?:\.[0-4]|p[6-9])?(?:g[0-9a-f]{{16}})?[0-9a-f]{{{ID_LENGTH}}}")
 _SEQ_MODULUS = 16**_SEQ_DIGITS
 #: A key that sorts after every item id of every band (``p9`` + hex is the last) and before the head
 #: row and lease records (``~``): the end of "all items" ranges.
@@ -105,12 +107,15 @@ class IdFactory:
         self._seq = secrets.randbelow(_SEQ_MODULUS // 2) if seed is None else seed
         self._lock = threading.Lock()
 
-    def new_id(self, visible_at: datetime, priority: int = DEFAULT_PRIORITY) -> str:
-        return self.new_ids(visible_at, 1, priority)[0]
+    def new_id(self, visible_at: datetime, priority: int = DEFAULT_PRIORITY, lane: str = "") -> str:
+        return self.new_ids(visible_at, 1, priority, lane)[0]
 
-    def new_ids(self, visible_at: datetime, count: int, priority: int = DEFAULT_PRIORITY) -> list[str]:
-        """``count`` ids of ``priority`` that sort in the order returned, all visible at ``visible_at``."""
-        prefix = band(priority) + time_key(visible_at)
+    def new_ids(
+        self, visible_at: datetime, count: int, priority: int = DEFAULT_PRIORITY, lane: str = ""
+    ) -> list[str]:
+        """``count`` ids of ``priority`` that sort in the order returned, all visible at ``visible_at``;
+        ``lane``: a group's lane in a fair queue (``querator.domain.groups.group_lane``), else ``""``."""
+        prefix = band(priority) + lane + time_key(visible_at)
         with self._lock:
             first = self._seq
             if first + count > _SEQ_MODULUS:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from querator.domain.errors import InvalidRequestError
-from querator.domain.groups import validate_group
+from querator.domain.groups import group_lane, validate_group
 from querator.domain.priority import DEFAULT_PRIORITY, priority_of, validate_priority
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
@@ -66,6 +66,23 @@ def validate_queue_name(name: str) -> str:
     return name
 
 
+FIFO = "fifo"
+FAIR = "fair"
+DELIVERIES = (FIFO, FAIR)
+#: The most ``max_leased_per_group`` may be.
+MAX_LEASED_PER_GROUP_LIMIT = 1_000_000
+
+
+def validate_delivery(delivery: str, max_leased_per_group: int) -> None:
+    if delivery not in DELIVERIES:
+        raise InvalidRequestError("delivery must be 'fifo' or 'fair'", field="delivery")
+    if isinstance(max_leased_per_group, bool) or not 0 <= max_leased_per_group <= MAX_LEASED_PER_GROUP_LIMIT:
+        raise InvalidRequestError(
+            f"max_leased_per_group must be between 0 and {MAX_LEASED_PER_GROUP_LIMIT}",
+            field="max_leased_per_group",
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueInfo:
     """A queue in the catalog."""
@@ -81,6 +98,19 @@ class QueueInfo:
     updated_at: datetime
     #: Set while ``queues.delete`` removes the items; the queue refuses work meanwhile.
     deleting: bool = False
+    #: ``"fifo"``, or ``"fair"``: leases go round-robin across the groups with ready items.
+    delivery: str = FIFO
+    #: In a fair queue, the most valid leases one group may hold (0: no limit).
+    max_leased_per_group: int = 0
+
+    @property
+    def fair(self) -> bool:
+        return self.delivery == FAIR
+
+    def lane_for(self, group: str) -> str:
+        """Where an item of ``group`` goes in its band: the group's lane in a fair queue; the band
+        itself in a FIFO queue, and for items without a group (one group of their own)."""
+        return group_lane(group) if self.fair and group else ""
 
     def __post_init__(self) -> None:
         validate_queue_name(self.name)
@@ -92,6 +122,7 @@ class QueueInfo:
             raise InvalidRequestError(
                 "lease_timeout may not be longer than expire_timeout", field="lease_timeout"
             )
+        validate_delivery(self.delivery, self.max_leased_per_group)
         if not 0 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidRequestError(
                 f"max_attempts must be between 0 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts"
@@ -124,6 +155,8 @@ class QueueUpdate:
     dead_queue: str | None = None
     reference: str | None = None
     partitions: int | None = None
+    delivery: str | None = None
+    max_leased_per_group: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,14 +37,34 @@ def band_of(key: str) -> str:
     return key[:2] if key[:1] in (".", "p") else ""
 
 
+#: A group's lane after the band (``querator.domain.groups.group_lane``): ``g`` + 16 hex digits.
+_LANE_LENGTH = 17
+_HEX = frozenset("0123456789abcdef")
+
+
+def lane_of(key: str) -> str:
+    """The lane of an item id (or of a key inside a lane): in a fair queue its band and its group's
+    ``g`` + 16 hex digits (``.3g0123456789abcdef``), else its band alone (``querator.domain.groups``)."""
+    prefix = band_of(key)
+    rest = key[len(prefix) : len(prefix) + _LANE_LENGTH]
+    if len(rest) == _LANE_LENGTH and rest[0] == "g" and _HEX.issuperset(rest[1:]):
+        return prefix + rest
+    return prefix
+
+
+def is_group_lane(lane: str) -> bool:
+    """Whether ``lane`` is a group's lane (not a whole band)."""
+    return lane != band_of(lane)
+
+
 def priority_of(item_id: str) -> int:
     """The priority an item id was minted for."""
     return _PRIORITY_OF_BAND[band_of(item_id)]
 
 
 def unbanded(key: str) -> str:
-    """The key without its band: the id's time-ordered digits (or a bound's)."""
-    return key[len(band_of(key)) :]
+    """The key without its band (and group lane): the id's time-ordered digits (or a bound's)."""
+    return key[len(lane_of(key)) :]
 
 
 def band_start(band_prefix: str) -> str:
@@ -55,6 +75,12 @@ def band_start(band_prefix: str) -> str:
 def band_end(band_prefix: str) -> str:
     """A key after every item of the band and before the next band (``g`` follows the hex digits)."""
     return f"{band_prefix}g"
+
+
+def held_end(lane: str) -> str:
+    """A key after every item a band or lane holds: for a band, its own items and its group lanes'
+    (``g`` + hex sort below ``h``); for a group lane, its items (``band_end``)."""
+    return band_end(lane) if is_group_lane(lane) else f"{lane}h"
 
 
 def validate_priority(value: object, what: str = "priority") -> int:
@@ -76,6 +102,9 @@ __all__ = [
     "band_end",
     "band_of",
     "band_start",
+    "held_end",
+    "is_group_lane",
+    "lane_of",
     "priority_of",
     "unbanded",
     "validate_priority",

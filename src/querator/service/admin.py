@@ -73,6 +73,8 @@ class QueueAdmin:
                     "dead_queue",
                     "reference",
                     "partitions",
+                    "delivery",
+                    "max_leased_per_group",
                 )
                 if (value := getattr(update, name)) is not None
             }
@@ -84,6 +86,8 @@ class QueueAdmin:
                 )
             if "dead_queue" in changes:
                 self._check_dead_queue(info)
+            if info.delivery != current.delivery:
+                self._check_empty_for_delivery(current)
             try:
                 self._catalog.replace(info, expected_updated_at=current.updated_at)
                 self._queues.forget(info.name)
@@ -93,6 +97,17 @@ class QueueAdmin:
                 continue
             return info
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_empty_for_delivery(self, queue: QueueInfo) -> None:
+        """``delivery`` changes only on an empty queue: fair and FIFO items sit under differently
+        shaped ids, and a queue holding both would serve neither as asked."""
+        heads = self._store.heads(queue.name, list(range(queue.partitions)))
+        held = sum(max(head.items, 0) for head in heads)
+        if held:
+            raise InvalidRequestError(
+                f"delivery can change only while '{queue.name}' is empty; it holds {held} item(s)",
+                field="delivery",
+            )
 
     def delete_queue(self, name: str) -> None:
         """Delete a queue and all its items (resumed by the reaper if interrupted)."""
@@ -172,16 +187,18 @@ class QueueAdmin:
         removed = 0
         for partition in range(queue.partitions):
             head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
+            if head.has_lanes:
+                head = self._store.with_lanes(queue.name, partition, head)
             ranges: list[tuple[str, str]] = []
             if ClearScope.QUEUE in scope:
                 if due and not destructive:
                     # Expired leases are waiting items too: back to the queue, then cleared with it.
                     self._settler.recover(queue, partition, due, now)
                 # Below a band's cursor every item is leased or gone: a non-destructive clear starts there.
-                for band in head.leasable_bands():
+                for band in head.leasable_lanes():
                     ranges.append((band_start(band) if destructive else head.cursor_in(band), band + bound))
             if ClearScope.SCHEDULED in scope:
-                ranges += [(band + bound, band_end(band)) for band in head.leasable_bands()]
+                ranges += [(band + bound, band_end(band)) for band in head.leasable_lanes()]
             for first, end in ranges:
                 start = first
                 while True:

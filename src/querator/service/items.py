@@ -54,6 +54,7 @@ class ItemCalls:
         result = self._store.delete(
             queue.name, partition, valid, guard=Guard.LEASE_VALID, now=now, completed=True
         )
+        self._free_slots(queue, partition, result.applied)
         rejected = set(result.rejected)
         return BatchOutcome(
             applied=[i for i in valid if i not in rejected],
@@ -85,7 +86,7 @@ class ItemCalls:
                 dead.append(item)
                 continue
             assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
-            replacement = self._settler.requeued(item, plan.visible_at, request.priority)
+            replacement = self._settler.requeued(queue, item, plan.visible_at, request.priority)
             if plan.visible_at > now:
                 replacement = replace(replacement, enqueue_at=plan.visible_at)
             requeue.append(
@@ -101,7 +102,14 @@ class ItemCalls:
             moved, _ = self._settler.dead_letter(queue, partition, dead, Guard.LEASE_VALID, now)
             done |= moved
         failed += [IdFailure(id=i, reason=NOT_LEASED) for i in attempted if i not in done]
+        self._free_slots(queue, partition, list(done))
         return BatchOutcome(applied=[i for i in wanted if i in done], failed=failed)
+
+    def _free_slots(self, queue: QueueInfo, partition: int, ended: Sequence[str]) -> None:
+        """In a capped fair queue, leases that ended leave their group's ledger at once (else their
+        slot stays taken until their deadline)."""
+        if queue.max_leased_per_group and ended:
+            self._store.forget_leases(queue.name, partition, ended)
 
     def renew(
         self, queue_name: str, partition: int, ids: Sequence[str], *, lease_timeout: timedelta | None = None
@@ -161,7 +169,7 @@ class ItemCalls:
                 visible = visible_at_of(item_id) if scheduled else now
                 replacement = replace(
                     item,
-                    id=self._ids.new_id(visible, priority),
+                    id=self._ids.new_id(visible, priority, queue.lane_for(item.group)),
                     lease_deadline=None,
                     enqueue_at=item.enqueue_at if scheduled else None,
                     next_priority=None,
@@ -239,9 +247,13 @@ class ItemCalls:
         """Up to ``limit`` items of ``key_range`` in each band in use, bands in priority order, from
         ``pivot`` on: one head read, then a Query per band the page reaches."""
         head, _ = self._store.head(queue.name, partition, now=self._clock.now())
+        if head.has_lanes:
+            head = self._store.with_lanes(queue.name, partition, head)
         found: list[Item] = []
         budget = MAX_REPLY_BYTES
-        for band in head.leasable_bands():
+        # Bands and group lanes in key order (a fair queue: each band's items without a group, then
+        # each group's), so ``pivot`` pages through them.
+        for band in head.leasable_lanes():
             lower, upper = key_range(band)
             if max(pivot, lower) >= upper:
                 continue
@@ -284,7 +296,7 @@ class ItemCalls:
             visible = item.enqueue_at if item.enqueue_at is not None and item.enqueue_at > now else now
             fresh.append(
                 Item(
-                    id=self._ids.new_id(visible, item.priority),
+                    id=self._ids.new_id(visible, item.priority, queue.lane_for(item.group)),
                     payload=item.payload,
                     reference=item.reference,
                     encoding=item.encoding,

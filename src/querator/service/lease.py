@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import TYPE_CHECKING
 
@@ -10,11 +11,15 @@ from querator.domain.errors import DuplicateClientError, InvalidRequestError, No
 from querator.domain.ids import visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
+from querator.domain.priority import band_of, is_group_lane, lane_of
 from querator.service.tuning import (
     CURSOR_LAG,
     FIRST_PAGE_MIN,
     ITEMS_PER_CONCURRENT_CLAIM,
+    LANES_PAGE,
+    LANES_PER_TURN,
     LOSSES_BEFORE_RESCAN,
+    MAX_LANES_PER_LEASE,
     MAX_REPLY_BYTES,
     MAX_RESCANS,
     MIN_POOL,
@@ -28,10 +33,11 @@ from querator.service.tuning import (
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Iterator
     from datetime import datetime, timedelta
 
     from querator.domain.model import Item, ItemState, QueueInfo
-    from querator.ports import Clock, ItemStore, PartitionHead
+    from querator.ports import Clock, GroupLedger, ItemStore, PartitionHead
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
 
@@ -130,6 +136,8 @@ class Leaser:
                 # read the head again, or a lower priority would be leased before it.
                 head, _ = self._store.head(queue.name, partition, now=now)
         stop_at = now + self._claim_budget
+        if queue.fair or head.has_lanes:
+            return self._lease_fair(queue, partition, head, batch_size, now, stop_at)
         claimed: list[Item] = []
         reply_bytes = 0
         for band in head.leasable_bands():
@@ -146,6 +154,262 @@ class Leaser:
                 break
         # Claimed out of order after a lost race; the reply is in priority, then FIFO order (contract).
         return sorted(claimed, key=lambda item: item.id)
+
+    def _lease_fair(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        batch_size: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> list[Item]:
+        """A fair lease: band by band, highest priority first, round-robin over the band's lanes
+        (its items without a group, then each group's lane) from the one after the band's ring;
+        O(batch + lanes touched) reads (docs/adr/0080-priority-fair-redrive.md)."""
+        claimed: list[Item] = []
+        reply_bytes = 0
+        for band in head.leasable_bands():
+            won, reply_bytes, drained = self._lease_lanes(
+                queue, partition, head, band, batch_size - len(claimed), reply_bytes, now, stop_at
+            )
+            claimed += won
+            if not drained or len(claimed) >= batch_size or self._clock.now() >= stop_at:
+                break
+        return claimed  # priority first, then the rotation's order
+
+    def _rotation(
+        self, queue: QueueInfo, partition: int, head: PartitionHead, band: str
+    ) -> Iterator[tuple[str, str]]:
+        """The lanes of ``band`` in turn, as (lane, cursor), from the one after the band's ring: its
+        group lanes after the ring, the band itself (items without a group), then the group lanes
+        up to and with the ring. Read from the store a page at a time, as far as the caller goes."""
+        ring = head.rings.get(band, "")
+        after = ring
+        while True:
+            page = self._store.lanes(queue.name, partition, band, after=after, limit=LANES_PAGE)
+            yield from ((lane.lane, lane.cursor) for lane in page)
+            if len(page) < LANES_PAGE:
+                break
+            after = page[-1].lane
+        yield band, head.cursor_in(band)
+        after = ""
+        while ring > band:
+            page = self._store.lanes(queue.name, partition, band, after=after, limit=LANES_PAGE)
+            for lane in page:
+                if lane.lane > ring:
+                    return
+                yield lane.lane, lane.cursor
+            if len(page) < LANES_PAGE:
+                return
+            after = page[-1].lane
+
+    def _lease_lanes(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        band: str,
+        batch_size: int,
+        reply_bytes: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> tuple[list[Item], int, bool]:
+        """Claim up to ``batch_size`` items of ``band``'s lanes, one per lane per turn, going on to
+        further lanes while the batch is not full; returns the items, the reply's bytes so far, and
+        whether every lane was read to its end with nothing leasable left."""
+        rotation = self._rotation(queue, partition, head, band)
+        claimed: list[Item] = []
+        drained = True
+        visited = 0
+        while len(claimed) < batch_size and visited < MAX_LANES_PER_LEASE and self._clock.now() < stop_at:
+            want = batch_size - len(claimed)
+            lanes = list(itertools.islice(rotation, min(want, LANES_PER_TURN, MAX_LANES_PER_LEASE - visited)))
+            if not lanes:
+                return claimed, reply_bytes, drained
+            visited += len(lanes)
+            won, reply_bytes, lanes_drained, contended = self._serve_lanes(
+                queue, partition, band, lanes, want, reply_bytes, now, stop_at
+            )
+            claimed += won
+            drained = drained and lanes_drained
+            if contended:
+                return claimed, reply_bytes, False
+        # Stopped with the batch full or the lanes or time of this call spent: the rest may hold items.
+        return claimed, reply_bytes, False
+
+    def _serve_lanes(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        band: str,
+        lanes: list[tuple[str, str]],
+        batch_size: int,
+        reply_bytes: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> tuple[list[Item], int, bool, bool]:
+        """Read each lane from its cursor (a few items each), claim round-robin across them, move
+        their cursors and the band's ring. Returns the items, the reply's bytes, whether every lane
+        was read to its end with nothing left, and whether claims lost races."""
+        share = -(-batch_size // len(lanes))
+        limit = min(PAGE_MAX, max(2 * share, 2))
+        found: list[tuple[str, str, list[ItemState], str, str | None, bool, int]] = []
+        for lane, cursor in lanes:
+            found.append(self._read_lane(queue, partition, lane, cursor, limit, now, stop_at))
+        # The pool: round-robin across lanes, one item of each per turn.
+        pool: list[ItemState] = []
+        for turn in range(limit):
+            pool += [candidates[turn] for _, _, candidates, *_ in found if turn < len(candidates)]
+        won: list[Item] = []
+        contended = False
+        if pool:
+            first = reply_size(pool[0])
+            room = MAX_REPLY_BYTES - reply_bytes if reply_bytes else max(MAX_REPLY_BYTES, first)
+            if queue.max_leased_per_group:
+                won = self._claim_capped(queue, partition, pool, batch_size, room, now, stop_at)
+            else:
+                won, _, contended = self._claim(
+                    queue, partition, pool, batch_size, room, now + queue.lease_timeout, now, stop_at
+                )
+        won_ids = {item.id for item in won}
+        reply_bytes += sum(reply_size(s) for s in pool if s.id in won_ids)
+        order = {s.id: n for n, s in enumerate(pool)}
+        won.sort(key=lambda item: order[item.id])
+        cursor_cap = visible_bound(now - CURSOR_LAG)
+        drained = not contended
+        for lane, cursor, candidates, read_to, skipped, done, evaluated in found:
+            # The oldest item of the lane this call saw and left: the lane's cursor stops there.
+            left = [s.id for s in candidates if s.id not in won_ids] + ([skipped] if skipped else [])
+            open_at = min(left) if left else None
+            drained = drained and done and open_at is None
+            new = min(read_to, lane + cursor_cap, *([open_at] if open_at else []))
+            if new > cursor and evaluated > 0:
+                self._store.note_leased(queue.name, partition, [], cursor=new)
+        ring = (band, lane_of(won[-1].id)) if won else None
+        if won:
+            self._store.note_leased(queue.name, partition, won, cursor=None, ring=ring)
+        return won, reply_bytes, drained, contended
+
+    def _read_lane(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        lane: str,
+        cursor: str,
+        wanted: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> tuple[str, str, list[ItemState], str, str | None, bool, int]:
+        """Up to ``wanted`` leasable items of one lane from its cursor, settling what it finds
+        expired or dead on the way; reads on past the few valid leases above the cursor (claimed
+        since it last moved) like a band's lease does. Returns the lane, its cursor, the candidates,
+        where the read stopped, the first id left by a skipped settle, whether the lane ended, and
+        how many ids were evaluated."""
+        candidates: list[ItemState] = []
+        skipped: str | None = None
+        start, limit, evaluated = cursor, wanted, 0
+        while True:
+            page = self._store.scan(
+                queue.name,
+                partition,
+                start=start,
+                end=lane + visible_bound(now),
+                limit=limit,
+                available_at=now,
+            )
+            settle: list[tuple[ItemState, lifecycle.Decision]] = []
+            for state in page.items:
+                decision = lifecycle.decide_for_lease(state, queue, now)
+                if decision.action is Action.LEASE:
+                    candidates.append(state)
+                elif decision.action is not Action.KEEP:
+                    settle.append((state, decision))
+            if settle and self._settler.settle(queue, partition, settle, now).skipped:
+                skipped = skipped or settle[0][0].id
+            evaluated += page.evaluated
+            if len(candidates) >= wanted or page.done or skipped or self._clock.now() >= stop_at:
+                return lane, cursor, candidates, page.read_to, skipped, page.done, evaluated
+            start, limit = page.read_to, PAGE_MAX
+
+    def _claim_capped(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        pool: list[ItemState],
+        wanted: int,
+        max_bytes: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> list[Item]:
+        """Claim from ``pool`` in its order, never letting a group hold more than
+        ``max_leased_per_group`` valid leases: each claim enters the group's ledger in the same
+        atomic step, conditioned on the ledger the count was made from (a competitor's claim in
+        between makes it read the ledger again). Items without a group are not capped."""
+        lease_deadline = now + queue.lease_timeout
+        self._store.record_lease(queue.name, partition, [s.id for s in pool], deadline=lease_deadline)
+        sizes = {s.id: reply_size(s) for s in pool}
+        won: list[Item] = []
+        room = max_bytes
+        full: set[str] = set()
+        pending = list(pool)
+        while pending and len(won) < wanted and (not won or self._clock.now() < stop_at):
+            state = pending.pop(0)
+            if sizes[state.id] > room and won:
+                break
+            lane = lane_of(state.id)
+            if not is_group_lane(lane):
+                got = self._store.claim(
+                    queue.name, partition, [state.id], lease_deadline=lease_deadline, now=now
+                ).applied
+                won += got
+                room -= sum(sizes[i.id] for i in got)
+                continue
+            group = lane[len(band_of(lane)) :]
+            if group in full:
+                continue
+            for _ in range(MAX_RESCANS + 2):
+                ledger = self._store.group_ledgers(queue.name, partition, [group])[group]
+                counted, forget = self._valid_leases(queue, partition, ledger, now)
+                if counted >= queue.max_leased_per_group:
+                    full.add(group)
+                    break
+                item = self._store.claim_in_group(
+                    queue.name,
+                    partition,
+                    state.id,
+                    version=ledger.version,
+                    forget=forget,
+                    lease_deadline=lease_deadline,
+                    now=now,
+                )
+                if item is not None:
+                    won.append(item)
+                    room -= sizes[state.id]
+                    break
+                if not self._available(queue, partition, state.id, now):
+                    break  # taken by a competitor (or gone): on to the next item
+        return won
+
+    def _valid_leases(
+        self, queue: QueueInfo, partition: int, ledger: GroupLedger, now: datetime
+    ) -> tuple[int, list[str]]:
+        """How many of the ledger's leases are valid, and the ids it may forget. An entry whose
+        deadline passed is checked against its item: a renewed lease still counts."""
+        live = [i for i, deadline in ledger.leases.items() if deadline > now]
+        stale = [i for i, deadline in ledger.leases.items() if deadline <= now]
+        if not stale:
+            return len(live), []
+        renewed = {
+            s.id
+            for s in self._store.states(queue.name, partition, stale)
+            if s.lease_deadline is not None and s.lease_deadline > now
+        }
+        return len(live) + len(renewed), [i for i in stale if i not in renewed]
+
+    def _available(self, queue: QueueInfo, partition: int, item_id: str, now: datetime) -> bool:
+        states = self._store.states(queue.name, partition, [item_id])
+        return bool(states) and states[0].lease_deadline is None and states[0].expire_deadline > now
 
     def _lease_band(
         self,
@@ -269,7 +533,8 @@ class Leaser:
         wave = 1
         losses = 0
         at = 0
-        while pending and len(won) < wanted and self._clock.now() < stop_at:
+        # The budget counts from the read that found items: the first claim is always made.
+        while pending and len(won) < wanted and (not won or self._clock.now() < stop_at):
             if at + min(wave, len(pending)) > len(pending):
                 at = 0
             batch: list[str] = []

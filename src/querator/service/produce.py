@@ -101,7 +101,7 @@ class Producer:
         scheduled = item.enqueue_at is not None and item.enqueue_at > now
         visible = item.enqueue_at if scheduled and item.enqueue_at is not None else now
         return Item(
-            id=self._ids.new_id(visible, item.priority),
+            id=self._ids.new_id(visible, item.priority, queue.lane_for(item.group)),
             payload=item.payload,
             reference=item.reference,
             encoding=item.encoding,

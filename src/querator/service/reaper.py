@@ -10,7 +10,7 @@ from querator.domain import lifecycle
 from querator.domain.ids import ITEMS_END, visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import timestamp_us
-from querator.domain.priority import band_end, band_start, unbanded
+from querator.domain.priority import band_start, held_end, unbanded
 from querator.ports import Guard, Recount
 from querator.service.tuning import BAND_IDLE, PAGE_MAX, REAPER_FIRST_PAGE, RECORDS_PER_CALL, SWEEP_DELAY
 
@@ -147,7 +147,11 @@ class Reaper:
             head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
         if is_dead_queue:
             report.dead_letter_depth += max(head.items, 0)
-        for band in head.leasable_bands():
+        if head.has_lanes:
+            # A fair queue's group lanes are reaped, swept and scheduled like bands (O(lanes) here,
+            # once a run; a lease reads only the lanes it serves).
+            head = self._store.with_lanes(queue.name, partition, head)
+        for band in head.leasable_lanes():
             self._reap_head(queue, partition, head, band, now, report, stop_at, is_dead_queue=is_dead_queue)
             self._sweep(queue, partition, head, band, now, report, stop_at)
         self._drop_idle_bands(queue, partition, head, now, report)
@@ -163,7 +167,7 @@ class Reaper:
                 old_mark=head.schedule_mark,
                 new_mark=visible_bound(now),
                 now=now,
-                bands=head.leasable_bands(),
+                bands=head.leasable_lanes(),
             )
 
     def _reap_head(
@@ -277,7 +281,7 @@ class Reaper:
 
     def _band_holds_items(self, queue: QueueInfo, partition: int, band: str) -> bool:
         # A state read of one row (the payload is not read): leased, scheduled or waiting, any counts.
-        page = self._store.scan(queue.name, partition, start=band_start(band), end=band_end(band), limit=1)
+        page = self._store.scan(queue.name, partition, start=band_start(band), end=held_end(band), limit=1)
         return bool(page.items)
 
     def _recount(

@@ -127,7 +127,7 @@ class Redriver:
         priority and group kept; ``attempts`` from 0 and ``created_at`` now, so ``expire_timeout`` counts
         from now."""
         replacement = Item(
-            id=self._ids.new_id(now, item.priority),
+            id=self._ids.new_id(now, item.priority, target.lane_for(item.group)),
             payload=item.payload,
             reference=item.reference,
             encoding=item.encoding,

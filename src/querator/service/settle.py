@@ -180,14 +180,20 @@ class Settler:
             item=item,
             target_queue=queue.name,
             target_partition=partition,
-            replacement=self.requeued(item, visible_at),
+            replacement=self.requeued(queue, item, visible_at),
         )
 
-    def requeued(self, item: Item, visible_at: datetime, priority: int | None = None) -> Item:
+    def requeued(
+        self, queue: QueueInfo, item: Item, visible_at: datetime, priority: int | None = None
+    ) -> Item:
         """The item back in the queue: a new id at ``visible_at`` (the tail, or a scheduled time),
         with its priority (or the one ``queue.reprioritize`` gave it while leased) unless
         ``priority`` gives another."""
-        new_id = self._ids.new_id(visible_at, item.returning_priority if priority is None else priority)
+        new_id = self._ids.new_id(
+            visible_at,
+            item.returning_priority if priority is None else priority,
+            queue.lane_for(item.group),
+        )
         return replace(item, id=new_id, lease_deadline=None, enqueue_at=None, next_priority=None)
 
     def dead_letter(
@@ -211,7 +217,7 @@ class Settler:
         moves = []
         for item in items:
             dead = Item(
-                id=self._ids.new_id(now, item.returning_priority),
+                id=self._ids.new_id(now, item.returning_priority, target.lane_for(item.group)),
                 payload=item.payload,
                 reference=item.reference,
                 encoding=item.encoding,

@@ -65,3 +65,11 @@ BAND_IDLE: Final = timedelta(hours=1)
 #: Payload bytes one page of dead letters a redrive reads may hold in memory (a page is read whole
 #: and moved before the next, and items are up to 380,000 bytes each).
 REDRIVE_PAGE_BYTES: Final = 4_000_000
+
+#: Fair delivery: group lanes read per Query of a band's lanes, and the most lanes one lease call
+#: visits (a Query each) looking for items before it answers with what it has.
+LANES_PAGE: Final = 100
+MAX_LANES_PER_LEASE: Final = 100
+#: Lanes read (a Query each, one after the other) before a fair lease claims from them: enough for
+#: a batch of 10 from ten groups, few enough that a batch of 100 starts claiming within its budget.
+LANES_PER_TURN: Final = 16

@@ -103,13 +103,14 @@ class ChunkPlan:
 
     def items(self, queue: QueueInfo, new_items: Sequence[NewItem]) -> list[Item]:
         """The chunk's items, with the same ids on every attempt: each id is the item's priority
-        band, then the digits this plan fixes (time, ``seq`` + the item's place, node)."""
+        band (and its group's lane in a fair queue), then the digits this plan fixes (time, ``seq``
+        + the item's place, node)."""
         items = []
         for index, new in enumerate(new_items):
             scheduled = new.enqueue_at is not None and new.enqueue_at > self.minted_at
             visible = new.enqueue_at if scheduled and new.enqueue_at is not None else self.minted_at
             item_id = (
-                f"{band(new.priority)}{time_key(visible)}"
+                f"{band(new.priority)}{queue.lane_for(new.group)}{time_key(visible)}"
                 f"{self.seq + index:0{_SEQ_DIGITS}x}{self.node:0{_NODE_DIGITS}x}"
             )
             items.append(

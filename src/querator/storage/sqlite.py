@@ -39,7 +39,7 @@ from querator.domain.errors import (
 )
 from querator.domain.ids import join_ids, split_ids
 from querator.domain.model import Item, ItemState, QueueInfo, timestamp_us, utc_from_timestamp_us
-from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead, Recount
+from querator.ports import GroupLedger, IdempotencyRecord, LeaseRecord, PartitionHead, Recount
 from querator.storage.engine import SortedRowsStore
 
 if TYPE_CHECKING:
@@ -63,6 +63,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE items ADD COLUMN item_group TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE heads ADD COLUMN produced INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE heads ADD COLUMN completed INTEGER NOT NULL DEFAULT 0",
+        # and the queue's delivery ("fifo" or "fair") and its cap on the leases of one group.
+        "ALTER TABLE queues ADD COLUMN delivery TEXT NOT NULL DEFAULT 'fifo'",
+        "ALTER TABLE queues ADD COLUMN max_leased_per_group INTEGER NOT NULL DEFAULT 0",
     ),
 }
 #: How long a writer waits for another's lock before the call fails (milliseconds).
@@ -107,13 +110,14 @@ CREATE TABLE queues (
     name TEXT PRIMARY KEY, lease_us INTEGER NOT NULL, expire_us INTEGER NOT NULL,
     max_attempts INTEGER NOT NULL, dead_queue TEXT NOT NULL, reference TEXT NOT NULL,
     partitions INTEGER NOT NULL, created_us INTEGER NOT NULL, updated_us INTEGER NOT NULL,
-    deleting INTEGER NOT NULL
+    deleting INTEGER NOT NULL, delivery TEXT NOT NULL DEFAULT 'fifo',
+    max_leased_per_group INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 """
 
 _SELECT_QUEUE = (
     "SELECT name, lease_us, expire_us, max_attempts, dead_queue, reference, partitions, created_us,"
-    " updated_us, deleting FROM queues WHERE name = ?"
+    " updated_us, deleting, delivery, max_leased_per_group FROM queues WHERE name = ?"
 )
 # Statements below are built from these constant column lists (never from values: those are bound),
 # hence the S608 waivers.
@@ -129,16 +133,23 @@ _HEAD_COLUMNS = (
 
 
 def _encode_bands(head: PartitionHead) -> str | None:
-    """The head's bands other than priority 5's, as JSON (``None`` when there are none)."""
-    if not (head.band_registered or head.band_cursors or head.band_sweeps):
+    """The head's bands other than priority 5's and group lanes, rings and ledgers of fair
+    delivery, as JSON (``None`` when there are none)."""
+    if not (head.band_registered or head.band_cursors or head.band_sweeps or head.has_lanes):
         return None
-    return json.dumps(
-        {
-            "cursors": dict(head.band_cursors),
-            "sweeps": dict(head.band_sweeps),
-            "registered_us": {band: timestamp_us(at) for band, at in head.band_registered.items()},
+    data: dict[str, Any] = {
+        "cursors": dict(head.band_cursors),
+        "sweeps": dict(head.band_sweeps),
+        "registered_us": {band: timestamp_us(at) for band, at in head.band_registered.items()},
+    }
+    if head.has_lanes:
+        data["lanes"] = True
+        data["rings"] = dict(head.rings)
+        data["ledgers"] = {
+            group: {"v": ledger.version, "l": {i: timestamp_us(d) for i, d in ledger.leases.items()}}
+            for group, ledger in head.group_ledgers.items()
         }
-    )
+    return json.dumps(data)
 
 
 def _decode_bands(value: str | None) -> dict[str, Any]:
@@ -150,6 +161,14 @@ def _decode_bands(value: str | None) -> dict[str, Any]:
         "band_sweeps": data["sweeps"],
         "band_registered": {
             band: utc_from_timestamp_us(us) for band, us in data.get("registered_us", {}).items()
+        },
+        "has_lanes": data.get("lanes", False),
+        "rings": data.get("rings", {}),
+        "group_ledgers": {
+            group: GroupLedger(
+                version=ledger["v"], leases={i: utc_from_timestamp_us(us) for i, us in ledger["l"].items()}
+            )
+            for group, ledger in data.get("ledgers", {}).items()
         },
     }
 
@@ -581,7 +600,7 @@ class SQLiteItemStore(SortedRowsStore):
 
 _QUEUE_COLUMNS = (
     "name, lease_us, expire_us, max_attempts, dead_queue, reference, partitions, created_us, updated_us,"
-    " deleting"
+    " deleting, delivery, max_leased_per_group"
 )
 
 
@@ -597,6 +616,8 @@ def _queue_row(info: QueueInfo) -> tuple[Any, ...]:
         timestamp_us(info.created_at),
         timestamp_us(info.updated_at),
         int(info.deleting),
+        info.delivery,
+        info.max_leased_per_group,
     )
 
 
@@ -612,6 +633,8 @@ def _queue_info(row: Any) -> QueueInfo:
         created_at=utc_from_timestamp_us(row[7]),
         updated_at=utc_from_timestamp_us(row[8]),
         deleting=bool(row[9]),
+        delivery=row[10],
+        max_leased_per_group=row[11],
     )
 
 
@@ -627,7 +650,7 @@ class SQLiteQueueCatalog:
             if c.execute("SELECT 1 FROM queues WHERE name = ?", (info.name,)).fetchone():
                 raise QueueAlreadyExistsError(f"queue '{info.name}' already exists")
             c.execute(
-                f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",  # noqa: S608
+                f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",  # noqa: S608
                 _queue_row(info),
             )
 
@@ -659,7 +682,7 @@ class SQLiteQueueCatalog:
         with self._db.transaction(write=True, operation="queues.update") as c:
             # Optimistic concurrency: the second of two updates that read the same version fails.
             changed = c.execute(
-                f"UPDATE queues SET ({_QUEUE_COLUMNS}) = (?,?,?,?,?,?,?,?,?,?)"  # noqa: S608
+                f"UPDATE queues SET ({_QUEUE_COLUMNS}) = (?,?,?,?,?,?,?,?,?,?,?,?)"  # noqa: S608
                 " WHERE name = ? AND updated_us = ?",
                 (*_queue_row(info), info.name, timestamp_us(expected_updated_at)),
             ).rowcount

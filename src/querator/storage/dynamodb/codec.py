@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from querator.domain.ids import join_ids, split_ids, time_key, visible_bound
 from querator.domain.model import REPLY_SIZE_THRESHOLD, Item, ItemState, timestamp_us, utc_from_timestamp_us
-from querator.domain.priority import BANDS
-from querator.ports import IdempotencyRecord, LeaseRecord, PartitionHead, Recount
+from querator.domain.priority import BANDS, band_of, band_start, is_group_lane, lane_of
+from querator.ports import GroupLedger, IdempotencyRecord, Lane, LeaseRecord, PartitionHead, Recount
 from querator.storage.dynamodb import schema
 
 if TYPE_CHECKING:
@@ -137,7 +137,23 @@ def decode_head(attrs: AttributeMap | None) -> PartitionHead:
             for band in BANDS
             if band and (name := schema.band_attribute(schema.HEAD_BAND_REGISTERED, band)) in attrs
         },
+        has_lanes=_flag(attrs, schema.HEAD_HAS_LANES),
+        rings={
+            band: attrs[name]["S"]
+            for band in BANDS
+            if (name := schema.band_attribute(schema.HEAD_RING, band)) in attrs
+        },
     )
+
+
+def _flag(attrs: AttributeMap, name: str) -> bool:
+    """A flag stored as a boolean (or as a number, 0 meaning unset)."""
+    value = attrs.get(name)
+    if value is None:
+        return False
+    if "BOOL" in value:
+        return bool(value["BOOL"])
+    return "N" in value and int(value["N"]) != 0
 
 
 def _band_marks(attrs: AttributeMap, base: str) -> dict[str, str]:
@@ -235,3 +251,53 @@ def decode_idempotency(key: str, attrs: AttributeMap) -> IdempotencyRecord:
 
 def head_key(queue: str, partition: int) -> AttributeMap:
     return {schema.PK: {"S": schema.partition_key(queue, partition)}, schema.SK: {"S": schema.HEAD_SK}}
+
+
+# -- fair delivery: group lanes and group ledgers ---------------------------------------------------
+
+
+def ledger_group(item_id: str) -> str:
+    """The group ledger an item's lease goes into: its group lane without the band (``g`` + 16 hex
+    digits). Raises ``ValueError`` for an id outside a group lane."""
+    lane = lane_of(item_id)
+    if not is_group_lane(lane):
+        raise ValueError(f"{item_id!r} is not in a group lane")
+    return lane[len(band_of(lane)) :]
+
+
+def lane_key(queue: str, partition: int, lane: str) -> AttributeMap:
+    return {
+        schema.PK: {"S": schema.partition_key(queue, partition)},
+        schema.SK: {"S": schema.lane_sort_key(lane)},
+    }
+
+
+def ledger_key(queue: str, partition: int, group: str) -> AttributeMap:
+    return {
+        schema.PK: {"S": schema.partition_key(queue, partition)},
+        schema.SK: {"S": schema.ledger_sort_key(group)},
+    }
+
+
+def decode_lane(attrs: AttributeMap) -> Lane:
+    """A lane row as a ``Lane``; its cursor is never below the lane's start. A row without a
+    registration time (never written by this code) reads as registered at the epoch: idle."""
+    lane = attrs[schema.SK]["S"][len(schema.LANE_PREFIX) :]
+    registered = _time(attrs, schema.LANE_REGISTERED) or utc_from_timestamp_us(0)
+    return Lane(
+        lane=lane, cursor=max(_str(attrs, schema.LANE_CURSOR), band_start(lane)), registered=registered
+    )
+
+
+def decode_ledger(attrs: AttributeMap | None) -> GroupLedger:
+    if attrs is None:
+        return GroupLedger()
+    prefix = schema.LEDGER_ENTRY_PREFIX
+    return GroupLedger(
+        version=_int(attrs, schema.LEDGER_VERSION),
+        leases={
+            name[len(prefix) :]: utc_from_timestamp_us(int(value["N"]))
+            for name, value in attrs.items()
+            if name.startswith(prefix) and name not in (schema.PK, schema.SK)
+        },
+    )

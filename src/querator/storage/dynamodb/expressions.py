@@ -122,3 +122,22 @@ IDEM_BEGIN_NAMES = {
     "#done": schema.IDEM_DONE,
     "#started": schema.IDEM_STARTED,
 }
+
+# Fair delivery: group lane rows (``~R<lane>``) and group ledger rows (``~S<g>``).
+#
+# A write of items into a group lane first registers it (an upsert: the row exists from then on).
+LANE_REGISTER_UPDATE = "SET #t = :now"
+LANE_NAMES = {"#t": schema.LANE_REGISTERED}
+# A lease's cursor or the sweep's mark lands on the lane row only while it exists: the reaper may
+# have dropped the (empty, idle) lane since the read, and an upsert would bring back a row with no
+# registration time. A lane registered again starts from its beginning, as a new one does.
+LANE_EXISTS_CONDITION = "attribute_exists(#t)"
+# The reaper drops an idle lane only if no write registered it since it looked (see ``drop_band``).
+LANE_DROP_CONDITION = "#t < :before"
+# A capped claim enters its lease in the group's ledger only at the version the caller counted the
+# ledger's leases at: of two leases that both saw a free slot, only the first takes it.
+LEDGER_NEW_CONDITION = "attribute_not_exists(#v)"
+LEDGER_VERSION_CONDITION = "#v = :version"
+# Removing ended leases never creates a ledger row (an update would upsert one with no version).
+LEDGER_EXISTS_CONDITION = "attribute_exists(#v)"
+LEDGER_NAMES = {"#v": schema.LEDGER_VERSION}

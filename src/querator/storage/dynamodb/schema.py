@@ -13,6 +13,13 @@ Items table (docs/adr/0050-engine-v2.md)
       the sweep and schedule marks, and the counters ``queue.stats`` reads.
     - ``~L<deadline><unique>``: a lease record, written by each lease call before it claims: the
       ids it may lease, sorted by lease deadline, so expired leases are one key range away.
+    - ``~R<lane>``: a group lane of a fair queue (``querator.domain.priority.lane_of``): when it was
+      last registered, its cursor and its sweep mark. A band's lanes are one key range.
+    - ``~S<g>``: the ledger of a capped fair queue's group ``g`` (the lane without its band): a
+      version and an ``e<item id>`` attribute per lease with its deadline.
+
+    The head row and the lease records due are read by one Query from ``~A`` to ``~L<now>``, so
+    every other kind of row sorts after ``~L``.
 
     Because ``~`` sorts after every hex digit, item ranges never touch the other rows. Idempotency
     records of produce live under ``<queue>~idem~<key digest>`` with ``sk`` = ``~`` and expire
@@ -77,6 +84,28 @@ HEAD_VERSION = "ver"
 #: The recount under way: a map of the ``ports.Recount`` fields (absent: none).
 HEAD_RECOUNT = "rc"
 HEAD_RECOUNTED_AT = "rct"
+#: Group lanes were registered in the partition (fair delivery; never unset).
+HEAD_HAS_LANES = "gl"
+#: ``rg<band>``: the lane of ``band`` a fair lease served last.
+HEAD_RING = "rg"
+
+# Group lane rows (fair queues): ``~R`` + the lane (``querator.domain.priority.lane_of``).
+LANE_PREFIX = f"{SEPARATOR}R"
+#: When a write of items into the lane last registered it (the reaper drops idle lanes by it).
+LANE_REGISTERED = "t"
+#: The lane's lease cursor and sweep mark (absent: the lane's start).
+LANE_CURSOR = HEAD_CURSOR
+LANE_SWEEP = HEAD_SWEEP
+
+# Group ledger rows (capped fair queues): ``~S`` + the group lane without its band, so a group's
+# leases of every priority count against one cap. Not ``~K``: that would sort between the head row
+# and the lease records, which the lease's first Query reads as one range.
+LEDGER_PREFIX = f"{SEPARATOR}S"
+#: Moves on with every claim into the ledger (absent: 0, the row was never written).
+LEDGER_VERSION = "v"
+#: ``e<item id>``: the lease deadline of a lease the ledger holds. Top-level attributes, not a map:
+#: an update cannot create a map and set a key of it in one expression.
+LEDGER_ENTRY_PREFIX = "e"
 
 # Idempotency record attributes (same table).
 IDEM_SK = SEPARATOR
@@ -152,6 +181,21 @@ def create_tables(client: Any, *, items_table: str, catalog_table: str) -> None:
 
 
 def band_attribute(base: str, band: str) -> str:
-    """The head row attribute of ``band``'s cursor or sweep mark (``base``: ``HEAD_CURSOR`` or
-    ``HEAD_SWEEP``)."""
+    """The head row attribute of ``band``'s cursor, sweep mark, registration or ring (``base``:
+    ``HEAD_CURSOR``, ``HEAD_SWEEP``, ``HEAD_BAND_REGISTERED`` or ``HEAD_RING``)."""
     return f"{base}{band}"
+
+
+def lane_sort_key(lane: str) -> str:
+    """The sort key of a group lane's row."""
+    return f"{LANE_PREFIX}{lane}"
+
+
+def ledger_sort_key(group: str) -> str:
+    """The sort key of a group's ledger row (``group``: the lane without its band)."""
+    return f"{LEDGER_PREFIX}{group}"
+
+
+def ledger_entry(item_id: str) -> str:
+    """The ledger row attribute of an item's lease."""
+    return f"{LEDGER_ENTRY_PREFIX}{item_id}"
