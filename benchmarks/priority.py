@@ -12,6 +12,11 @@ one-partition queue per case. The cases differ only in the items' priorities:
 * ``ten bands``: item ``n`` has priority ``n % 10`` (every band in use, each produce touching all).
 * ``fifo, grouped``: priority 5, every item with a 12-byte group of 100 tenants (``tenant-00042``):
   what carrying a group costs a FIFO queue.
+* ``fair, 100 groups``: the same items in a ``delivery: "fair"`` queue (round-robin across groups);
+* ``fair, 100 groups, cap 5``: with ``max_leased_per_group`` 5.
+
+``--groups N`` adds three metered leases of 10 from a fair queue whose N groups each hold 10 ready
+items of 1,000 B (moto in process): what a lease costs with many groups.
 
 ``--depth N`` adds the lease at depth: N valid leases of 1,000 B items of priority 1 ahead (written
 straight into the table, with the head row a lease of them would have left), then 10 ready items of
