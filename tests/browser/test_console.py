@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from querator.client import Client, NewItem
+from querator.client import BadRequestError, Client, NewItem
 from querator.console.proxy import ConsoleProxy
 from tests.browser.pages import Page as PageType
 
@@ -74,6 +74,29 @@ OLDER_SERVER = r"""
     const {status, statusText} = response;
     const headers = {"Content-Type": "application/json"};
     return new Response(JSON.stringify(body), {status, statusText, headers});
+  };
+})();
+"""
+
+#: Makes the page see a server from before fair delivery: queues.info and queues.list without
+#: `delivery` / `max_leased_per_group`.
+BEFORE_FAIR_DELIVERY = r"""
+(() => {
+  const original = window.fetch.bind(window);
+  const strip = (info) => {
+    const copy = {...info};
+    delete copy.delivery;
+    delete copy.max_leased_per_group;
+    return copy;
+  };
+  window.fetch = async (input, init) => {
+    const response = await original(input, init);
+    if (!/\/v1\/queues\.(info|list)$/.test(String(input)) || !response.ok) return response;
+    const body = JSON.parse(await response.text());
+    const changed = body.items ? {...body, items: body.items.map(strip)} : strip(body);
+    const {status, statusText} = response;
+    const headers = {"Content-Type": "application/json"};
+    return new Response(JSON.stringify(changed), {status, statusText, headers});
   };
 })();
 """
@@ -294,6 +317,144 @@ def test_edit_settings_produce_a_test_item_and_see_it_listed(page: PageType, api
     [stored] = api.list_items(queue)
     assert (stored.payload, stored.reference, stored.group) == (b'{"order": 42}', "from-the-console", "")
     page.wait_text("#summary", "1 ready")
+
+
+def fair_marker(page: PageType, queue: str) -> str | None:
+    """The text of the delivery marker in the queue list's name cell (None: no marker); waits for the row."""
+    cell = page.element(f'tr[data-queue="{queue}"] td')
+    markers = cell.find_elements(By.CSS_SELECTOR, "[data-delivery]")
+    return markers[0].text if markers else None
+
+
+def test_create_a_fair_queue_with_a_cap_and_the_list_marks_it(page: PageType, api: Client) -> None:
+    prefix = fresh("fair-new")
+    name, plain = f"{prefix}-a", f"{prefix}-b"
+    page.open("#/")
+    form = page.element('form[aria-label="New queue"]')
+    form.find_element(By.NAME, "queue_name").send_keys(name)
+    delivery = form.find_element(By.NAME, "delivery")
+    cap = form.find_element(By.NAME, "max_leased_per_group")
+    # Labelled, and FIFO with no cap unless told otherwise.
+    assert delivery.accessible_name == "Delivery"
+    assert cap.accessible_name == "Max leased per group (fair; 0: unlimited)"
+    assert (Select(delivery).first_selected_option.get_attribute("value"), cap.get_attribute("value")) == (
+        "fifo",
+        "0",
+    )
+    Select(delivery).select_by_value("fair")
+    cap.clear()
+    cap.send_keys("3")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("h1", name)
+    info = api.queue_info(name)
+    assert (info.delivery, info.max_leased_per_group) == ("fair", 3)
+
+    # The new queue's settings show what the API stored.
+    settings = page.element('form[aria-label="Settings"]')
+    shown = Select(settings.find_element(By.NAME, "delivery")).first_selected_option.get_attribute("value")
+    assert (shown, settings.find_element(By.NAME, "max_leased_per_group").get_attribute("value")) == (
+        "fair",
+        "3",
+    )
+
+    # The form left alone creates a FIFO queue without a cap, as before.
+    page.open("#/")
+    form = page.element('form[aria-label="New queue"]')
+    form.find_element(By.NAME, "queue_name").send_keys(plain)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("h1", plain)
+    info = api.queue_info(plain)
+    assert (info.delivery, info.max_leased_per_group) == ("fifo", 0)
+
+    # The list marks the fair queue, in text with its cap in the title, and not the FIFO one.
+    page.open(f"#/?pivot={prefix}")
+    assert page.until(lambda d: fair_marker(page, name)) == "Fair"
+    marker = page.element(f'tr[data-queue="{name}"] [data-delivery]')
+    assert "at most 3 leased per group" in marker.get_attribute("title")
+    assert fair_marker(page, plain) is None
+    assert row_cells(page, plain)[0] == plain
+
+
+def test_switch_an_empty_fifo_queue_to_fair_in_the_settings(page: PageType, api: Client) -> None:
+    queue = fresh("to-fair")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/queue/{queue}")
+    settings = page.element('form[aria-label="Settings"]')
+    delivery = Select(settings.find_element(By.NAME, "delivery"))
+    cap = settings.find_element(By.NAME, "max_leased_per_group")
+    assert settings.find_element(By.NAME, "delivery").accessible_name == "Delivery"
+    assert cap.accessible_name == "Max leased per group (fair; 0: unlimited)"
+    assert cap.get_attribute("min") == "0"
+    assert (delivery.first_selected_option.get_attribute("value"), cap.get_attribute("value")) == (
+        "fifo",
+        "0",
+    )
+    # Someone else changes another setting meanwhile: Save must send only what was changed here.
+    api.update_queue(queue, max_attempts=5)
+
+    delivery.select_by_value("fair")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Settings saved")
+    info = api.queue_info(queue)
+    assert (info.delivery, info.max_leased_per_group, info.max_attempts) == ("fair", 0, 5)
+
+    cap.clear()
+    cap.send_keys("4")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.until(lambda d: api.queue_info(queue).max_leased_per_group == 4, "the cap was never saved")
+    info = api.queue_info(queue)
+    assert (info.delivery, info.max_attempts) == ("fair", 5)
+
+
+def test_switching_delivery_of_a_queue_holding_items_shows_the_api_error(page: PageType, api: Client) -> None:
+    queue = fresh("busy")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, ["waiting"])
+    with pytest.raises(BadRequestError) as refused:
+        api.update_queue(queue, delivery="fair")
+    assert "delivery" in refused.value.message
+
+    page.open(f"#/queue/{queue}")
+    page.wait_text("#summary", "1 ready")
+    settings = page.element('form[aria-label="Settings"]')
+    Select(settings.find_element(By.NAME, "delivery")).select_by_value("fair")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    # The API's 400, word for word as the client read it ("400 Bad Request: ...").
+    assert page.wait_text("#error", "400") == str(refused.value)
+    assert not page.element("#notice").is_displayed()
+    info = api.queue_info(queue)
+    assert (info.delivery, info.max_leased_per_group) == ("fifo", 0)
+    assert api.stats(queue).total == 1
+
+
+@pytest.fixture
+def before_fair_delivery(browser: webdriver.Chrome) -> Iterator[None]:
+    script = browser.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument", {"source": BEFORE_FAIR_DELIVERY}
+    )
+    try:
+        yield
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]}
+        )
+
+
+@pytest.mark.usefixtures("before_fair_delivery")
+def test_a_server_without_delivery_settings_gets_no_delivery_fields(page: PageType, api: Client) -> None:
+    queue = fresh("no-fair")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/queue/{queue}")
+    settings = page.element('form[aria-label="Settings"]')
+    assert settings.find_elements(By.NAME, "delivery") == []
+    assert settings.find_elements(By.NAME, "max_leased_per_group") == []
+    attempts = settings.find_element(By.NAME, "max_attempts")
+    attempts.clear()
+    attempts.send_keys("2")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Settings saved")
+    info = api.queue_info(queue)
+    assert (info.max_attempts, info.delivery, info.max_leased_per_group) == (2, "fifo", 0)
 
 
 def test_produce_a_test_item_with_a_group(page: PageType, api: Client) -> None:
@@ -549,6 +710,8 @@ def test_a_read_only_console_through_the_signing_proxy_shows_queues_and_offers_n
         page.wait_text("#summary", "1 ready")
         assert page.element("#mode").is_displayed()
         assert page.element('input[name="max_attempts"]').get_attribute("readonly") is not None
+        assert page.element('input[name="max_leased_per_group"]').get_attribute("readonly") is not None
+        assert not page.element('select[name="delivery"]').is_enabled()  # a select has no readonly
         for write in (
             "#clear",
             "#delete-selected",

@@ -350,7 +350,8 @@ async function queuesView(view, params) {
     };
     rows.set(queue.queue_name, cells);
     body.append(h("tr", { "data-queue": queue.queue_name },
-      h("td", { class: "mono" }, h("a", { href: `#/queue/${encodeURIComponent(queue.queue_name)}` }, queue.queue_name)),
+      h("td", { class: "mono" }, h("a", { href: `#/queue/${encodeURIComponent(queue.queue_name)}` }, queue.queue_name),
+        fairMarker(queue)),
       h("td", { class: "num" }, queue.requested_partitions || 1),
       cells.ready, cells.leased, cells.scheduled, cells.oldest, cells.dead, cells.produced, cells.completed,
       cells.chart));
@@ -404,6 +405,23 @@ async function queuesView(view, params) {
   await state.refresh();
 }
 
+function fairMarker(queue) {
+  // A fair queue says so next to its name, in text; a FIFO queue (the default) shows nothing.
+  if (queue.delivery !== "fair") return null;
+  const cap = queue.max_leased_per_group || 0;
+  return h("span", { class: "tag", "data-delivery": "fair",
+    title: `fair delivery: leases go round-robin across item groups; ${cap ? `at most ${cap} leased per group` : "no cap per group"}` },
+  "Fair");
+}
+
+const DELIVERIES = [["fifo", "FIFO"], ["fair", "Fair (round-robin across groups)"]];
+const CAP_LABEL = "Max leased per group (fair; 0: unlimited)";
+
+function deliverySelect(value, attrs) {
+  return h("select", { name: "delivery", ...attrs },
+    DELIVERIES.map(([key, text]) => h("option", { value: key, selected: key === value }, text)));
+}
+
 function createQueueForm() {
   const field = (name, label, value, attrs) => h("label", {}, label, h("input", { name, value: value || "", ...attrs }));
   const form = h("form", { class: "panel", "aria-label": "New queue" },
@@ -415,6 +433,8 @@ function createQueueForm() {
       field("max_attempts", "Max attempts (0: unlimited)", "0", { type: "number", min: 0 }),
       field("dead_queue", "Dead-letter queue", ""),
       field("requested_partitions", "Partitions", "1", { type: "number", min: 1 }),
+      h("label", {}, "Delivery", deliverySelect("fifo")),
+      field("max_leased_per_group", CAP_LABEL, "0", { type: "number", min: 0 }),
       h("button", { type: "submit" }, "Create")));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -425,6 +445,9 @@ function createQueueForm() {
       requested_partitions: Number(data.get("requested_partitions") || 1),
     };
     if (data.get("dead_queue")) info.dead_queue = data.get("dead_queue");
+    // The defaults (FIFO, no cap) are left out: the request is then what it was before fair delivery.
+    if (data.get("delivery") && data.get("delivery") !== "fifo") info.delivery = data.get("delivery");
+    if (Number(data.get("max_leased_per_group") || 0) !== 0) info.max_leased_per_group = Number(data.get("max_leased_per_group"));
     const done = await guarded(() => api("queues.create", info));
     if (done !== undefined) location.hash = `#/queue/${encodeURIComponent(info.queue_name)}`;
   });
@@ -488,10 +511,18 @@ function settingsForm(info) {
     ["max_attempts", "Max attempts", "number"], ["dead_queue", "Dead-letter queue", "text"],
     ["requested_partitions", "Partitions", "number"], ["reference", "Reference", "text"],
   ];
+  // queues.info always has delivery and max_leased_per_group; a server older than fair delivery has
+  // neither, and then the form does not offer them.
+  if ("delivery" in info) {
+    editable.push(["delivery", "Delivery", "select"], ["max_leased_per_group", CAP_LABEL, "number", { min: 0 }]);
+  }
   const inputs = {};
   const form = h("form", { class: "panel", "aria-label": "Settings" }, h("h2", {}, "Settings"),
-    h("div", { class: "row" }, editable.map(([key, label, type]) => {
-      inputs[key] = h("input", { name: key, type, value: info[key] ?? "", readonly: readOnly });
+    h("div", { class: "row" }, editable.map(([key, label, type, attrs]) => {
+      // A select cannot be read-only: a read-only console disables it instead.
+      inputs[key] = type === "select"
+        ? deliverySelect(info[key], { disabled: readOnly })
+        : h("input", { name: key, type, value: info[key] ?? "", readonly: readOnly, ...attrs });
       return h("label", {}, label, inputs[key]);
     }), readOnly ? null : h("button", { type: "submit" }, "Save")),
     h("p", { class: "muted" }, `Created ${info.created_at || "?"}, updated ${info.updated_at || "?"}`));
