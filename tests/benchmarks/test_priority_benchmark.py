@@ -14,14 +14,21 @@ def test_priorities_cost_a_band_registration_per_produce_and_a_read_per_band(mot
     results = {(case, r.batch): r for case, r in measure(moto_server, count=40)}
 
     fifo, one, ten = (results[case, 10] for case in ("fifo", "one band", "ten bands"))
-    for result in (fifo, one, ten):
+    fair, capped = (results[case, 10] for case in ("fair, 100 groups", "fair, 100 groups, cap 5"))
+    for result in (fifo, one, ten, fair, capped):
         assert (result.delivered, result.duplicates, result.missing) == (40, 0, 0)
-    # One more small head-row write per produce request of another priority: 1 unit per 10 items.
+    # Another priority's band is registered (one small head-row write) by the first produce request
+    # only: the producing store reuses its registration for 5 minutes, so 1 unit per 40 items.
     assert one.per_item("write_units", "produce") == pytest.approx(
-        fifo.per_item("write_units", "produce") + 0.1
+        fifo.per_item("write_units", "produce") + 1 / 40
     )
     produce_ops = fifo.phases["produce"].requests_by_operation
     assert (produce_ops["BatchWriteItem"], produce_ops["UpdateItem"]) == (4, 4)  # one of each a request
-    assert one.phases["produce"].requests_by_operation["UpdateItem"] == 8
+    assert one.phases["produce"].requests_by_operation["UpdateItem"] == 5
+    # A fair queue registers each group's lane once (40 items in 40 groups of the 100) and the head
+    # row's lanes flag once, on top of FIFO's counters.
+    assert fair.phases["produce"].requests_by_operation["UpdateItem"] == 4 + 40 + 1
+    # A fair lease reads a lane per group it serves: more reads than FIFO's; the cap adds more.
+    assert capped.phases["lease"].requests > fair.phases["lease"].requests > fifo.phases["lease"].requests
     # A lease reads the bands in use: more range reads with every band in use than with one.
     assert ten.phases["lease"].requests > one.phases["lease"].requests >= fifo.phases["lease"].requests
