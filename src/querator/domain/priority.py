@@ -57,6 +57,14 @@ def is_group_lane(lane: str) -> bool:
     return lane != band_of(lane)
 
 
+def ledger_group(key: str) -> str:
+    """The group whose ledger an item's lease goes into (``max_leased_per_group``): its group lane
+    without the band, ``g`` + 16 hex digits, one ledger for the group across priorities; ``""`` for
+    an id outside a group lane."""
+    lane = lane_of(key)
+    return lane[len(band_of(lane)) :]
+
+
 def priority_of(item_id: str) -> int:
     """The priority an item id was minted for."""
     return _PRIORITY_OF_BAND[band_of(item_id)]
@@ -105,6 +113,7 @@ __all__ = [
     "held_end",
     "is_group_lane",
     "lane_of",
+    "ledger_group",
     "priority_of",
     "unbanded",
     "validate_priority",

@@ -11,7 +11,8 @@ from querator.domain.errors import DuplicateClientError, InvalidRequestError, No
 from querator.domain.ids import visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
-from querator.domain.priority import band_of, is_group_lane, lane_of
+from querator.domain.priority import is_group_lane, lane_of, ledger_group
+from querator.ports import GroupLedger
 from querator.service.tuning import (
     CURSOR_LAG,
     FIRST_PAGE_MIN,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from querator.domain.model import Item, ItemState, QueueInfo
-    from querator.ports import Clock, GroupLedger, ItemStore, PartitionHead
+    from querator.ports import Clock, ItemStore, Page, PartitionHead
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
 
@@ -318,19 +319,31 @@ class Leaser:
                 limit=limit,
                 available_at=now,
             )
-            settle: list[tuple[ItemState, lifecycle.Decision]] = []
-            for state in page.items:
-                decision = lifecycle.decide_for_lease(state, queue, now)
-                if decision.action is Action.LEASE:
-                    candidates.append(state)
-                elif decision.action is not Action.KEEP:
-                    settle.append((state, decision))
-            if settle and self._settler.settle(queue, partition, settle, now).skipped:
-                skipped = skipped or settle[0][0].id
+            found, left = self._sort_page(queue, partition, page, now)
+            candidates += found
+            skipped = skipped or left
             evaluated += page.evaluated
             if len(candidates) >= wanted or page.done or skipped or self._clock.now() >= stop_at:
                 return lane, cursor, candidates, page.read_to, skipped, page.done, evaluated
             start, limit = page.read_to, PAGE_MAX
+
+    def _sort_page(
+        self, queue: QueueInfo, partition: int, page: Page, now: datetime
+    ) -> tuple[list[ItemState], str | None]:
+        """The page's items a lease may claim, after settling those whose lease ran out or whose
+        time is up; and the first id a settle had to leave (its dead-letter queue is missing), where
+        a cursor must stop."""
+        candidates: list[ItemState] = []
+        settle: list[tuple[ItemState, lifecycle.Decision]] = []
+        for state in page.items:
+            decision = lifecycle.decide_for_lease(state, queue, now)
+            if decision.action is Action.LEASE:
+                candidates.append(state)
+            elif decision.action is not Action.KEEP:
+                settle.append((state, decision))
+        if settle and self._settler.settle(queue, partition, settle, now).skipped:
+            return candidates, settle[0][0].id
+        return candidates, None
 
     def _claim_capped(
         self,
@@ -352,6 +365,9 @@ class Leaser:
         won: list[Item] = []
         room = max_bytes
         full: set[str] = set()
+        # Each group's ledger as this call last read or wrote it: a claim that succeeded moved it
+        # to a version this call knows, so the next claim in the group needs no read.
+        ledgers: dict[str, GroupLedger] = {}
         pending = list(pool)
         while pending and len(won) < wanted and (not won or self._clock.now() < stop_at):
             state = pending.pop(0)
@@ -365,11 +381,13 @@ class Leaser:
                 won += got
                 room -= sum(sizes[i.id] for i in got)
                 continue
-            group = lane[len(band_of(lane)) :]
+            group = ledger_group(state.id)
             if group in full:
                 continue
             for _ in range(MAX_RESCANS + 2):
-                ledger = self._store.group_ledgers(queue.name, partition, [group])[group]
+                ledger = (
+                    ledgers.get(group) or self._store.group_ledgers(queue.name, partition, [group])[group]
+                )
                 counted, forget = self._valid_leases(queue, partition, ledger, now)
                 if counted >= queue.max_leased_per_group:
                     full.add(group)
@@ -386,7 +404,11 @@ class Leaser:
                 if item is not None:
                     won.append(item)
                     room -= sizes[state.id]
+                    leases = {i: d for i, d in ledger.leases.items() if i not in forget}
+                    leases[item.id] = lease_deadline
+                    ledgers[group] = GroupLedger(version=ledger.version + 1, leases=leases)
                     break
+                ledgers.pop(group, None)  # moved by a competitor (or the item is gone): read it again
                 if not self._available(queue, partition, state.id, now):
                     break  # taken by a competitor (or gone): on to the next item
         return won
@@ -442,16 +464,9 @@ class Leaser:
             page = self._store.scan(
                 queue.name, partition, start=start, end=end, limit=limit, available_at=now
             )
-            candidates: list[ItemState] = []
-            settle: list[tuple[ItemState, lifecycle.Decision]] = []
-            for state in page.items:
-                decision = lifecycle.decide_for_lease(state, queue, now)
-                if decision.action is Action.LEASE:
-                    candidates.append(state)
-                elif decision.action is not Action.KEEP:
-                    settle.append((state, decision))
-            if settle and self._settler.settle(queue, partition, settle, now).skipped:
-                first_open = _min_id(first_open, settle[0][0].id)
+            candidates, left = self._sort_page(queue, partition, page, now)
+            if left is not None:
+                first_open = _min_id(first_open, left)
             # The pool: more candidates than wanted, so that after a lost race a consumer can jump
             # to one its competitors are not claiming (each loss is a charged write), but few enough
             # that the lease record listing them stays a small write.

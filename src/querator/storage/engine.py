@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from querator.domain.ids import ITEMS_END, key_after, time_key, visible_bound
-from querator.domain.priority import band_of, band_start, held_end, is_group_lane, lane_of
+from querator.domain.priority import band_of, band_start, held_end, is_group_lane, lane_of, ledger_group
 from querator.ports import (
     BatchResult,
     GroupLedger,
@@ -136,12 +136,6 @@ def _with_sweep(head: PartitionHead, mark: str) -> PartitionHead:
     if lane == "":
         return replace(head, sweep=mark)
     return replace(head, band_sweeps={**head.band_sweeps, lane: mark})
-
-
-def _ledger_of(item_id: str) -> str:
-    """The group ledger an id's lease goes into: its group lane without the band."""
-    lane = lane_of(item_id)
-    return lane[len(band_of(lane)) :]
 
 
 class SortedRowsStore:
@@ -387,7 +381,7 @@ class SortedRowsStore:
         lease_deadline: datetime,
         now: datetime,
     ) -> Item | None:
-        group = _ledger_of(item_id)
+        group = ledger_group(item_id)
         with self._write() as rows:
             head = rows.head(queue, partition)
             ledger = head.group_ledgers.get(group, GroupLedger())
@@ -408,7 +402,7 @@ class SortedRowsStore:
         by_group: dict[str, set[str]] = {}
         for item_id in ids:
             if is_group_lane(lane_of(item_id)):
-                by_group.setdefault(_ledger_of(item_id), set()).add(item_id)
+                by_group.setdefault(ledger_group(item_id), set()).add(item_id)
         if not by_group:
             return
         with self._write() as rows:

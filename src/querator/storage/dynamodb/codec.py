@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from querator.domain.ids import join_ids, split_ids, time_key, visible_bound
 from querator.domain.model import REPLY_SIZE_THRESHOLD, Item, ItemState, timestamp_us, utc_from_timestamp_us
-from querator.domain.priority import BANDS, band_of, band_start, is_group_lane, lane_of
+from querator.domain.priority import BANDS, band_start
 from querator.ports import GroupLedger, IdempotencyRecord, Lane, LeaseRecord, PartitionHead, Recount
 from querator.storage.dynamodb import schema
 
@@ -254,15 +254,6 @@ def head_key(queue: str, partition: int) -> AttributeMap:
 
 
 # -- fair delivery: group lanes and group ledgers ---------------------------------------------------
-
-
-def ledger_group(item_id: str) -> str:
-    """The group ledger an item's lease goes into: its group lane without the band (``g`` + 16 hex
-    digits). Raises ``ValueError`` for an id outside a group lane."""
-    lane = lane_of(item_id)
-    if not is_group_lane(lane):
-        raise ValueError(f"{item_id!r} is not in a group lane")
-    return lane[len(band_of(lane)) :]
 
 
 def lane_key(queue: str, partition: int, lane: str) -> AttributeMap:

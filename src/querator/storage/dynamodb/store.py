@@ -42,7 +42,7 @@ from botocore.exceptions import ClientError
 
 from querator.domain.errors import QueratorError, StoreThrottledError
 from querator.domain.ids import ITEMS_END, key_after, visible_bound
-from querator.domain.priority import band_end, band_of, is_group_lane, lane_of
+from querator.domain.priority import band_end, band_of, is_group_lane, lane_of, ledger_group
 from querator.ports import (
     BatchResult,
     GroupLedger,
@@ -845,7 +845,7 @@ class DynamoDBItemStore:
             condition = expressions.LEDGER_NEW_CONDITION
         ledger: dict[str, Any] = {
             "TableName": self._table,
-            "Key": codec.ledger_key(queue, partition, codec.ledger_group(item_id)),
+            "Key": codec.ledger_key(queue, partition, ledger_group(item_id)),
             "UpdateExpression": update,
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
@@ -873,7 +873,7 @@ class DynamoDBItemStore:
         by_group: dict[str, list[str]] = defaultdict(list)
         for item_id in dict.fromkeys(ids):
             if is_group_lane(lane_of(item_id)):
-                by_group[codec.ledger_group(item_id)].append(item_id)
+                by_group[ledger_group(item_id)].append(item_id)
         removals = [
             (group, members[start : start + _LEDGER_REMOVALS])
             for group, members in by_group.items()
