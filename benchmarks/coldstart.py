@@ -14,7 +14,16 @@ layer ``layers/core/build.py`` builds (for this machine's architecture), on the 
 ``-S`` and no bytecode writes (``/opt`` is read-only), next to the runtime's boto3 (installed at the
 locked version, compiled as the runtime ships it). Three columns: the layer without bytecode (what
 the build shipped before it compiled), with bytecode, and with bytecode in an untraced stage (no
-X-Ray SDK import); each against ``import boto3`` in the same setting.
+X-Ray SDK import); each against ``import boto3`` in the same setting. In this setting (Lambda's
+``LAMBDA_TASK_ROOT`` set) each handler's import also makes its clients and builds its wire models,
+as in Lambda's init phase; the row ``boto3+client`` is the like-for-like baseline: ``import boto3``
+and one DynamoDB client.
+
+``--first-request`` measures what a caller waits for instead: a fresh interpreter imports the
+handler and serves one real request (a lease, a produce, a stats call, ...) against a moto server on
+127.0.0.1, timed from before the import to the reply. Import time alone rewards moving work from
+the import to the first request; this figure does not. Its baseline is what any function that
+calls DynamoDB must do: ``import boto3``, make a client, one request.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import shutil
@@ -114,6 +124,163 @@ def format_table(times: list[ImportTime]) -> str:
     return "\n".join(lines)
 
 
+# -- import and first request (--first-request) -------------------------------------------------------
+
+QUEUE = "coldstart"
+#: The child: times the import and the first invocation, writes both (µs) and the status to argv[1].
+_FIRST_REQUEST_CHILD = """
+import json, sys, time
+started = time.perf_counter()
+import {module} as handler
+imported = time.perf_counter()
+event = json.loads(sys.argv[2])
+class Context:
+    function_name = "coldstart"; memory_limit_in_mb = 512; function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:000000000000:function:coldstart"
+    aws_request_id = "coldstart"; log_group_name = log_stream_name = "coldstart"
+    def get_remaining_time_in_millis(self): return 30000
+reply = handler.lambda_handler(event, Context())
+done = time.perf_counter()
+status = reply.get("statusCode", 200) if isinstance(reply, dict) else 200
+with open(sys.argv[1], "w") as out:
+    json.dump([int((imported - started) * 1e6), int((done - started) * 1e6), status], out)
+"""
+#: The baseline child: the least a DynamoDB-calling function does.
+_BASELINE_CHILD = """
+import json, sys, time
+started = time.perf_counter()
+import boto3
+imported = time.perf_counter()
+boto3.client("dynamodb").describe_table(TableName=sys.argv[2])
+done = time.perf_counter()
+with open(sys.argv[1], "w") as out:
+    json.dump([int((imported - started) * 1e6), int((done - started) * 1e6), 200], out)
+"""
+
+
+@dataclass(frozen=True)
+class FirstRequest:
+    """Medians (ms) of one function: import, and import plus its first reply."""
+
+    function: str
+    request: str
+    import_ms: float
+    first_ms: float
+
+
+def _child_env(endpoint: str, items_table: str, catalog_table: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONPYCACHEPREFIX": str(PYCACHE),
+        "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "QUERATOR_ITEMS_TABLE": items_table,
+        "QUERATOR_CATALOG_TABLE": catalog_table,
+    }
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("QUERATOR_STORE", None)
+    return env
+
+
+def _run_child(code: str, arg: str, env: dict[str, str]) -> tuple[int, int, int]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run(  # noqa: S603 - our interpreter running our child script
+            [sys.executable, "-c", code, out.name, arg],
+            capture_output=True, cwd=ROOT, env=env, check=True, timeout=120,
+        )  # fmt: skip
+        imported, first, status = json.loads(Path(out.name).read_text())
+    return int(imported), int(first), int(status)
+
+
+def measure_first_request(repeat: int = QUICK_REPEAT) -> list[FirstRequest]:
+    """Each HTTP function and the reaper serving one request in a fresh interpreter, against a moto
+    server; samples interleaved with the baseline. The stream functions are not measured (they need
+    the WebSocket API's connection records)."""
+    from querator.localserver import proxy_event, scheduled_event  # noqa: PLC0415
+    from querator.storage.dynamodb import schema  # noqa: PLC0415
+    from querator.testing import dynamodb_client, moto_server_process  # noqa: PLC0415
+
+    with moto_server_process() as endpoint:
+        client = dynamodb_client(endpoint)
+        items_table, catalog_table = "coldstart-items", "coldstart-queues"
+        schema.create_tables(client, items_table=items_table, catalog_table=catalog_table)
+        env = _child_env(endpoint, items_table, catalog_table)
+
+        def call(function: str, name: str, body: dict[str, Any] | None) -> tuple[int, int, int]:
+            if function == "reaper":
+                event = scheduled_event()
+            elif body is None:
+                event = proxy_event("GET", f"/{name}", {}, b"", "127.0.0.1")
+            else:
+                data = json.dumps(body).encode()
+                headers = {"Content-Type": "application/json"}
+                event = proxy_event("POST", f"/v1/{name}", headers, data, "127.0.0.1")
+            module = f"functions.{function}.handler"
+            return _run_child(_FIRST_REQUEST_CHILD.format(module=module), json.dumps(event), env)
+
+        def checked(function: str, name: str, body: dict[str, Any] | None) -> tuple[int, int]:
+            imported, first, status = call(function, name, body)
+            if status != 200:
+                raise RuntimeError(f"{function} {name}: HTTP {status}")
+            return imported, first
+
+        checked(
+            "queues", "queues.create", {"queue_name": QUEUE, "lease_timeout": "5m", "expire_timeout": "24h"}
+        )
+        leases = 0
+
+        def requests() -> list[tuple[str, str, dict[str, Any] | None]]:
+            nonlocal leases
+            leases += 1
+            return [
+                ("produce", "queue.produce", {"queue_name": QUEUE, "items": [{"utf8": "x"}] * 2}),
+                ("lease", "queue.lease", {"queue_name": QUEUE, "batch_size": 1, "client_id": f"c{leases}"}),
+                ("queues", "queues.info", {"queue_name": QUEUE}),
+                ("admin", "queue.stats", {"queue_name": QUEUE}),
+                ("meta", "health", None),
+                ("reaper", "reaper", None),
+            ]
+
+        samples: dict[str, list[tuple[int, int]]] = {}
+        labels: dict[str, str] = {BASELINE: "import boto3, a client, one call"}
+        for round_ in range(repeat + 1):
+            for function, name, body in requests():
+                sample = checked(function, name, body)
+                labels[function] = name
+                if round_:  # round 0 compiles the bytecode the later rounds read
+                    samples.setdefault(function, []).append(sample)
+            base = _run_child(_BASELINE_CHILD, items_table, env)
+            if round_:
+                samples.setdefault(BASELINE, []).append(base[:2])
+    return [
+        FirstRequest(
+            function=function,
+            request=labels[function],
+            import_ms=statistics.median(s[0] for s in values) / 1000,
+            first_ms=statistics.median(s[1] for s in values) / 1000,
+        )
+        for function, values in sorted(samples.items(), key=lambda kv: kv[0] != BASELINE)
+    ]
+
+
+def format_first_request_table(rows: list[FirstRequest], repeat: int) -> str:
+    base = next(r for r in rows if r.function == BASELINE)
+    lines = [
+        f"Cold start to the first reply: median of {repeat} fresh interpreters, moto server on 127.0.0.1",
+        f"{'function':<10} {'request':<34} {'import ms':>9} {'to reply ms':>11} {'x baseline':>10}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r.function:<10} {r.request:<34} {r.import_ms:>9.0f} {r.first_ms:>11.0f}"
+            f" {r.first_ms / base.first_ms:>10.2f}"
+        )
+    return "\n".join(lines)
+
+
 # -- the deployed artifacts (--layer) ---------------------------------------------------------------
 
 #: Settings of the --layer runs: (column, bytecode, environment beyond the Lambda basics).
@@ -162,7 +329,33 @@ def prepare_artifacts(runtime: str, work: Path) -> dict[str, Path]:
     # The runtime ships botocore compiled; so does this stand-in.
     python = _runtime_python(runtime)
     subprocess.run([python, "-m", "compileall", "-q", "-j", "0", str(sdk)], check=True, capture_output=True)  # noqa: S603
-    return {"layer": layer / "python", "bare": bare / "python", "sdk": sdk}
+    # The like-for-like baseline of a function that makes its client at init, as AWS advises.
+    client = work / "client"
+    client.mkdir()
+    (client / CLIENT_BASELINE_MODULE).with_suffix(".py").write_text(
+        'import boto3\nboto3.client("dynamodb")\n'
+    )
+    return {"layer": layer / "python", "bare": bare / "python", "sdk": sdk, "client": client}
+
+
+#: What Lambda's runtime and the stack set for every function that its init phase reads: the
+#: handlers make their clients at init (``observability.lambda_entry(prepare=...)``), which needs a
+#: region, credentials (Lambda passes the role's in the environment) and the table names.
+LAMBDA_ENVIRONMENT: dict[str, str] = {
+    "PATH": "/usr/bin:/bin",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "coldstart",
+    "AWS_SECRET_ACCESS_KEY": "coldstart",
+    "AWS_SESSION_TOKEN": "coldstart",
+    "AWS_LAMBDA_FUNCTION_NAME": "coldstart",
+    "QUERATOR_ITEMS_TABLE": "coldstart-items",
+    "QUERATOR_CATALOG_TABLE": "coldstart-queues",
+    "QUERATOR_CONNECTIONS_TABLE": "coldstart-connections",
+    "QUERATOR_STREAM_ENDPOINT": "https://coldstart.execute-api.us-east-1.amazonaws.com/live",
+}
+CLIENT_BASELINE_MODULE = "coldstart_client"
+CLIENT_BASELINE = "boto3+client"
 
 
 def layer_import_micros(
@@ -173,8 +366,7 @@ def layer_import_micros(
     result = subprocess.run(  # noqa: S603 - the runtime's interpreter importing one module
         [python, "-S", "-X", "importtime", "-B", "-c", code],
         capture_output=True, text=True, check=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "LAMBDA_TASK_ROOT": str(task_root), "AWS_REGION": "us-east-1",
-             "AWS_LAMBDA_FUNCTION_NAME": "coldstart", **env},
+        env={**LAMBDA_ENVIRONMENT, "LAMBDA_TASK_ROOT": str(task_root), **env},
     )  # fmt: skip
     return parse_importtime(result.stderr, module)
 
@@ -189,9 +381,13 @@ def measure_layer(runtime: str = "python3.12", repeat: int = REPEAT) -> dict[str
         for _ in range(repeat):
             for column, bytecode, env in LAYER_SETTINGS:
                 layer = artifacts["layer" if bytecode else "bare"]
-                for name in [BASELINE, *names]:
-                    root = ROOT / "functions" / (name if name != BASELINE else "meta")
-                    module = BASELINE if name == BASELINE else "handler"
+                for name in [BASELINE, CLIENT_BASELINE, *names]:
+                    if name == BASELINE:
+                        root, module = ROOT / "functions" / "meta", BASELINE
+                    elif name == CLIENT_BASELINE:
+                        root, module = artifacts["client"], CLIENT_BASELINE_MODULE
+                    else:
+                        root, module = ROOT / "functions" / name, "handler"
                     micros = layer_import_micros(python, root, [layer, artifacts["sdk"]], module, env)
                     rows.setdefault(name, {}).setdefault(column, []).append(micros)
     return {n: {c: statistics.median(v) / 1000 for c, v in cols.items()} for n, cols in rows.items()}
@@ -219,7 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         "--layer", action="store_true", help="measure the built layer on the runtime's Python"
     )
     parser.add_argument("--runtime", default="python3.12")
+    parser.add_argument(
+        "--first-request", action="store_true", help="import plus one served request, against a moto server"
+    )
     args = parser.parse_args(argv)
+    if args.first_request:
+        print(format_first_request_table(measure_first_request(args.repeat), args.repeat))
+        return 0
     if args.layer:
         print(format_layer_table(measure_layer(args.runtime, args.repeat), args.runtime))
         return 0
