@@ -8,6 +8,6 @@ It pushes leased items to the WebSocket connections subscribed to the queues wri
 from __future__ import annotations
 
 from querator.observability import lambda_entry
-from querator.stream.aws import dispatch_event
+from querator.stream.aws import dispatch_event, prepare
 
-lambda_handler = lambda_entry(dispatch_event, correlation_id_path=None)
+lambda_handler = lambda_entry(dispatch_event, correlation_id_path=None, prepare=prepare)

@@ -9,4 +9,4 @@ from querator.config import load_settings
 from querator.observability import lambda_entry
 
 app = build_app(Function.LEASE, service=get_service, settings=load_settings)
-lambda_handler = lambda_entry(app.resolve)
+lambda_handler = lambda_entry(app.resolve, prepare=app.prepare)

@@ -58,4 +58,4 @@ def reap(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return summary
 
 
-lambda_handler = lambda_entry(reap, correlation_id_path=None)
+lambda_handler = lambda_entry(reap, correlation_id_path=None, prepare=get_service)

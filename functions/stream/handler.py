@@ -9,6 +9,8 @@ from __future__ import annotations
 from aws_lambda_powertools.logging import correlation_paths
 
 from querator.observability import lambda_entry
-from querator.stream.aws import websocket_event
+from querator.stream.aws import prepare, websocket_event
 
-lambda_handler = lambda_entry(websocket_event, correlation_id_path=correlation_paths.API_GATEWAY_REST)
+lambda_handler = lambda_entry(
+    websocket_event, correlation_id_path=correlation_paths.API_GATEWAY_REST, prepare=prepare
+)

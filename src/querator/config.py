@@ -54,6 +54,13 @@ class EnvVar:
     POWERTOOLS_TRACE_DISABLED: Final = "POWERTOOLS_TRACE_DISABLED"
 
 
+def in_lambda(environ: Mapping[str, str] = os.environ) -> bool:
+    """True in a Lambda execution environment (``LAMBDA_TASK_ROOT``), not in SAM's or Chalice's
+    local emulators, which set it too (Powertools' own rule)."""
+    emulated = environ.get("AWS_SAM_LOCAL") or environ.get("AWS_CHALICE_CLI_MODE")
+    return bool(environ.get("LAMBDA_TASK_ROOT")) and not emulated
+
+
 #: Powertools service name and metrics namespace of every function. Powertools adds the dimension
 #: ``service=<SERVICE_NAME>`` to every metric, and the functions add ``stage=<EnvVar.STAGE>``, so
 #: alarms select on exactly those two.

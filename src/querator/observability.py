@@ -18,7 +18,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
-from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
+from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar, in_lambda
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -43,8 +43,7 @@ def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
         "yes",
         "on",
     }
-    emulated = environ.get("AWS_SAM_LOCAL") or environ.get("AWS_CHALICE_CLI_MODE")
-    return bool(environ.get("LAMBDA_TASK_ROOT")) and not disabled and not emulated
+    return in_lambda(environ) and not disabled
 
 
 def count(name: str, value: float) -> None:
@@ -68,12 +67,24 @@ def lambda_entry(
     resolve: Callable[[dict[str, Any], LambdaContext], dict[str, Any]],
     *,
     correlation_id_path: str | None = correlation_paths.API_GATEWAY_REST,
+    prepare: Callable[[], object] | None = None,
 ) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
     """Wrap a function's entry point with structured logging, tracing and metrics.
 
     The metrics are flushed here rather than by ``Metrics.log_metrics`` because that decorator
     warns on every invocation that published nothing, which most of them are.
+
+    ``prepare`` runs now when this is Lambda's init phase (the handler module's import): it makes
+    the clients and builds the wire models the first request would otherwise make. AWS's guidance
+    is to create SDK clients outside the handler; the init phase also runs with a whole vCPU, where
+    an invocation of a 512 MB function gets about a third of one (docs/adr/0013-cold-start.md).
+    Outside Lambda (tests, the local server) nothing runs at import.
     """
+    if prepare is not None and in_lambda():
+        try:
+            prepare()
+        except Exception:
+            logger.warning("warm-up at init failed; the first request will try again", exc_info=True)
 
     def flushing(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         try:

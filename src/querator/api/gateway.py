@@ -62,8 +62,27 @@ class Request:
 class FunctionApp:
     """The routes of one Lambda function; ``resolve`` is its entry point."""
 
-    def __init__(self, handlers: dict[tuple[str, str], Callable[[Request], ProxyResponse]]) -> None:
+    def __init__(
+        self,
+        handlers: dict[tuple[str, str], Callable[[Request], ProxyResponse]],
+        *,
+        served: tuple[routes.Route, ...] = (),
+        service: Callable[[], QueueService] | None = None,
+    ) -> None:
         self._handlers = handlers
+        self._served = served
+        self._service = service
+
+    def prepare(self) -> None:
+        """Build the wire models of the routes served and make the service (its clients): the work a
+        first request would do before its own. ``observability.lambda_entry`` calls it in Lambda's
+        init phase."""
+        for route in self._served:
+            for model in (route.request_model, route.response_model):
+                if model is not None:
+                    model.model_rebuild()
+        if self._service is not None:
+            self._service()
 
     def resolve(self, event: dict[str, Any], context: Any) -> ProxyResponse:
         request = Request(event, context)
@@ -91,7 +110,9 @@ def build_app(
     if not served:
         raise ValueError(f"no route is served by function {function!r}")
     return FunctionApp(
-        {(route.method.upper(), route.path): _bind(route, service, settings) for route in served}
+        {(route.method.upper(), route.path): _bind(route, service, settings) for route in served},
+        served=served,
+        service=service,
     )
 
 

@@ -14,12 +14,11 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
-import boto3
 from botocore.exceptions import ClientError
 
 from querator.api.gateway import FunctionApp, build_app
 from querator.api.routes import by_path
-from querator.bootstrap import get_client, get_service
+from querator.bootstrap import get_client, get_service, make_client
 from querator.config import ConfigurationError, load_settings
 from querator.domain.ids import is_item_id, visible_at_of
 from querator.storage.dynamodb import schema
@@ -102,7 +101,16 @@ def management_post(endpoint: str) -> Callable[[str, str], bool]:
 @functools.cache
 def _management_client(endpoint: str, region: str | None) -> Any:
     # Made on first use, once per process: only the stream functions ever need it.
-    return boto3.client("apigatewaymanagementapi", endpoint_url=endpoint, region_name=region)
+    return make_client("apigatewaymanagementapi", endpoint_url=endpoint, region_name=region)
+
+
+def prepare() -> None:
+    """What the first event would make, made in Lambda's init phase (``lambda_entry(prepare=...)``):
+    the stores' clients and the management API's client."""
+    get_service()
+    settings = load_settings()
+    if settings.stream_endpoint:
+        _management_client(settings.stream_endpoint, settings.region)
 
 
 def dispatcher(context: Any) -> Dispatcher:

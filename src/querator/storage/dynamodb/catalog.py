@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from datetime import datetime
 
+    import botocore.session
     from pynamodb.exceptions import PynamoDBException
 
 _BOOKMARK = "bookmark"
@@ -92,6 +93,18 @@ class DynamoDBQueueCatalog:
 
     def __init__(self, table_name: str, *, host: str | None = None, region: str | None = None) -> None:
         self._model = _model_for(table_name, host, region)
+
+    def share_loader(self, session: botocore.session.Session) -> None:
+        """Let PynamoDB's session (this thread's) read service models through ``session``'s loader.
+
+        Making a DynamoDB client loads and parses the service model and endpoint rules and lists
+        every service directory botocore has; a botocore loader keeps what it read. The store's
+        client and PynamoDB's are two clients from two sessions, so without this a cold start does
+        that work twice (about 45 ms, docs/adr/0013-cold-start.md). Call it before the first catalog
+        request. ``_get_connection`` is PynamoDB's own accessor; a test pins that the loader is shared.
+        """
+        pynamodb_session = self._model._get_connection().connection.session
+        pynamodb_session.register_component("data_loader", session.get_component("data_loader"))
 
     def _to_record(self, info: QueueInfo) -> _CatalogRecord:
         return self._model(
