@@ -255,7 +255,7 @@ def produce_dataframe(
     staged = spark.read.schema(plan_schema()).parquet(f"{job_dir(staging_dir, job_id)}/{PLAN_NAME}")
     # Spread by bucket (a Spark partition holds whole buckets) and sorted in the JVM: the rows cross
     # into Python once, in the writers. The staged files make both the same on every recomputation.
-    ordered = staged.repartition(writers, "bucket").sortWithinPartitions("bucket", "row_key", "digest")
+    ordered = spread_buckets(staged, writers).sortWithinPartitions("bucket", "row_key", "digest")
     writer = PartitionWriter(
         target=target,
         queue=queue,
@@ -299,6 +299,39 @@ def plan_partitions(cluster_cores: int, *, queue_partitions: int, buckets: int) 
     """Concurrent writers: every core of the cluster, but no more than the queue's partitions take
     (``WRITERS_PER_QUEUE_PARTITION`` each) and no more than there are buckets."""
     return max(1, min(cluster_cores, queue_partitions * WRITERS_PER_QUEUE_PARTITION, buckets))
+
+
+def spread_buckets(staged: DataFrame, writers: int) -> DataFrame:
+    """``staged`` repartitioned into ``writers`` Spark partitions, each holding whole buckets, and
+    bucket ``b`` in partition ``b mod writers``, so every writer gets its share of the buckets.
+
+    Correctness needs only the first: the partitioning expression is a function of the bucket, so a
+    bucket never spans two partitions whatever Spark does with it. The second is for speed: Spark
+    places a row in ``pmod(hash(expression), n)`` (Murmur3, what ``functions.hash`` computes), and
+    hashing the bucket itself put 8 of 12 buckets in one of 2 partitions, and both of 2 in one (one
+    writer doing all the work while the other idles). So the expression is, for each bucket, a
+    number Spark's hash sends to partition ``b mod writers``; the numbers are looked up with
+    ``functions.hash`` in one small query. Were Spark's partitioning hash ever to change, the
+    buckets would still be whole, only spread less evenly.
+    """
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415 - pyspark only where Spark runs
+
+    if writers == 1:
+        return staged.repartition(1)
+    # The first number that lands in each partition: about writers * ln(writers) candidates suffice.
+    candidates = staged.sparkSession.range(64 * writers).select(
+        F.col("id").cast("int").alias("v"),
+        F.expr(f"pmod(hash(cast(id as int)), {writers})").alias("p"),
+    )
+    found: dict[int, int] = {}
+    for candidate in candidates.collect():
+        found.setdefault(candidate.p, candidate.v)
+    if len(found) < writers:
+        # Not expected (Murmur3 spreads small integers well); the buckets stay whole either way.
+        return staged.repartition(writers, "bucket")
+    # ``pmod`` as SQL: ``functions.pmod`` is Spark 3.4+.
+    lookup = ", ".join(str(found[p]) for p in range(writers))
+    return staged.repartition(writers, F.expr(f"element_at(array({lookup}), pmod(bucket, {writers}) + 1)"))
 
 
 def _columns_record(columns: ColumnMap) -> dict[str, Any]:
@@ -681,5 +714,6 @@ __all__ = [
     "plan_schema",
     "produce_dataframe",
     "source_columns",
+    "spread_buckets",
     "write_units",
 ]
