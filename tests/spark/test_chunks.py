@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 
 import pytest
 from pyspark.sql import Row
@@ -91,23 +90,27 @@ def test_a_scheduled_item_keeps_its_band_and_sorts_at_its_time():
 # -- the staged plan and the job record -------------------------------------------------------------
 
 
-def plan_row(priority: int | None, group: str | None = None) -> SimpleNamespace:
+#: A staged plan row as Spark reads it back: a ``Row`` with ``plan_schema``'s fields, in its order.
+PlanRow = Row(*(field.name for field in plan_schema().fields))
+
+
+def plan_row(priority: int | None, group: str | None = None) -> Row:
     """A staged plan row as Spark reads it back (a plan staged before priorities or groups: ``None``;
     Spark reads a column the plan's files lack as null)."""
-    return SimpleNamespace(
-        bucket=0,
-        row_key="k",
-        digest="d",
-        payload=bytearray(b"x"),
-        reference=None,
-        encoding=None,
-        kind=None,
-        enqueue_at=None,
-        priority=priority,
-        group=group,
-        error_row=None,
-        error_column=None,
-        error_reason=None,
+    return PlanRow(
+        0,  # bucket
+        "k",  # row_key
+        "d",  # digest
+        bytearray(b"x"),  # payload
+        None,  # reference
+        None,  # encoding
+        None,  # kind
+        None,  # enqueue_at
+        priority,
+        group,
+        None,  # error_row
+        None,  # error_column
+        None,  # error_reason
     )
 
 
@@ -161,13 +164,12 @@ def test_a_plan_row_without_a_group_is_an_item_without_one():
 
 
 def test_a_prepared_plan_row_reads_back_as_the_same_item_with_its_group():
-    # The staged row is positional (``plan_schema``'s order); reading it back goes by name.
+    # The staged row is positional (``plan_schema``'s order), and so is reading it back.
     columns = ColumnMap(payload=("body",), key="id", kind="kind", priority="prio", group="grp")
     preparer = _RowPreparer(columns=columns, job_id="j", buckets=4)
-    names = [field.name for field in plan_schema().fields]
     for grp in ("tenant-7", None):
         source = Row(body="x", id=1, kind="k", prio=2, grp=grp)
-        staged = SimpleNamespace(**dict(zip(names, preparer(source), strict=True)))
+        staged = PlanRow(*preparer(source))
 
         assert staged.group == grp
         assert _from_plan(staged)[1] == NewItem(payload=b"x", kind="k", priority=2, group=grp or "")
@@ -176,10 +178,9 @@ def test_a_prepared_plan_row_reads_back_as_the_same_item_with_its_group():
 def test_a_bad_group_is_staged_as_an_invalid_row_naming_its_column():
     columns = ColumnMap(payload=("body",), key="id", group="grp")
     preparer = _RowPreparer(columns=columns, job_id="j", buckets=4)
-    names = [field.name for field in plan_schema().fields]
 
     for grp, reason in (("g" * 129, "longer than 128 bytes"), ("two\nlines", "control characters")):
-        staged = SimpleNamespace(**dict(zip(names, preparer(Row(body="x", id=1, grp=grp)), strict=True)))
+        staged = PlanRow(*preparer(Row(body="x", id=1, grp=grp)))
         _, error = _from_plan(staged)
 
         assert isinstance(error, RowError)

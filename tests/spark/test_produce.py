@@ -23,7 +23,13 @@ from querator.domain.errors import (
     StoreThrottledError,
 )
 from querator.domain.model import MAX_PAYLOAD_BYTES
-from querator.spark.job import ProduceCounts, ProduceFailedError, produce_dataframe
+from querator.spark.job import (
+    ProduceCounts,
+    ProduceFailedError,
+    produce_dataframe,
+    spark_int_hash,
+    spread_buckets,
+)
 from querator.spark.mapping import ColumnMap, row_key, row_to_item
 from querator.spark.plan import PLAN_NAME, PlanMismatchError, RerunTooLateError, job_dir
 from querator.spark.retry import RetryPolicy
@@ -161,6 +167,27 @@ def test_a_rerun_with_another_partition_count_adds_nothing(spark, store: Store):
     assert (first.written, more.written, more.skipped_duplicates) == (1000, 0, 1000)
     assert (fewer.written, fewer.skipped_duplicates) == (0, 1000)
     assert count_items(store, queue) == 1000
+
+
+@pytest.mark.parametrize(("buckets", "writers"), [(2, 2), (12, 2), (50, 2), (12, 8), (3, 7), (256, 4)])
+def test_buckets_are_spread_whole_and_evenly_over_the_writers(spark, buckets: int, writers: int):
+    # GIVEN staged rows in `buckets` buckets (hashing the bucket itself put both of 2 buckets in
+    # one of 2 partitions, and 8 of 12)
+    staged = spark.range(buckets * 30).select((F.col("id") % buckets).cast("int").alias("bucket"))
+    # WHEN they are spread over `writers` Spark partitions
+    spread = spread_buckets(staged, writers)
+    held = spread.rdd.mapPartitionsWithIndex(lambda i, rows: [(i, {row.bucket for row in rows})]).collect()
+    # THEN every bucket is in exactly one partition, bucket b in partition b mod writers
+    assert sorted(b for _, bs in held for b in bs) == list(range(buckets))
+    assert all(b % writers == i for i, bs in held for b in bs)
+    assert spread.rdd.getNumPartitions() == writers
+
+
+def test_the_partitioning_hash_is_sparks(spark):
+    # The writers' spread relies on computing Spark's hash of an int column without a Spark job.
+    values = [*range(-300, 3000), 2**31 - 1, -(2**31)]
+    hashed = spark.createDataFrame([(v,) for v in values], "v int").select(F.hash("v")).collect()
+    assert [row[0] for row in hashed] == [spark_int_hash(v) for v in values]
 
 
 def test_a_rerun_that_asks_for_another_plan_is_refused_before_writing(spark, store: Store):

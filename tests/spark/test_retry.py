@@ -168,3 +168,19 @@ def test_pacing_charges_only_what_was_written():
     # a replayed chunk wrote nothing: nothing charged, the one after it goes at once
     pacer.acquire(0)
     assert time.slept == [0.5]
+
+
+def test_pacing_counts_a_chunks_share_from_when_it_went_out():
+    # A chunk of 400 units at 800 a second has half a second; its write took 0.3 s of it.
+    time = FakeTime()
+    pacer = RateLimiter(800.0, clock=time.clock, sleep=time.sleep)
+    pacer.acquire(0)
+    time.now += 0.3
+    pacer.charge(400)
+    # the next chunk waits the rest of the share, not a whole share more
+    assert pacer.acquire(0) == pytest.approx(0.2)
+    # a write slower than its share leaves nothing to wait
+    time.now += 0.7
+    pacer.charge(400)
+    assert pacer.acquire(0) == 0
+    assert time.slept == [pytest.approx(0.2)]
