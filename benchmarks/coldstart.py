@@ -4,10 +4,10 @@ Run ``uv run python -m benchmarks.coldstart`` (``--repeat N``); ``python -m benc
 everything else. Each figure is the median over ``repeat`` fresh interpreters of the cumulative
 import time CPython reports with ``-X importtime`` for the top module (``functions.<name>.handler``,
 or ``boto3``), with warm bytecode caches: only the import, not interpreter start-up. A handler
-imports boto3 itself (through the composition root), so its ratio to boto3 is at least about 1;
-what is above 1 is ours (Powertools, pydantic, the route table, the schemas). The Lambda init
-phase creates no client (clients are made on the first request, ``querator.bootstrap``), so this
-is the import share of a cold start.
+imports botocore (not boto3: ``querator.bootstrap.make_client``), which is most of ``import boto3``;
+what is above it is ours (Powertools, pydantic, PynamoDB, the route table, the schemas). Outside
+Lambda (no ``LAMBDA_TASK_ROOT``, as here) the import makes no client: this is the import share of a
+cold start. In Lambda the handlers also make their clients at init (``--layer`` measures that).
 
 ``--layer`` measures what Lambda runs instead: each handler imported from its function folder and the
 layer ``layers/core/build.py`` builds (for this machine's architecture), on the runtime's CPython with

@@ -4,6 +4,7 @@ The only module that knows which adapters are in use: DynamoDB in AWS (``QUERATO
 SQLite or memory for ``querator serve`` and ``querator.embedded`` (``open_stores``). ``get_service``
 is cached so a warm Lambda reuses its client and its connections; nothing here runs at import time,
 so tests start moto (or set ``AWS_ENDPOINT_URL_DYNAMODB``) first and call ``reset()`` between cases.
+In Lambda the handlers call it at init (``observability.lambda_entry(prepare=...)``).
 """
 
 from __future__ import annotations
