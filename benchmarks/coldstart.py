@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from querator.observability import WARM_UP_FAILED
+
 ROOT = Path(__file__).resolve().parent.parent
 REPEAT = 7
 QUICK_REPEAT = 3
@@ -66,12 +68,18 @@ def parse_importtime(stderr: str, module: str) -> int:
     raise ValueError(f"{module} not found in -X importtime output")
 
 
-def import_micros(module: str) -> int:
-    """One fresh interpreter's cumulative import time of ``module``, in microseconds."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(PYCACHE)}
+def _dev_env(**extra: str) -> dict[str, str]:
+    """This environment for a child interpreter of the dev venv, importing from the checkout."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(PYCACHE), **extra}
     # A deployed package ships compiled bytecode (pip compiles on install) and Lambda cannot write
     # any, so measure with bytecode: cached under a prefix of our own, never in the checkout or venv.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def import_micros(module: str) -> int:
+    """One fresh interpreter's cumulative import time of ``module``, in microseconds."""
+    env = _dev_env()
     # Handlers read no settings at import; these only keep Powertools quiet if a future one does.
     env.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     result = subprocess.run(  # noqa: S603 - our interpreter, a module name from handler_modules()
@@ -128,6 +136,8 @@ def format_table(times: list[ImportTime]) -> str:
 
 QUEUE = "coldstart"
 #: The child: times the import and the first invocation, writes both (µs) and the status to argv[1].
+#: Its Lambda context is a class of its own, not ``localserver.LocalContext``: importing the local
+#: server would add its imports (http.server, ...) to the time measured.
 _FIRST_REQUEST_CHILD = """
 import json, sys, time
 started = time.perf_counter()
@@ -169,19 +179,15 @@ class FirstRequest:
 
 
 def _child_env(endpoint: str, items_table: str, catalog_table: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PYTHONPYCACHEPREFIX": str(PYCACHE),
-        "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "QUERATOR_ITEMS_TABLE": items_table,
-        "QUERATOR_CATALOG_TABLE": catalog_table,
-    }
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = _dev_env(
+        AWS_ENDPOINT_URL_DYNAMODB=endpoint,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",  # noqa: S106 - moto's fake credentials
+        QUERATOR_ITEMS_TABLE=items_table,
+        QUERATOR_CATALOG_TABLE=catalog_table,
+    )
     env.pop("QUERATOR_STORE", None)
     return env
 
@@ -368,6 +374,9 @@ def layer_import_micros(
         capture_output=True, text=True, check=True, timeout=120,
         env={**LAMBDA_ENVIRONMENT, "LAMBDA_TASK_ROOT": str(task_root), **env},
     )  # fmt: skip
+    if WARM_UP_FAILED in result.stderr:
+        # The handler would have imported without its clients: a figure that looks good and is wrong.
+        raise RuntimeError(f"{task_root.name}: the warm-up at init failed:\n{result.stderr[-2000:]}")
     return parse_importtime(result.stderr, module)
 
 

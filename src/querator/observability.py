@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
@@ -31,6 +31,11 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE_NAME)
 if _stage := os.environ.get(EnvVar.STAGE):
     # Kept across flushes: every metric of the process carries its stage (the alarms select on it).
     metrics.set_default_dimensions(stage=_stage)
+
+
+#: Logged when a handler's warm-up at init raised; the first request makes the clients again and
+#: reports whatever failed in the contract's envelope.
+WARM_UP_FAILED: Final = "warm-up at init failed; the first request will try again"
 
 
 def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -83,8 +88,10 @@ def lambda_entry(
     if prepare is not None and in_lambda():
         try:
             prepare()
+        # Any error: an init that raises fails the invocation outside the contract's envelope; then
+        # the first request, making the clients again, reports it inside.
         except Exception:
-            logger.warning("warm-up at init failed; the first request will try again", exc_info=True)
+            logger.warning(WARM_UP_FAILED, exc_info=True)
 
     def flushing(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         try:

@@ -93,7 +93,7 @@ def test_a_failed_prepare_is_logged_and_leaves_the_handler_working(monkeypatch, 
         raise RuntimeError("no tables configured")
 
     handler = observability.lambda_entry(_echo, correlation_id_path=None, prepare=failing)
-    [record] = [r for r in caplog.records if "warm-up at init failed" in r.getMessage()]
+    [record] = [r for r in caplog.records if r.getMessage() == observability.WARM_UP_FAILED]
     assert record.levelname == "WARNING"
     assert record.exc_info is not None
     reply = handler({"ping": 1}, LocalContext(function_name="echo", timeout_seconds=3))
@@ -101,15 +101,30 @@ def test_a_failed_prepare_is_logged_and_leaves_the_handler_working(monkeypatch, 
     assert json.loads(reply["body"]) == {"ping": 1}
 
 
-def test_a_function_app_prepare_builds_its_models_and_makes_its_service(monkeypatch):
-    made: list[str] = []
-    app = build_app(routes.Function.LEASE, service=lambda: made.append("service"), settings=load_settings)  # type: ignore[arg-type,return-value]
-    served = routes.for_function(routes.Function.LEASE)
-    models = [m for r in served for m in (r.request_model, r.response_model) if m is not None]
-    assert models
-    app.prepare()
-    assert made == ["service"]
-    assert all(model.__pydantic_complete__ for model in models)
+def test_a_function_app_prepare_builds_its_models_and_makes_its_service():
+    # A fresh interpreter: in this one other tests may have built the models already, and the
+    # check before prepare() shows they were not built at import (defer_build).
+    code = """
+import json
+from querator.api import routes
+from querator.api.gateway import build_app
+made = []
+app = build_app(routes.Function.LEASE, service=lambda: made.append("service"), settings=lambda: None)
+served = routes.for_function(routes.Function.LEASE)
+models = [m for r in served for m in (r.request_model, r.response_model) if m]
+before = [m.__pydantic_complete__ for m in models]
+app.prepare()
+print(json.dumps({"before": before, "after": [m.__pydantic_complete__ for m in models], "made": made}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "LAMBDA_TASK_ROOT"}
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run(  # noqa: S603 - our interpreter running the lines above
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["before"] and not any(seen["before"])
+    assert all(seen["after"])
+    assert seen["made"] == ["service"]
 
 
 def test_the_lease_handler_made_in_lambda_has_its_clients_before_the_first_request(monkeypatch):

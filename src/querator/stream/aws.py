@@ -100,7 +100,7 @@ def management_post(endpoint: str) -> Callable[[str, str], bool]:
 
 @functools.cache
 def _management_client(endpoint: str, region: str | None) -> Any:
-    # Made on first use, once per process: only the stream functions ever need it.
+    # Once per process, at init in Lambda (``prepare``): only the stream functions ever need it.
     return make_client("apigatewaymanagementapi", endpoint_url=endpoint, region_name=region)
 
 

@@ -100,8 +100,9 @@ class DynamoDBQueueCatalog:
         Making a DynamoDB client loads and parses the service model and endpoint rules and lists
         every service directory botocore has; a botocore loader keeps what it read. The store's
         client and PynamoDB's are two clients from two sessions, so without this a cold start does
-        that work twice (about 45 ms, docs/adr/0013-cold-start.md). Call it before the first catalog
-        request. ``_get_connection`` is PynamoDB's own accessor; a test pins that the loader is shared.
+        that work twice (42 ms of a profiled first request, docs/adr/0013-cold-start.md). Call it
+        before the first catalog request. ``_get_connection`` is PynamoDB's own accessor; a test
+        pins that the loader is shared.
         """
         pynamodb_session = self._model._get_connection().connection.session
         pynamodb_session.register_component("data_loader", session.get_component("data_loader"))
