@@ -8,6 +8,7 @@ class ``Meta`` (PynamoDB issue #287): a module-level model would pin one table f
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 from functools import cache
 from typing import TYPE_CHECKING
@@ -55,6 +56,9 @@ class _CatalogRecord(Model):
     delivery = UnicodeAttribute(null=True)
     max_leased_per_group = NumberAttribute(null=True)
     bookmark = UnicodeAttribute(null=True)
+    #: Random, written by the create that made the record (an update drops it): a create retried by
+    #: botocore after its reply was lost finds its own token and knows the queue is its own.
+    create_token = UnicodeAttribute(null=True)
 
 
 @cache
@@ -143,13 +147,26 @@ class DynamoDBQueueCatalog:
 
     def create(self, info: QueueInfo) -> None:
         record = self._to_record(info)
+        record.create_token = token = secrets.token_hex(8)
         try:
             # Two creates of one name race: the first write wins, the second is told the queue exists.
             record.save(condition=self._model.name.does_not_exist())
         except PutError as exc:
             if _cause_code(exc) == "ConditionalCheckFailedException":
+                if self._created_by(info.name, token):
+                    # botocore retried this create after its reply was lost: the queue is this call's.
+                    return
                 raise QueueAlreadyExistsError(f"queue '{info.name}' already exists") from exc
             _raise_store_error(exc, "queues.create")
+
+    def _created_by(self, name: str, token: str) -> bool:
+        try:
+            record = self._model.get(schema.CATALOG_QUEUE_KIND, name, consistent_read=True)
+        except DoesNotExist:
+            return False
+        except GetError as exc:
+            _raise_store_error(exc, "queues.create")
+        return record.create_token == token
 
     def get(self, name: str) -> QueueInfo:
         try:

@@ -24,6 +24,9 @@ NAMES = {
 CLAIM_CONDITION = "attribute_exists(#sk) AND attribute_not_exists(#lease) AND #expire > :now"
 CLAIM_UPDATE = "SET #lease = :deadline ADD #attempts :one"
 CLAIM_NAMES = {k: NAMES[k] for k in ("#sk", "#lease", "#expire", "#attempts")}
+# A claim on its own (not in a transaction) also writes its claim token (schema.CLAIM_TOKEN).
+CLAIM_OWNED_UPDATE = "SET #lease = :deadline, #claim = :claim ADD #attempts :one"
+CLAIM_OWNED_NAMES = {**CLAIM_NAMES, "#claim": schema.CLAIM_TOKEN}
 
 RENEW_UPDATE = "SET #lease = :deadline"
 NEXT_PRIORITY_UPDATE = "SET #np = :priority"

@@ -56,6 +56,10 @@ GROUP = "grp"
 #: What the item may add to a lease reply (``codec.reply_size``), stored only from 1 KB on, so a lease
 #: keeps its reply under the Lambda response limit from the scan alone (smaller items count as 1 KB).
 PAYLOAD_SIZE = "sz"
+#: 8 random bytes a lease's claim writes with the lease deadline: when botocore retries a claim whose
+#: reply was lost, the retry fails its condition on the claim's own write, and finding its own token
+#: tells it the item is its own (a claim in a group is a transaction, idempotent by its token).
+CLAIM_TOKEN = "ct"  # noqa: S105 - an attribute name, not a secret
 TTL = "ttl"
 
 # The rows that are not items, and what each holds.

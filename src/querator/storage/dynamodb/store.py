@@ -665,22 +665,36 @@ class DynamoDBItemStore:
     def claim(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
     ) -> BatchResult[Item]:
-        values = {":deadline": codec.num(lease_deadline), ":now": codec.num(now), ":one": {"N": "1"}}
+        token = secrets.token_bytes(8)
+        values: codec.AttributeMap = {
+            ":deadline": codec.num(lease_deadline),
+            ":now": codec.num(now),
+            ":one": {"N": "1"},
+            ":claim": {"B": token},
+        }
 
         def claim_one(item_id: str) -> Item | None:
             try:
                 reply = self._client.update_item(
                     TableName=self._table,
                     Key=codec.item_key(queue, partition, item_id),
-                    UpdateExpression=expressions.CLAIM_UPDATE,
+                    UpdateExpression=expressions.CLAIM_OWNED_UPDATE,
                     ConditionExpression=expressions.CLAIM_CONDITION,
-                    ExpressionAttributeNames=expressions.CLAIM_NAMES,
+                    ExpressionAttributeNames=expressions.CLAIM_OWNED_NAMES,
                     ExpressionAttributeValues=values,
                     # The write returns the whole item for free, so the scan reads only small attributes.
                     ReturnValues="ALL_NEW",
+                    # A failed condition returns the item as it is, for free (no read).
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
+                    current: codec.AttributeMap | None = exc.response.get("Item")  # type: ignore[assignment]
+                    mine = current is not None and current.get(schema.CLAIM_TOKEN, {}).get("B") == token
+                    if current is not None and mine:
+                        # botocore retried this claim after its reply was lost, and the first attempt
+                        # had applied: the lease is this caller's, not a competitor's.
+                        return codec.decode_item(current)
                     return None  # another consumer won this one
                 raise translate(exc, "lease") from exc
             return codec.decode_item(reply["Attributes"])
@@ -1263,7 +1277,13 @@ class DynamoDBItemStore:
             if error_code(exc) == CONDITION_FAILED:
                 returned: codec.AttributeMap | None = exc.response.get("Item")  # type: ignore[assignment]
                 old = returned or self._get_idempotency(queue, record.key)
-                return False, None if old is None else codec.decode_idempotency(record.key, old)
+                found = None if old is None else codec.decode_idempotency(record.key, old)
+                if found is not None and not found.done and found.ids == record.ids:
+                    # Our own record (ids are unique to the request that minted them): botocore
+                    # retried this put after its reply was lost. What it replaced, if anything, went
+                    # with that reply, so a dead writer's items, if there were any, are not resumed.
+                    return True, None
+                return False, found
             raise translate(exc, "produce") from exc
         previous = reply.get("Attributes")
         return True, None if previous is None else codec.decode_idempotency(record.key, previous)
