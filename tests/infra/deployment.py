@@ -420,7 +420,11 @@ class Deployment:
         for fn in self.functions.values():
             if fn.worker is not None:
                 fn.worker.stdin.close()  # type: ignore[union-attr]
-                fn.worker.wait(timeout=10)
+                try:
+                    fn.worker.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    fn.worker.kill()  # our own child, by its handle: stuck mid-invocation
+                    fn.worker.wait()
                 fn.worker.stdout.close()  # type: ignore[union-attr]
                 fn.worker = None
 

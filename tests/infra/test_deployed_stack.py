@@ -103,21 +103,25 @@ def stages(
             f" create_stack {time.monotonic() - synthesized:.1f} s"
         )
     python, sdk = lambda_runtime
-    started = time.monotonic()
-    for stage, deployment in deployments.items():
-        start_functions(deployment, python, sdk, tmp_path_factory.mktemp(f"lambda-{stage}"), layers)
-    print(f"{len(deployments) * len(FUNCTION_NAMES)} cold starts: {time.monotonic() - started:.1f} s")
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
-        replies = dict(zip(deployments, pool.map(drive, deployments.values()), strict=True))
-    print(f"{len(deployments)} lifecycles side by side: {time.monotonic() - started:.1f} s")
-    # Non-zero when moto answered a transaction after the caller's read timeout (see _Recorder).
-    print(
-        f"transactions retried by botocore and answered from the token: {moto.recorder.replayed_transactions}"
-    )
-    yield {stage: (deployments[stage], replies[stage]) for stage in deployments}
-    for deployment in deployments.values():
-        deployment.stop()
+    try:
+        started = time.monotonic()
+        for stage, deployment in deployments.items():
+            start_functions(deployment, python, sdk, tmp_path_factory.mktemp(f"lambda-{stage}"), layers)
+        print(f"{len(deployments) * len(FUNCTION_NAMES)} cold starts: {time.monotonic() - started:.1f} s")
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
+            replies = dict(zip(deployments, pool.map(drive, deployments.values()), strict=True))
+        print(f"{len(deployments)} lifecycles side by side: {time.monotonic() - started:.1f} s")
+        # Non-zero when moto answered a transaction after the caller's read timeout (see _Recorder).
+        print(
+            "transactions retried by botocore and answered from the token:",
+            moto.recorder.replayed_transactions,
+        )
+        yield {stage: (deployments[stage], replies[stage]) for stage in deployments}
+    finally:
+        # Also when a lifecycle failed: the functions' workers (and their pipes) end with the module.
+        for deployment in deployments.values():
+            deployment.stop()
 
 
 @pytest.fixture(scope="module", params=STAGES)
@@ -211,7 +215,12 @@ def drive(d: Deployment) -> dict[str, Any]:
     lease("lease_exhausted", work)  # out of attempts: dead-lettered by the lease, nothing left: 454
     post("stats_dead", "/v1/queue.stats", {"queue_name": dead})
     # a scheduled item completed once due: the complete reads the partition's schedule mark
-    due = [i["id"] for i in lease("lease_scheduled", scheduled).body["items"]]
+    found = lease("lease_scheduled", scheduled)
+    # The fixture fails here, before any test: say what the function answered and logged.
+    assert found.status == 200, (
+        f"the due item was not leased: {found.status} {found.body}\n{found.stdout[-3000:]}"
+    )
+    due = [i["id"] for i in found.body["items"]]
     post("complete_scheduled", "/v1/queue.complete", {"queue_name": scheduled, "partition": 0, "ids": due})
 
     # storage inspection and maintenance
@@ -321,7 +330,9 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
     leased = [item for frame in frames if frame["type"] == "lease" for item in frame["items"]]
     seen["pushed"] = [item["bytes"] for item in leased]
     first, second = leased[0]["id"], leased[1]["id"]
-    ws(consumer, "$default", {"type": "renew", "request_id": "n1", "partition": 0, "ids": [second]})
+    # Renewed for longer than the queue's 1 s, so the retry below still holds the lease on a loaded machine.
+    renew = {"type": "renew", "request_id": "n1", "partition": 0, "ids": [second], "lease_timeout": "30s"}
+    ws(consumer, "$default", renew)
     ws(consumer, "$default", {"type": "complete", "request_id": "c1", "partition": 0, "ids": [first]})
     ws(consumer, "$default", {"type": "retry", "request_id": "r1", "partition": 0, "items": [{"id": second}]})
     # The doomed queue goes: its subscriber's next push is refused and the subscription forgotten.
@@ -447,7 +458,7 @@ def test_the_deployed_stream_pushes_within_credit_settles_over_the_connection_an
     assert seen["dispatch"] == {"queues": 1, "pushed": 2}
     assert seen["pushed"] == ["cA==", "cQ=="]  # "p", "q"
     answers = {f["request_id"]: f["type"] for f in seen["frames"] if f.get("request_id")}
-    assert answers == {"n1": "ok", "c1": "ok", "r1": "ok"}
+    assert answers == {"n1": "ok", "c1": "ok", "r1": "ok"}, seen["frames"]
     # The expired leases came back by the sweep and were pushed again (credit 2: r and the retried q).
     assert seen["sweep"]["pushed"] == 2
     # The doomed queue's subscriber was told, and its subscription is gone.
