@@ -45,7 +45,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     uv export --quiet --frozen --no-hashes --no-emit-project --extra local --extra spark \
         --no-default-groups --group dev --format requirements-txt \
         | grep -v -i -E '^(pyspark|py4j)==' >"$reqs"
-    uv pip install --quiet --python "$ENV_DIR/bin/python" -r "$reqs" "$PYSPARK_OLDEST"
+    uv pip install --quiet --compile-bytecode --python "$ENV_DIR/bin/python" -r "$reqs" "$PYSPARK_OLDEST"
     uv pip install --quiet --python "$ENV_DIR/bin/python" --no-deps -e .
     echo "$want" >"$stamp"
 fi
