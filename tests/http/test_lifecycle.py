@@ -130,10 +130,15 @@ def test_max_attempts_sends_an_item_to_the_dead_letter_queue(api, queue_name):
     create(api, queue_name, dead_queue=dead, max_attempts=1, lease_timeout="1s")
     produce(api, queue_name, "poison")
     held = lease(api, queue_name).body["items"][0]
-    # Nobody completes it; the reaper (every 0.5 s) or the next lease dead-letters it.
-    moved = eventually(
-        lambda: api.ok("/v1/storage/items.list", {"queue_name": dead, "partition": 0})["items"]
-    )
+    # Nobody completes it; once its lease ran out the reaper (every 0.5 s) or the next lease
+    # dead-letters it. The check leases too: the session's server holds every test's queues, and on a
+    # loaded machine a reaper pass over them all once took longer than the wait (CI, 2026-11-26).
+
+    def dead_letters() -> list[dict[str, Any]]:
+        assert lease(api, queue_name, timeout="0s").status == 454  # never the poison item again
+        return list(api.ok("/v1/storage/items.list", {"queue_name": dead, "partition": 0})["items"])
+
+    moved = eventually(dead_letters)
     assert decoded(moved) == [b"poison"] and moved[0]["source_id"] == held["id"]
     assert totals(api, queue_name) == [(0, 0, 0)]
 
