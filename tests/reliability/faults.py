@@ -44,11 +44,6 @@ class Fault(enum.Enum):
     RETRIED = "retried after applied"
     LAMBDA_TIMEOUT = "lambda timeout"
 
-    @property
-    def applied(self) -> bool:
-        """Whether the faulted request itself reached the store and was applied."""
-        return self in {Fault.LOST_REPLY, Fault.RETRIED}
-
 
 #: Operations DynamoDB makes idempotent by their ``ClientRequestToken`` (botocore fills it in and keeps
 #: it across its retries).

@@ -160,21 +160,23 @@ class DynamoDBQueueCatalog:
             _raise_store_error(exc, "queues.create")
 
     def _created_by(self, name: str, token: str) -> bool:
+        record = self._read(schema.CATALOG_QUEUE_KIND, name, "queues.create")
+        return record is not None and record.create_token == token
+
+    def _read(self, kind: str, name: str, operation: str) -> _CatalogRecord | None:
+        """One catalog record, strongly consistent; ``None`` when there is none."""
         try:
-            record = self._model.get(schema.CATALOG_QUEUE_KIND, name, consistent_read=True)
+            return self._model.get(kind, name, consistent_read=True)
         except DoesNotExist:
-            return False
+            return None
         except GetError as exc:
-            _raise_store_error(exc, "queues.create")
-        return record.create_token == token
+            _raise_store_error(exc, operation)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def get(self, name: str) -> QueueInfo:
-        try:
-            record = self._model.get(schema.CATALOG_QUEUE_KIND, name, consistent_read=True)
-        except DoesNotExist as exc:
-            raise QueueNotFoundError(f"queue '{name}' does not exist", queue=name) from exc
-        except GetError as exc:
-            _raise_store_error(exc, "queues.info")
+        record = self._read(schema.CATALOG_QUEUE_KIND, name, "queues.info")
+        if record is None:
+            raise QueueNotFoundError(f"queue '{name}' does not exist", queue=name)
         return self._to_info(record)
 
     def list(self, *, pivot: str, limit: int) -> list[QueueInfo]:
@@ -229,13 +231,8 @@ class DynamoDBQueueCatalog:
             _raise_store_error(exc, "queues.delete")
 
     def load_bookmark(self) -> str | None:
-        try:
-            record = self._model.get(schema.CATALOG_REAPER_KIND, _BOOKMARK, consistent_read=True)
-        except DoesNotExist:
-            return None
-        except GetError as exc:
-            _raise_store_error(exc, "reaper")
-        return record.bookmark or None
+        record = self._read(schema.CATALOG_REAPER_KIND, _BOOKMARK, "reaper")
+        return None if record is None else record.bookmark or None
 
     def save_bookmark(self, bookmark: str | None) -> None:
         record = self._model(schema.CATALOG_REAPER_KIND, _BOOKMARK, bookmark=bookmark)

@@ -690,8 +690,7 @@ class DynamoDBItemStore:
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
                     current: codec.AttributeMap | None = exc.response.get("Item")  # type: ignore[assignment]
-                    mine = current is not None and current.get(schema.CLAIM_TOKEN, {}).get("B") == token
-                    if current is not None and mine:
+                    if current is not None and current.get(schema.CLAIM_TOKEN, {}).get("B") == token:
                         # botocore retried this claim after its reply was lost, and the first attempt
                         # had applied: the lease is this caller's, not a competitor's.
                         return codec.decode_item(current)
