@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 _CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 4},
     connect_timeout=2,
-    read_timeout=5,
     max_pool_connections=32,
 )
 
@@ -63,7 +62,8 @@ def botocore_session() -> botocore.session.Session:
 def get_client() -> DynamoDBClient:
     """The process's DynamoDB client (endpoint from ``AWS_ENDPOINT_URL_DYNAMODB`` when set)."""
     settings = load_settings()
-    client = make_client("dynamodb", region_name=settings.region, config=_CLIENT_CONFIG)
+    config = _CLIENT_CONFIG.merge(Config(read_timeout=settings.store_read_timeout.total_seconds()))
+    client = make_client("dynamodb", region_name=settings.region, config=config)
     return cast("DynamoDBClient", client)
 
 

@@ -37,6 +37,11 @@ class EnvVar:
     REAPER_MARGIN: Final = "QUERATOR_REAPER_MARGIN_SECONDS"
     #: How long a process trusts a queue's catalog record on the hot path, in seconds (0: never).
     QUEUE_CACHE: Final = "QUERATOR_QUEUE_CACHE_SECONDS"
+    #: How long the DynamoDB client waits for a reply before botocore sends the request again, in
+    #: seconds. DynamoDB answers in milliseconds, so the default (5) only fires on a lost reply; a
+    #: DynamoDB-compatible store that is slow to answer (moto, LocalStack on a loaded machine) needs
+    #: more, or requests it applied are sent again (docs/adr/0040-reliability-suites.md).
+    STORE_READ_TIMEOUT: Final = "QUERATOR_STORE_READ_TIMEOUT_SECONDS"
     #: The deployed stage (``dev``, ``prod`` ...): a dimension of every metric, so one stage's
     #: datapoints never feed another's alarms. Unset locally.
     STAGE: Final = "QUERATOR_STAGE"
@@ -98,6 +103,7 @@ class Metric:
 DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
 DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
 DEFAULT_QUEUE_CACHE: Final = timedelta(seconds=1)
+DEFAULT_STORE_READ_TIMEOUT: Final = timedelta(seconds=5)
 
 
 class ConfigurationError(RuntimeError):
@@ -147,6 +153,10 @@ class Settings(BaseModel):
     lease_wait_cap: timedelta = Field(default=DEFAULT_LEASE_WAIT_CAP, gt=timedelta(0))
     reaper_margin: timedelta = Field(default=DEFAULT_REAPER_MARGIN, ge=timedelta(0))
     queue_cache: timedelta = Field(default=DEFAULT_QUEUE_CACHE, ge=timedelta(0), le=timedelta(minutes=1))
+    #: Lambda's longest timeout bounds it: a wait past the function's end is never used.
+    store_read_timeout: timedelta = Field(
+        default=DEFAULT_STORE_READ_TIMEOUT, gt=timedelta(0), le=timedelta(minutes=15)
+    )
 
 
 def settings_from(environ: Mapping[str, str]) -> Settings:
@@ -177,6 +187,7 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         ("lease_wait_cap", EnvVar.LEASE_WAIT_CAP),
         ("reaper_margin", EnvVar.REAPER_MARGIN),
         ("queue_cache", EnvVar.QUEUE_CACHE),
+        ("store_read_timeout", EnvVar.STORE_READ_TIMEOUT),
     )
     for field, name in seconds:
         if raw := environ.get(name):

@@ -22,6 +22,7 @@ import json
 import re
 import subprocess
 import threading
+import time
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -88,8 +89,18 @@ class _Recorder:
         # ClientRequestToken -> the first successful reply (status, headers, body).
         self._transactions: dict[str, tuple[str, list[tuple[str, str]], bytes]] = {}
         self.replayed_transactions = 0
+        #: The slowest answers, in seconds with the operation, kept for the fixture to print.
+        self.durations: list[tuple[float, str]] = []
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return self._handle(environ, start_response)
+        finally:
+            with self._lock:
+                self.durations.append((time.monotonic() - started, environ.get("HTTP_X_AMZ_TARGET", "")))
+
+    def _handle(self, environ: dict[str, Any], start_response: Any) -> Any:
         length = int(environ.get("CONTENT_LENGTH") or 0)
         raw = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(raw)
@@ -552,8 +563,15 @@ def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, 
             "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"],
             "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
             "AWS_SESSION_TOKEN": credentials["SessionToken"],
-            # Every AWS endpoint is moto: the only way this environment differs from Lambda's.
+            # Every AWS endpoint is moto: the main way this environment differs from Lambda's.
             "AWS_ENDPOINT_URL": deployment.moto.endpoint,
+            # The other: one single-threaded moto answers every stage's functions, and on a loaded
+            # machine a reply can come later than the default 5 s. botocore then sends an applied
+            # conditional write again, which fails its condition on its own write (CI, 2026-11-26:
+            # most likely a complete, which then deleted nothing it could report). DynamoDB answers
+            # in milliseconds; the functions wait for moto as long as they may run. What a retried
+            # write does is the fault matrix's to test (tests/reliability, Fault.RETRIED).
+            "QUERATOR_STORE_READ_TIMEOUT_SECONDS": str(fn.configuration["Timeout"]),
             "QUERATOR_TEST_FUNCTION_ARN": fn.arn,
             "QUERATOR_TEST_TIMEOUT_SECONDS": str(fn.configuration["Timeout"]),
             **fn.environment,

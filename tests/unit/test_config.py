@@ -11,6 +11,7 @@ from querator.config import (
     ConfigurationError,
     EnvVar,
     StoreKind,
+    load_settings,
     parse_store,
     settings_from,
 )
@@ -57,3 +58,25 @@ def test_a_store_url_is_parsed_and_other_stores_need_no_table_names():
     assert settings_from(TABLES).store == StoreKind.DYNAMODB
     with pytest.raises(ConfigurationError, match="unsupported store"):
         settings_from({**TABLES, EnvVar.STORE: "redis://x"})
+
+
+def test_the_store_read_timeout_reaches_the_dynamodb_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    from querator import bootstrap  # noqa: PLC0415 - the client is built from the patched environment
+
+    assert settings_from(TABLES).store_read_timeout == timedelta(seconds=5)
+    for name, value in {**TABLES, EnvVar.STORE_READ_TIMEOUT: "45", EnvVar.REGION: "eu-west-1"}.items():
+        monkeypatch.setenv(name, value)
+    bootstrap.reset()
+    load_settings.cache_clear()
+    try:
+        config = bootstrap.get_client().meta.config
+        # The other settings stay: retries in standard mode, the short connect timeout.
+        assert (config.read_timeout, config.connect_timeout) == (45, 2)
+        # (botocore keeps max_attempts=4 retries as total_max_attempts=5 requests)
+        assert config.retries == {"mode": "standard", "total_max_attempts": 5}
+    finally:
+        load_settings.cache_clear()
+        bootstrap.reset()
+    for raw in ("0", "-1", "901", "later"):
+        with pytest.raises(ConfigurationError, match=r"STORE_READ_TIMEOUT|store_read_timeout"):
+            settings_from({**TABLES, EnvVar.STORE_READ_TIMEOUT: raw})
