@@ -451,3 +451,20 @@ def test_an_item_reprioritized_while_leased_is_leased_first_when_its_lease_runs_
     (next_item,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
 
     assert (next_item.payload, next_item.priority) == (b"a", 0)
+
+
+def test_an_item_whose_lease_ran_out_keeps_the_priority_it_was_last_given(service, clock):
+    # Found by the state machine: reprioritized while leased (it goes back at 0), its lease ran out
+    # and nothing has put it back yet, then reprioritized to the priority it is stored at. That was
+    # taken for "no change", and the earlier 0 still sent it back at 0.
+    make_queue(service)
+    produce(service, 1, "a")
+    (held,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+    service.reprioritize("jobs", 0, [held.id], 0)
+    clock.advance(LEASE + timedelta(seconds=1))
+
+    moved = service.reprioritize("jobs", 0, [held.id], 1)
+
+    assert moved.failed == [] and held.id in moved.ids
+    (again,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+    assert (again.payload, again.priority, again.attempts) == (b"a", 1, 2)
