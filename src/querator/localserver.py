@@ -54,6 +54,8 @@ _INVOCATION_SECONDS = 29.0
 #: Calls after which a queue may hold ready items it did not hold before: they wake its streams.
 _WAKES_STREAMS: Final = frozenset({"/v1/queue.produce", "/v1/queue.retry", "/v1/storage/items.import"})
 _REAPER_SECONDS = 60.0
+#: How long the handlers wait for the embedded store's reply: as long as an invocation may run.
+_EMBEDDED_STORE_READ_TIMEOUT = _INVOCATION_SECONDS
 
 log = logging.getLogger(__name__)
 #: One short line per request (``querator serve`` gives it a plain format and ``--quiet`` silences it).
@@ -420,6 +422,10 @@ class LocalServer:
             os.environ["AWS_ACCESS_KEY_ID"] = "local"
             os.environ["AWS_SECRET_ACCESS_KEY"] = "local"  # noqa: S105 - not a secret: moto's dummy
             os.environ.pop("AWS_SESSION_TOKEN", None)
+            # The embedded store answers one request at a time: under load a reply can come after
+            # botocore's 5 s, which would send an applied conditional write again (a complete then
+            # reports an item it deleted as not completed). Nothing is lost by waiting for it.
+            os.environ.setdefault(EnvVar.STORE_READ_TIMEOUT, str(_EMBEDDED_STORE_READ_TIMEOUT))
         bootstrap.reset()
         settings = load_settings()
         schema.create_tables(
