@@ -35,6 +35,8 @@ from moto.cloudformation.parsing import get_model_map
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from querator.config import EnvVar
+
 ACCOUNT: Final = "123456789012"
 REGION: Final = "us-east-1"
 #: The CDK's default bootstrap qualifier: the template's version parameter and asset bucket use it.
@@ -89,7 +91,7 @@ class _Recorder:
         # ClientRequestToken -> the first successful reply (status, headers, body).
         self._transactions: dict[str, tuple[str, list[tuple[str, str]], bytes]] = {}
         self.replayed_transactions = 0
-        #: The slowest answers, in seconds with the operation, kept for the fixture to print.
+        #: Every answer's time in seconds, with its operation: the fixture prints the slowest.
         self.durations: list[tuple[float, str]] = []
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -571,7 +573,7 @@ def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, 
             # most likely a complete, which then deleted nothing it could report). DynamoDB answers
             # in milliseconds; the functions wait for moto as long as they may run. What a retried
             # write does is the fault matrix's to test (tests/reliability, Fault.RETRIED).
-            "QUERATOR_STORE_READ_TIMEOUT_SECONDS": str(fn.configuration["Timeout"]),
+            EnvVar.STORE_READ_TIMEOUT: str(fn.configuration["Timeout"]),
             "QUERATOR_TEST_FUNCTION_ARN": fn.arn,
             "QUERATOR_TEST_TIMEOUT_SECONDS": str(fn.configuration["Timeout"]),
             **fn.environment,

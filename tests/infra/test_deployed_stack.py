@@ -19,6 +19,7 @@ import os
 import re
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -144,12 +145,13 @@ def repeated_writes(moto: RecordingMoto) -> int:
     from the same role: botocore sending a request again after the read timeout (a claim carries a
     random token, a delete or move names one item once). With the workers' long timeout there should
     be none. (The stream's credit takes on the connections table repeat by design.)"""
-    sent: dict[str, int] = {}
-    for call in moto.recorder.calls:
-        conditional = "ConditionExpression" in call.body and "Items" in call.body.get("TableName", "")
-        if call.operation in ("PutItem", "UpdateItem", "DeleteItem") and conditional:
-            key = json.dumps([call.access_key, call.operation, call.body], sort_keys=True)
-            sent[key] = sent.get(key, 0) + 1
+    sent = Counter(
+        json.dumps([call.access_key, call.operation, call.body], sort_keys=True)
+        for call in moto.recorder.calls
+        if call.operation in ("PutItem", "UpdateItem", "DeleteItem")
+        and "ConditionExpression" in call.body
+        and "Items" in call.body.get("TableName", "")
+    )
     return sum(n - 1 for n in sent.values())
 
 

@@ -160,13 +160,13 @@ class ItemCalls:
                 failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
             elif item.is_leased(now):
                 leased.append(item_id)
-            elif item.priority == priority and item.next_priority in (None, priority):
+            elif item.returning_priority == priority:
                 result[item_id] = item_id
             else:
                 # At its scheduled time if it has one still ahead, else at the tail of its new priority
                 # (never behind that band's lease cursor, which a lease may have moved past its time).
-                # A lease that ran out but was not put back yet may still carry the priority it was
-                # given while leased: it moves now, even within its own band, or that one would win.
+                # A lease that ran out but was not put back yet may carry another priority to go
+                # back with (given while it was leased): it moves now, even within its own band.
                 scheduled = item.enqueue_at is not None and visible_at_of(item_id) > now
                 visible = visible_at_of(item_id) if scheduled else now
                 replacement = replace(

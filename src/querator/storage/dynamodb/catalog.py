@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from datetime import timedelta
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from pynamodb.attributes import BooleanAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DeleteError, DoesNotExist, GetError, PutError, QueryError, UpdateError
@@ -85,7 +85,7 @@ def _cause_code(exc: PynamoDBException) -> str:
     return str(response.get("Error", {}).get("Code") or "") if isinstance(response, dict) else ""
 
 
-def _raise_store_error(exc: PynamoDBException, operation: str) -> None:
+def _raise_store_error(exc: PynamoDBException, operation: str) -> NoReturn:
     code = _cause_code(exc)
     if code in THROTTLING_CODES:
         raise StoreThrottledError(f"the store is throttling {operation}; retry", store_code=code) from exc
@@ -171,7 +171,6 @@ class DynamoDBQueueCatalog:
             return None
         except GetError as exc:
             _raise_store_error(exc, operation)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def get(self, name: str) -> QueueInfo:
         record = self._read(schema.CATALOG_QUEUE_KIND, name, "queues.info")
