@@ -139,7 +139,8 @@ def parse_store(url: str) -> tuple[str, str]:
 class Settings(BaseModel):
     """Everything a function needs from its environment."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built when the settings are first read (Lambda's init), not when a handler imports this.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     #: A store URL (``parse_store``); the deployed functions use DynamoDB.
     store: str = StoreKind.DYNAMODB

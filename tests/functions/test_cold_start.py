@@ -44,6 +44,33 @@ def test_every_function_handler_imports_without_boto3_or_s3transfer():
     assert len(HANDLERS) >= 9
 
 
+def test_importing_a_function_handler_builds_none_of_our_pydantic_models():
+    # Building a model (its validator and serializer) is work for Lambda's init (prepare) or the first
+    # request that needs it; a handler's import only defines the classes (defer_build).
+    code = (
+        "import importlib, json\n"
+        "from pydantic import BaseModel\n"
+        f"for name in {HANDLERS!r}:\n"
+        "    importlib.import_module(f'functions.{name}.handler')\n"
+        "def ours(cls):\n"
+        "    for sub in cls.__subclasses__():\n"
+        "        if sub.__module__.startswith('querator.'):\n"
+        "            yield sub\n"
+        "        yield from ours(sub)\n"
+        "models = set(ours(BaseModel))\n"
+        "print(json.dumps({'models': len(models),\n"
+        "    'built': sorted(m.__qualname__ for m in models if m.__pydantic_complete__)}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LAMBDA_TASK_ROOT"}
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run(  # noqa: S603 - our interpreter importing our handlers
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["models"] >= 40
+    assert seen["built"] == []
+
+
 def test_the_catalog_reads_service_models_through_the_store_clients_loader():
     with mock_aws():
         session = bootstrap.botocore_session()
@@ -111,7 +138,8 @@ from querator.api.gateway import build_app
 made = []
 app = build_app(routes.Function.LEASE, service=lambda: made.append("service"), settings=lambda: None)
 served = routes.for_function(routes.Function.LEASE)
-models = [m for r in served for m in (r.request_model, r.response_model) if m]
+from querator.api.errors import ErrorBody
+models = [m for r in served for m in (r.request_model, r.response_model) if m] + [ErrorBody]
 before = [m.__pydantic_complete__ for m in models]
 app.prepare()
 print(json.dumps({"before": before, "after": [m.__pydantic_complete__ for m in models], "made": made}))

@@ -46,14 +46,18 @@ REPLAYED_HEADER: Final = "Idempotency-Replayed"
 
 Endpoint = Callable[[QueueService, Any, Call], schemas.WireResponse]
 
-OK: Final = schemas.OkResponse()
+
+def _ok() -> schemas.OkResponse:
+    # Made per reply, not once at import: an instance builds its (deferred) model, and a function
+    # builds only the models of the routes it serves, at Lambda's init (gateway.FunctionApp.prepare).
+    return schemas.OkResponse()
 
 
 def _applied(outcome: BatchOutcome) -> schemas.OkResponse:
     """200 when every id was applied; otherwise 400 naming the failed ids (the others stay applied)."""
     if outcome.failed:
         raise failed_ids_error(outcome.failed)
-    return OK
+    return _ok()
 
 
 # -- queues ---------------------------------------------------------------------------------------
@@ -63,14 +67,14 @@ def create_queue(
     service: QueueService, request: schemas.CreateQueueRequest, call: Call
 ) -> schemas.WireResponse:
     service.create_queue(request.to_domain(call.now))
-    return OK
+    return _ok()
 
 
 def update_queue(
     service: QueueService, request: schemas.UpdateQueueRequest, call: Call
 ) -> schemas.WireResponse:
     service.update_queue(request.to_domain())
-    return OK
+    return _ok()
 
 
 def queue_info(service: QueueService, request: schemas.QueueInfoRequest, call: Call) -> schemas.WireResponse:
@@ -89,7 +93,7 @@ def delete_queue(
     service: QueueService, request: schemas.DeleteQueueRequest, call: Call
 ) -> schemas.WireResponse:
     service.delete_queue(request.queue_name)
-    return OK
+    return _ok()
 
 
 # -- items ----------------------------------------------------------------------------------------
@@ -100,7 +104,7 @@ def produce(service: QueueService, request: schemas.ProduceRequest, call: Call) 
     count(Metric.ITEMS_PRODUCED, 0 if receipt.replayed else len(receipt.ids))
     if call.idempotency_key is not None:
         call.reply_headers[REPLAYED_HEADER] = "true" if receipt.replayed else "false"
-    return OK
+    return _ok()
 
 
 def lease(service: QueueService, request: schemas.LeaseRequest, call: Call) -> schemas.WireResponse:
@@ -154,7 +158,7 @@ def stats(service: QueueService, request: schemas.StatsRequest, call: Call) -> s
 
 def clear(service: QueueService, request: schemas.ClearRequest, call: Call) -> schemas.WireResponse:
     service.clear(request.queue_name, request.to_domain())
-    return OK
+    return _ok()
 
 
 def redrive(service: QueueService, request: schemas.RedriveRequest, call: Call) -> schemas.WireResponse:
@@ -190,7 +194,7 @@ def delete_items(
     service: QueueService, request: schemas.DeleteItemsRequest, call: Call
 ) -> schemas.WireResponse:
     service.delete_items(request.queue_name, request.partition, request.ids)
-    return OK
+    return _ok()
 
 
 def health(service: QueueService, request: None, call: Call) -> schemas.WireResponse:

@@ -72,7 +72,7 @@ GENERIC_INTERNAL_MESSAGE: Final = "Internal error"
 class ErrorBody(BaseModel):
     """The contract's error envelope; ``message`` is ``"<stable class>; <details>"``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     code: int
     code_text: str
