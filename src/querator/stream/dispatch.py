@@ -72,8 +72,11 @@ class Connections(Protocol):
     def subscribers(self, queue_name: str) -> Iterator[Subscription]: ...
     def all(self) -> Iterator[Subscription]: ...
     def add_credit(self, connection_id: str, credit: int, *, most: int) -> bool: ...
-    def reserve(self, connection_id: str, credit: int) -> bool: ...
-    def hold(self, connection_id: str, leased: Mapping[str, datetime], unused: int) -> bool: ...
+    def reserve(self, connection_id: str, credit: int) -> str | None: ...
+    def hold(
+        self, connection_id: str, leased: Mapping[str, datetime], unused: int, reservation: str
+    ) -> bool: ...
+    def give_back(self, connection_id: str, reservations: Mapping[str, int]) -> None: ...
     def release(self, connection_id: str, ids: Sequence[str]) -> int: ...
     def renewed(self, connection_id: str, deadlines: Mapping[str, datetime]) -> None: ...
     def delete(self, connection_id: str) -> None: ...
@@ -160,14 +163,21 @@ class Dispatcher:
         if subscription is None:
             return 0
         cid = subscription.connection_id
-        expired = subscription.expired(self._now())
-        if expired:
-            self._connections.release(cid, expired)
+        now = self._now()
+        expired = subscription.expired(now)
+        stale = subscription.stale_reservations(now)
+        if expired or stale:
+            if stale:
+                # Pushes that died between their reserve and their hold (a Lambda timeout).
+                self._connections.give_back(cid, stale)
+            if expired:
+                self._connections.release(cid, expired)
             subscription = self._connections.get(cid)
             if subscription is None:
                 return 0
         credit = subscription.credit
-        if credit <= 0 or not self._connections.reserve(cid, credit):
+        reservation = self._connections.reserve(cid, credit) if credit > 0 else None
+        if reservation is None:
             return 0  # no credit, or another invocation took it first and is pushing
         status, reply = self._api(
             _PATHS["lease"],
@@ -184,6 +194,7 @@ class Dispatcher:
             cid,
             {item["id"]: parse_timestamp(item["lease_deadline"]) for item in items},
             unused=credit - len(items),
+            reservation=reservation,
         )
         if not held:
             return 0  # disconnected meanwhile: what was just leased comes back when the leases run out

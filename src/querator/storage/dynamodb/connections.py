@@ -17,16 +17,32 @@ locally (the subscription, the credit, the items held) is a row of its own table
 ``ttl`` (N)
     Epoch seconds after which DynamoDB may drop a row whose ``$disconnect`` never came (API Gateway
     closes every connection after two hours).
+``res`` (M)
+    Reservation token → credit, for every push between its reserve and its hold (usually empty).
+``grants`` (M)
+    Tokens of ``credit`` messages whose call has not ended yet (usually empty).
+``sub`` (S)
+    The token of the subscribe call that made the row.
 
 Credit moves only by atomic ``ADD`` under a condition, so two dispatchers pushing to one connection
 at once can never push more than its credit between them: each reserves before it leases.
+
+Every write that moves credit also means the same when botocore sends it twice (its reply was lost
+after it applied, and botocore retried): the write carries a token of its own call, and when the
+retry fails its condition, the old row it is answered with (``ReturnValuesOnConditionCheckFailure``)
+shows whether that token is already there. A reserve records its token with the credit it took, and
+the push's hold removes it, so a push that died in between (a Lambda timeout) leaves a reservation
+that a later push gives back once no invocation can still be running (``RESERVATION_LIFETIME``).
+The tokens hold a write's time and live only until their call ends: the row does not grow with
+traffic (docs/adr/0091-stream-on-aws.md).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
@@ -34,7 +50,7 @@ from botocore.exceptions import ClientError
 from querator.storage.dynamodb.errors import error_code
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -44,12 +60,18 @@ CLIENT_ID: Final = "client"
 CREDIT: Final = "cr"
 HELD: Final = "held"
 TTL: Final = "ttl"
+RESERVED: Final = "res"
+GRANTS: Final = "grants"
+SUBSCRIBER: Final = "sub"
 BY_QUEUE_INDEX: Final = "by_queue"
 #: API Gateway ends a WebSocket connection after 2 hours; a row outlives it by a margin.
 ROW_LIFETIME_SECONDS: Final = 3 * 3600
 _CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 #: Tries of a read-modify-write against concurrent dispatchers before giving up for this call.
 _CONFLICT_TRIES: Final = 5
+#: Lambda's longest timeout: a reservation or grant token older than this belongs to an invocation
+#: that has ended, so no retry of its write can still come.
+RESERVATION_LIFETIME: Final = timedelta(minutes=15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +83,18 @@ class Subscription:
     client_id: str
     credit: int
     held: Mapping[str, datetime] = field(default_factory=dict)
+    #: Reservation token → credit of the pushes between their reserve and their hold.
+    reserved: Mapping[str, int] = field(default_factory=dict)
+    #: Tokens of credit grants whose call may not have ended.
+    grants: tuple[str, ...] = ()
 
     def expired(self, now: datetime) -> list[str]:
         """Held ids whose lease deadline has passed: the item went back to the queue."""
         return [item_id for item_id, deadline in self.held.items() if deadline <= now]
+
+    def stale_reservations(self, now: datetime) -> dict[str, int]:
+        """Reservations whose push cannot still be running: it died before its hold."""
+        return {token: credit for token, credit in self.reserved.items() if _is_stale(token, now)}
 
 
 def connections_table_definition(table_name: str) -> dict[str, Any]:
@@ -98,6 +128,16 @@ def _moment(millis: str) -> datetime:
     return datetime.fromtimestamp(int(millis) / 1000, tz=timezone.utc)
 
 
+def _token(now: datetime) -> str:
+    """A write's own token: its time (epoch milliseconds, for staleness) and 12 random hex digits."""
+    return f"{_millis(now):013d}.{uuid.uuid4().hex[:12]}"
+
+
+def _is_stale(token: str, now: datetime) -> bool:
+    written = _moment(token.partition(".")[0])
+    return now - written > RESERVATION_LIFETIME
+
+
 def _subscription(row: Mapping[str, Any]) -> Subscription:
     held = row.get(HELD, {}).get("M", {})
     return Subscription(
@@ -106,18 +146,35 @@ def _subscription(row: Mapping[str, Any]) -> Subscription:
         client_id=row.get(CLIENT_ID, {}).get("S", ""),
         credit=int(row[CREDIT]["N"]),
         held={item_id: _moment(value["N"]) for item_id, value in held.items()},
+        reserved={token: int(value["N"]) for token, value in row.get(RESERVED, {}).get("M", {}).items()},
+        grants=tuple(row.get(GRANTS, {}).get("M", {})),
     )
+
+
+def _old_row(error: ClientError) -> Mapping[str, Any]:
+    """The row as it was when a conditional write failed (asked for with ``ALL_OLD``); empty when
+    there was none."""
+    item: Mapping[str, Any] = error.response.get("Item", {})  # type: ignore[assignment]
+    return item
+
+
+def _has_entry(row: Mapping[str, Any], attribute: str, token: str) -> bool:
+    return token in row.get(attribute, {}).get("M", {})
 
 
 class DynamoDBConnections:
     """The connections table through an injected boto3 client."""
 
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(
+        self, client: DynamoDBClient, table: str, *, now: Callable[[], datetime] | None = None
+    ) -> None:
         self._client = client
         self._table = table
+        self._now = now or (lambda: datetime.now(timezone.utc))
 
     def subscribe(self, connection_id: str, queue_name: str, client_id: str, credit: int) -> bool:
         """Record the subscription; ``False`` when the connection is already subscribed."""
+        token = _token(self._now())
         try:
             self._client.put_item(
                 TableName=self._table,
@@ -127,14 +184,19 @@ class DynamoDBConnections:
                     CLIENT_ID: {"S": client_id},
                     CREDIT: {"N": str(credit)},
                     HELD: {"M": {}},
+                    RESERVED: {"M": {}},
+                    GRANTS: {"M": {}},
+                    SUBSCRIBER: {"S": token},
                     TTL: {"N": str(int(time.time()) + ROW_LIFETIME_SECONDS)},
                 },
                 ConditionExpression="attribute_not_exists(#cid)",
                 ExpressionAttributeNames={"#cid": CONNECTION_ID},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as error:
             if error_code(error) == _CONDITION_FAILED:
-                return False
+                # Ours when botocore sent this put again after its reply was lost.
+                return bool(_old_row(error).get(SUBSCRIBER, {}).get("S") == token)
             raise
         return True
 
@@ -187,37 +249,88 @@ class DynamoDBConnections:
             grant = min(credit, most - row.credit - len(row.held))
             if grant <= 0:
                 return True
-            if self._update(
+            now = self._now()
+            token = _token(now)
+            names = {"#cr": CREDIT, "#gr": GRANTS, "#tok": token}
+            removes = []
+            # Tokens left by calls that died before removing their own: no retry of theirs can come.
+            for n, stale in enumerate(t for t in row.grants if _is_stale(t, now)):
+                names[f"#s{n}"] = stale
+                removes.append(f"#gr.#s{n}")
+            applied = self._update(
                 connection_id,
-                "ADD #cr :n",
-                "#cr = :was",
-                {"#cr": CREDIT},
-                {":n": {"N": str(grant)}, ":was": {"N": str(row.credit)}},
-            ):
+                "ADD #cr :n SET #gr.#tok = :one" + (f" REMOVE {', '.join(removes)}" if removes else ""),
+                "#cr = :was AND attribute_not_exists(#gr.#tok)",
+                names,
+                {":n": {"N": str(grant)}, ":was": {"N": str(row.credit)}, ":one": {"N": "1"}},
+                token_in=GRANTS,
+            )
+            if applied:
+                # The grant's call is over: its token has nothing left to recognise.
+                self._update(
+                    connection_id,
+                    "REMOVE #gr.#tok",
+                    "attribute_exists(#cid)",
+                    {"#gr": GRANTS, "#tok": token, "#cid": CONNECTION_ID},
+                    None,
+                )
                 return True
         return False
 
-    def reserve(self, connection_id: str, credit: int) -> bool:
-        """Take ``credit`` before leasing; ``False`` if the connection has less (or is gone)."""
-        return self._update(
+    def reserve(self, connection_id: str, credit: int) -> str | None:
+        """Take ``credit`` before leasing; the reservation's token for ``hold``, or ``None`` if the
+        connection has less (or is gone)."""
+        token = _token(self._now())
+        applied = self._update(
             connection_id,
-            "ADD #cr :minus",
-            "#cr >= :n",
-            {"#cr": CREDIT},
+            "ADD #cr :minus SET #res.#tok = :n",
+            "#cr >= :n AND attribute_not_exists(#res.#tok)",
+            {"#cr": CREDIT, "#res": RESERVED, "#tok": token},
             {":minus": {"N": str(-credit)}, ":n": {"N": str(credit)}},
+            token_in=RESERVED,
         )
+        return token if applied else None
 
-    def hold(self, connection_id: str, leased: Mapping[str, datetime], unused: int) -> bool:
-        """After a lease: hold what was leased, give back the reserved credit it did not use."""
-        names = {"#cr": CREDIT} | ({"#held": HELD} if leased else {})
+    def hold(self, connection_id: str, leased: Mapping[str, datetime], unused: int, reservation: str) -> bool:
+        """After a lease: hold what was leased, give back the reserved credit it did not use, and end
+        the reservation. ``False`` if the connection is gone."""
+        names = {"#cr": CREDIT, "#res": RESERVED, "#tok": reservation} | ({"#held": HELD} if leased else {})
         values: dict[str, Any] = {":unused": {"N": str(unused)}}
         sets = []
         for n, (item_id, deadline) in enumerate(leased.items()):
             names[f"#i{n}"] = item_id
             values[f":d{n}"] = {"N": str(_millis(deadline))}
             sets.append(f"#held.#i{n} = :d{n}")
-        expression = ("SET " + ", ".join(sets) + " " if sets else "") + "ADD #cr :unused"
-        return self._update(connection_id, expression, "attribute_exists(#cr)", names, values)
+        expression = ("SET " + ", ".join(sets) + " " if sets else "") + "ADD #cr :unused REMOVE #res.#tok"
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key={CONNECTION_ID: {"S": connection_id}},
+                UpdateExpression=expression,
+                ConditionExpression="attribute_exists(#res.#tok)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if error_code(error) == _CONDITION_FAILED:
+                # The row is there without the reservation: only this hold removes it (a stale one
+                # is given back only after the push's invocation has ended), so this is botocore's
+                # second send of a hold that applied.
+                return bool(_old_row(error))
+            raise
+        return True
+
+    def give_back(self, connection_id: str, reservations: Mapping[str, int]) -> None:
+        """End reservations whose push died before its hold, returning their credit; each once."""
+        for token, credit in reservations.items():
+            self._update(
+                connection_id,
+                "ADD #cr :n REMOVE #res.#tok",
+                "attribute_exists(#res.#tok)",
+                {"#cr": CREDIT, "#res": RESERVED, "#tok": token},
+                {":n": {"N": str(credit)}},
+            )
 
     def release(self, connection_id: str, ids: Sequence[str]) -> int:
         """Stop holding ``ids`` (settled, or their leases ran out) and give their credit back; returns
@@ -274,19 +387,50 @@ class DynamoDBConnections:
         expression: str,
         condition: str,
         names: dict[str, str],
-        values: dict[str, Any],
+        values: dict[str, Any] | None,
+        *,
+        token_in: str | None = None,
     ) -> bool:
-        try:
-            self._client.update_item(
-                TableName=self._table,
-                Key={CONNECTION_ID: {"S": connection_id}},
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as error:
-            if error_code(error) == _CONDITION_FAILED:
-                return False
-            raise
-        return True
+        """One conditional update; ``False`` when its condition failed. With ``token_in``, the
+        update writes its token (``#tok``) into that map attribute, and a failure whose old row
+        already holds the token is this update's own second send: ``True``."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": {CONNECTION_ID: {"S": connection_id}},
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        if token_in is not None:
+            # Without the map, setting a token in it would be a ValidationException: fail the
+            # condition instead, and add the map below.
+            kwargs["ConditionExpression"] = f"({condition}) AND attribute_exists(#tokens)"
+            kwargs["ExpressionAttributeNames"] = names | {"#tokens": token_in}
+            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        for _ in range(2):
+            try:
+                self._client.update_item(**kwargs)
+            except ClientError as error:
+                if error_code(error) != _CONDITION_FAILED:
+                    raise
+                if token_in is None:
+                    return False
+                old = _old_row(error)
+                if _has_entry(old, token_in, names["#tok"]):
+                    return True
+                if not old or token_in in old:
+                    return False
+                # A row subscribed before this attribute existed: add the empty map, then again.
+                self._client.update_item(
+                    TableName=self._table,
+                    Key={CONNECTION_ID: {"S": connection_id}},
+                    UpdateExpression="SET #m = if_not_exists(#m, :empty)",
+                    ConditionExpression="attribute_exists(#cid)",
+                    ExpressionAttributeNames={"#m": token_in, "#cid": CONNECTION_ID},
+                    ExpressionAttributeValues={":empty": {"M": {}}},
+                )
+                continue
+            return True
+        return False

@@ -1,0 +1,179 @@
+"""The stream's connections table under the faults of ``tests.reliability.faults``.
+
+On AWS a connection's credit lives in its row, and every push reserves credit, leases, then holds
+what it leased (``querator.storage.dynamodb.connections``). Each of those writes must mean the same
+when botocore sends it twice (``Fault.RETRIED``: the first reply was lost after the write applied):
+a reserve taken twice leaves the connection without credit, and since it holds nothing, nothing ever
+gives the credit back and the stream stops for good. And a push that dies between its reserve and
+its hold (a lost reply the caller saw, or a Lambda timeout) must not keep the credit for ever.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from botocore.exceptions import BotoCoreError
+from moto import mock_aws
+
+from querator.storage.dynamodb.connections import (
+    RESERVATION_LIFETIME,
+    DynamoDBConnections,
+    connections_table_definition,
+)
+from querator.stream import protocol
+from querator.stream.dispatch import Dispatcher
+from querator.testing import FakeClock, dynamodb_client
+from tests.reliability.faults import Fault, FaultInjector, LambdaTimeout
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+TABLE = "connections"
+CID = "conn-1"
+QUEUE = "jobs"
+DEADLINE = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+
+class World:
+    """One connections table, its store's client behind a fault injector, and a fake clock."""
+
+    def __init__(self) -> None:
+        client = dynamodb_client()
+        client.create_table(**connections_table_definition(TABLE))
+        self.client = client
+        self.injector = FaultInjector()
+        self.injector.attach(client)
+        self.injector.disarm()
+        self.clock = FakeClock(datetime(2026, 11, 26, 11, 0, tzinfo=UTC))
+        self.connections = DynamoDBConnections(client, TABLE, now=self.clock.now)
+
+    def credit(self) -> int:
+        row = self.connections.get(CID)
+        assert row is not None
+        return row.credit
+
+    def armed(self, fault: Fault, operation: str) -> None:
+        self.injector.arm(None, fault, operation=operation)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    with mock_aws():
+        yield World()
+
+
+def test_a_subscribe_retried_after_it_applied_is_the_callers_subscription(world: World) -> None:
+    world.armed(Fault.RETRIED, "PutItem")
+    assert world.connections.subscribe(CID, QUEUE, "client", 5)
+    assert world.injector.fired
+    world.injector.disarm()
+    assert world.credit() == 5
+    # Another subscribe on the connection is still refused.
+    assert not world.connections.subscribe(CID, QUEUE, "client", 5)
+
+
+def test_a_reserve_retried_after_it_applied_takes_the_credit_once(world: World) -> None:
+    world.connections.subscribe(CID, QUEUE, "client", 5)
+    world.armed(Fault.RETRIED, "UpdateItem")
+    reservation = world.connections.reserve(CID, 5)
+    assert world.injector.fired
+    world.injector.disarm()
+    assert reservation is not None
+    assert world.credit() == 0
+    # The push leased 3 of the 5: they are held and the 2 it did not use come back.
+    assert world.connections.hold(CID, {"a": DEADLINE, "b": DEADLINE, "c": DEADLINE}, 2, reservation)
+    assert world.credit() == 2
+    assert world.connections.release(CID, ["a", "b", "c"]) == 3
+    assert world.credit() == 5
+
+
+def test_a_hold_retried_after_it_applied_gives_the_unused_credit_back_once(world: World) -> None:
+    world.connections.subscribe(CID, QUEUE, "client", 5)
+    reservation = world.connections.reserve(CID, 5)
+    assert reservation is not None
+    world.armed(Fault.RETRIED, "UpdateItem")
+    assert world.connections.hold(CID, {"a": DEADLINE}, 4, reservation)
+    assert world.injector.fired
+    world.injector.disarm()
+    row = world.connections.get(CID)
+    assert row is not None
+    assert (row.credit, list(row.held), row.reserved) == (4, ["a"], {})
+
+
+def test_a_credit_message_retried_after_it_applied_grants_once(world: World) -> None:
+    world.connections.subscribe(CID, QUEUE, "client", 2)
+    world.armed(Fault.RETRIED, "UpdateItem")
+    assert world.connections.add_credit(CID, 3, most=protocol.MAX_CREDIT)
+    assert world.injector.fired
+    world.injector.disarm()
+    assert world.credit() == 5
+    row = world.connections.get(CID)
+    assert row is not None
+    assert row.grants == ()  # the grant's token is gone once its call is over
+
+
+def test_a_release_retried_after_it_applied_gives_the_credit_back_once(world: World) -> None:
+    world.connections.subscribe(CID, QUEUE, "client", 2)
+    reservation = world.connections.reserve(CID, 2)
+    assert reservation is not None
+    world.connections.hold(CID, {"a": DEADLINE, "b": DEADLINE}, 0, reservation)
+    world.armed(Fault.RETRIED, "UpdateItem")
+    world.connections.release(CID, ["a", "b"])
+    assert world.injector.fired
+    world.injector.disarm()
+    assert world.credit() == 2
+
+
+@pytest.mark.parametrize("death", ["reserve's reply lost", "timed out in the lease"])
+def test_a_push_that_died_after_its_reserve_gives_the_credit_back_once_the_reservation_is_stale(
+    world: World, death: str
+) -> None:
+    world.connections.subscribe(CID, QUEUE, "client", 3)
+    leases: list[dict[str, Any]] = []
+    dying = [death == "timed out in the lease"]
+
+    def api(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if dying and dying.pop():
+            raise LambdaTimeout("stopped in the lease")  # what it leased comes back by its lease
+        leases.append(body)
+        return 454, {"code": 454, "message": "nothing to lease"}
+
+    dispatcher = Dispatcher(world.connections, api, lambda _cid, _frame: True, now=world.clock.now)
+    if death == "reserve's reply lost":
+        # The reserve applied and its caller saw an error: the push ends before its lease and hold.
+        world.armed(Fault.LOST_REPLY, "UpdateItem")
+    with pytest.raises((LambdaTimeout, BotoCoreError)):
+        dispatcher.pump(CID)
+    world.injector.disarm()
+    assert leases == []
+    assert world.credit() == 0
+    # A push soon after finds the credit taken by a push that may still be running: nothing to do.
+    dispatcher.pump(CID)
+    assert (world.credit(), leases) == (0, [])
+    # Once no invocation can still be running, the reservation is given back and the push leases.
+    world.clock.advance(RESERVATION_LIFETIME + timedelta(seconds=1))
+    dispatcher.pump(CID)
+    assert [lease["batch_size"] for lease in leases] == [3]
+    assert world.credit() == 3
+    row = world.connections.get(CID)
+    assert row is not None
+    assert row.reserved == {}
+
+
+def test_a_row_written_before_reservations_existed_still_reserves(world: World) -> None:
+    world.connections.subscribe(CID, QUEUE, "client", 2)
+    # A connection subscribed by the previous version: no reservation or grant maps in its row.
+    world.client.update_item(
+        TableName=TABLE,
+        Key={"cid": {"S": CID}},
+        UpdateExpression="REMOVE #r, #g",
+        ExpressionAttributeNames={"#r": "res", "#g": "grants"},
+    )
+    reservation = world.connections.reserve(CID, 2)
+    assert reservation is not None
+    assert world.connections.hold(CID, {}, 2, reservation)
+    assert world.credit() == 2
+    assert world.connections.add_credit(CID, 1, most=protocol.MAX_CREDIT)
+    assert world.credit() == 3
