@@ -19,6 +19,11 @@ X-Ray SDK import); each against ``import boto3`` in the same setting. In this se
 as in Lambda's init phase; the row ``boto3+client`` is the like-for-like baseline: ``import boto3``
 and one DynamoDB client.
 
+``--steps`` says where the lease handler's import goes: one fresh interpreter per sample imports
+botocore, pydantic, the domain, the schemas, PynamoDB, Powertools' logger, ... in turn, timing each
+import by the wall clock (no ``-X importtime``), so each figure is what that step adds to the ones
+before it, beside ``import boto3`` alone (docs/adr/0013-cold-start.md, 2026-11-26 amendment).
+
 ``--first-request`` measures what a caller waits for instead: a fresh interpreter imports the
 handler and serves one real request (a lease, a produce, a stats call, ...) against a moto server on
 127.0.0.1, timed from before the import to the reply. Import time alone rewards moving work from
@@ -415,6 +420,73 @@ def format_layer_table(medians: dict[str, dict[str, float]], runtime: str) -> st
     return "\n".join(lines)
 
 
+# -- where the import goes (--steps) ------------------------------------------------------------------
+
+#: What the lease handler imports, in layers: each step is timed after the ones before it, so its
+#: figure is what it adds (modules an earlier step imported are not paid again).
+STEPS: tuple[tuple[str, str], ...] = (
+    ("botocore.session", "botocore (the clients)"),
+    ("pydantic.main", "pydantic"),
+    ("querator.domain.model", "the domain values"),
+    ("querator.ports", "the ports' records"),
+    ("querator.api.schemas", "the wire schemas (pydantic.types, annotated_types, the model classes)"),
+    ("pynamodb.models", "PynamoDB"),
+    ("aws_lambda_powertools.logging", "Powertools' logger"),
+    ("querator.service", "the service"),
+    ("querator.api.gateway", "the router and the endpoints"),
+    ("querator.bootstrap", "the bootstrap (stores)"),
+    ("functions.lease.handler", "the lease handler"),
+)
+_STEPS_CHILD = """
+import sys, time
+marks = []
+started = time.perf_counter()
+for module in sys.argv[1:]:
+    __import__(module)
+    marks.append(int((time.perf_counter() - started) * 1e6))
+print(" ".join(map(str, marks)))
+"""
+
+
+def _steps_sample(modules: list[str]) -> list[int]:
+    result = subprocess.run(  # noqa: S603 - our interpreter importing modules named above
+        [sys.executable, "-c", _STEPS_CHILD, *modules],
+        capture_output=True, text=True, cwd=ROOT, env=_dev_env(POWERTOOLS_METRICS_DISABLED="true"),
+        check=True, timeout=120,
+    )  # fmt: skip
+    return [int(v) for v in result.stdout.split()]
+
+
+def measure_steps(repeat: int = REPEAT) -> tuple[float, list[tuple[str, float]]]:
+    """Median ms of ``import boto3`` alone, and of each step of ``STEPS`` after the ones before it
+    (wall clock around each import, no ``-X importtime``), interleaved with the baseline."""
+    modules = [m for m, _ in STEPS]
+    _steps_sample([BASELINE])
+    _steps_sample(modules)  # discarded: the first imports compile the bytecode the others read
+    base: list[int] = []
+    cumulative: list[list[int]] = []
+    for _ in range(repeat):
+        base.append(_steps_sample([BASELINE])[0])
+        cumulative.append(_steps_sample(modules))
+    medians = [statistics.median(sample[i] for sample in cumulative) for i in range(len(modules))]
+    added = [m - (medians[i - 1] if i else 0) for i, m in enumerate(medians)]
+    return statistics.median(base) / 1000, [(m, a / 1000) for m, a in zip(modules, added, strict=True)]
+
+
+def format_steps_table(baseline_ms: float, steps: list[tuple[str, float]], repeat: int) -> str:
+    labels = dict(STEPS)
+    lines = [
+        f"Where the lease handler's import goes: each step after the ones before it, wall clock, median of"
+        f" {repeat} fresh interpreters; import boto3 alone: {baseline_ms:.0f} ms",
+        f"{'step':<72} {'ms':>6} {'x boto3':>7} {'total x':>7}",
+    ]
+    total = 0.0
+    for module, ms in steps:
+        total += ms
+        lines.append(f"{labels[module]:<72} {ms:>6.1f} {ms / baseline_ms:>7.2f} {total / baseline_ms:>7.2f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -427,7 +499,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--first-request", action="store_true", help="import plus one served request, against a moto server"
     )
+    parser.add_argument(
+        "--steps", action="store_true", help="where the lease handler's import goes, step by step"
+    )
     args = parser.parse_args(argv)
+    if args.steps:
+        baseline_ms, steps = measure_steps(args.repeat)
+        print(format_steps_table(baseline_ms, steps, args.repeat))
+        return 0
     if args.first_request:
         print(format_first_request_table(measure_first_request(args.repeat), args.repeat))
         return 0

@@ -3,6 +3,7 @@ write units the data model implies; and the cold-start parser reads CPython's -X
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 import pytest
@@ -93,3 +94,19 @@ def test_every_function_folder_has_a_handler_to_time() -> None:
     assert "functions.produce.handler" in modules
     assert "functions.reaper.handler" in modules
     assert all(m.startswith("functions.") and m.endswith(".handler") for m in modules)
+
+
+def test_the_import_steps_are_importable_in_order_and_end_at_a_handler() -> None:
+    # --steps times each module after the ones before it: every one must exist, and the last must be
+    # a handler that the import-time table also measures.
+    modules = [module for module, _ in coldstart.STEPS]
+    assert modules[-1] in coldstart.handler_modules()
+    assert len(set(modules)) == len(modules)
+    assert all(importlib.util.find_spec(module) is not None for module in modules)
+
+
+def test_the_steps_table_adds_up_to_the_handlers_share_of_import_boto3() -> None:
+    steps = [(module, 10.0) for module, _ in coldstart.STEPS]
+    table = coldstart.format_steps_table(100.0, steps, repeat=3)
+    last = table.splitlines()[-1].split()
+    assert last[-3:] == ["10.0", "0.10", f"{len(steps) / 10:.2f}"]
