@@ -15,8 +15,8 @@ What makes a push happen (docs/adr/0091-stream-on-aws.md):
   that has credit;
 - an item that becomes ready by time writes nothing: the dispatcher's scheduled sweep, once a
   minute like the reaper, reads each subscribed queue's counters (one ``queue.stats``) and pumps the
-  subscriptions with credit of the queues that have unleased or scheduled items, and those whose
-  held leases ran out.
+  subscriptions with credit of the queues that have unleased or scheduled items, and those owed
+  credit: held leases that ran out, or a reservation left by a push that died before its hold.
 
 Every lease is the HTTP API's own ``queue.lease`` (same claims, same fencing), settled by the same
 ``queue.complete`` / ``retry`` / ``renew``: the protocol (``querator.stream.protocol``) is the
@@ -215,12 +215,12 @@ class Dispatcher:
         return len(items)
 
     def queues_written(self, queue_names: Iterable[str]) -> int:
-        """Items were written to these queues: pump each of their subscribers that has credit (or
-        holds a lease that ran out, whose credit is due back). Returns the items pushed."""
+        """Items were written to these queues: pump each of their subscribers that has credit or is
+        owed some (``Subscription.owed``). Returns the items pushed."""
         pushed = 0
         for queue_name in sorted(set(queue_names)):
             for subscription in self._connections.subscribers(queue_name):
-                if subscription.credit > 0 or subscription.expired(self._now()):
+                if subscription.credit > 0 or subscription.owed(self._now()):
                     pushed += self.pump(subscription)
         return pushed
 
@@ -228,19 +228,19 @@ class Dispatcher:
         """Pump the subscriptions whose queue may have something ready: items that became ready by
         time (scheduled, or a lease that ran out before the reaper put it back) write nothing a
         stream could see. One ``queue.stats`` read per subscribed queue decides, so an idle
-        subscriber costs a share of that read a minute, not a lease attempt; a subscription whose
-        held leases ran out is pumped anyway (its credit is due back)."""
+        subscriber costs a share of that read a minute, not a lease attempt; a subscription owed
+        credit (a held lease ran out, a push died holding a reservation) is pumped anyway."""
         by_queue: dict[str, list[Subscription]] = {}
         for subscription in self._connections.all():
             by_queue.setdefault(subscription.queue_name, []).append(subscription)
         pushed = 0
         now = self._now()
         for queue_name, subscriptions in sorted(by_queue.items()):
-            waiting = [s for s in subscriptions if s.credit > 0 or s.expired(now)]
+            waiting = [s for s in subscriptions if s.credit > 0 or s.owed(now)]
             if not waiting:
                 continue
             if not self._may_have_ready(queue_name):
-                waiting = [s for s in waiting if s.expired(now)]
+                waiting = [s for s in waiting if s.owed(now)]
             for subscription in waiting:
                 pushed += self.pump(subscription)
         return pushed

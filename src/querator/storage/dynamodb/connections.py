@@ -96,6 +96,10 @@ class Subscription:
         """Reservations whose push cannot still be running: it died before its hold."""
         return {token: credit for token, credit in self.reserved.items() if _is_stale(token, now)}
 
+    def owed(self, now: datetime) -> bool:
+        """Whether credit is due back: a held lease ran out, or a push died holding a reservation."""
+        return bool(self.expired(now) or self.stale_reservations(now))
+
 
 def connections_table_definition(table_name: str) -> dict[str, Any]:
     """``CreateTable`` arguments for the connections table (on-demand), for tests and local use."""
