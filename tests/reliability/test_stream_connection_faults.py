@@ -6,15 +6,22 @@ when botocore sends it twice (``Fault.RETRIED``: the first reply was lost after 
 a reserve taken twice leaves the connection without credit, and since it holds nothing, nothing ever
 gives the credit back and the stream stops for good. And a push that dies between its reserve and
 its hold (a lost reply the caller saw, or a Lambda timeout) must not keep the credit for ever.
+
+The matrix at the end lives a connection (subscribe with credit 3, a push, a complete over the
+stream, a credit message of 2) with each of its table calls failing in turn, by every kind of fault,
+then lets the leases run out and the sweep run, and checks that the connection holds nothing and
+has every credit its client gave exactly once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from botocore.exceptions import BotoCoreError
+from botocore.exceptions import BotoCoreError, ClientError
 from moto import mock_aws
 
 from querator.storage.dynamodb.connections import (
@@ -180,3 +187,111 @@ def test_a_row_written_before_reservations_existed_still_reserves(world: World) 
     assert world.credit() == 2
     assert world.connections.add_credit(CID, 1, most=protocol.MAX_CREDIT)
     assert world.credit() == 3
+
+
+# -- the matrix: a connection's life with a fault on each of its table's calls in turn --------------
+
+#: A subscription with credit 3, a push of 2 items, one completed over the stream, a credit message
+#: of 2: every write the connections table takes on the way.
+INITIAL_CREDIT = 3
+GRANT = 2
+STEP_ERRORS = (BotoCoreError, ClientError, LambdaTimeout)
+
+
+class FakeApi:
+    """The HTTP API as the dispatcher calls it: leases hand out fresh items while any are left."""
+
+    def __init__(self, clock: FakeClock, items: int) -> None:
+        self.clock = clock
+        self.left = items
+        self.minted = 0
+
+    def __call__(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if path.endswith("queue.lease"):
+            count = min(self.left, body["batch_size"])
+            if not count:
+                return 454, {"code": 454, "message": "nothing to lease"}
+            self.left -= count
+            deadline = (self.clock.now() + timedelta(seconds=30)).isoformat().replace("+00:00", "Z")
+            items = [{"id": f"item-{self.minted + n}", "lease_deadline": deadline} for n in range(count)]
+            self.minted += count
+            return 200, {"queue_name": QUEUE, "partition": 0, "items": items}
+        if path.endswith("queue.stats"):
+            return 500, {"code": 500, "message": "not here"}  # the sweep then pumps anyway
+        return 200, {}
+
+
+MESSAGES: tuple[dict[str, Any], ...] = (
+    {"type": "subscribe", "queue_name": QUEUE, "credit": INITIAL_CREDIT},
+    {"type": "complete", "request_id": "r1", "ids": ["item-0"]},
+    {"type": "credit", "credit": GRANT},
+)
+
+
+def life(world: World, api: FakeApi) -> list[int]:
+    """The connection's messages, each its own invocation (one failing does not stop the next);
+    how many table calls had been made before each message."""
+    dispatcher = Dispatcher(world.connections, api, lambda _cid, _frame: True, now=world.clock.now)
+    starts = []
+    for message in MESSAGES:
+        starts.append(len(world.injector.calls))
+        # The invocation failed; API Gateway logs it, the client's message goes unanswered.
+        with contextlib.suppress(*STEP_ERRORS):
+            dispatcher.message(CID, json.dumps(message))
+    return starts
+
+
+def _clean_life() -> tuple[list[str], int, int]:
+    """The table calls of the life without faults, where the credit message starts, and the
+    position of its grant."""
+    with mock_aws():
+        world = World()
+        world.injector.arm(None, None)
+        starts = life(world, FakeApi(world.clock, items=2))
+        calls = list(world.injector.calls)
+    # The credit message reads the subscription, add_credit reads the row, then writes the grant.
+    grant = starts[2] + 2
+    assert calls[starts[2] : grant + 1] == ["GetItem", "GetItem", "UpdateItem"]
+    return calls, starts[2], grant
+
+
+CLEAN_CALLS, CREDIT_MESSAGE, GRANT_POSITION = _clean_life()
+#: Each kind once (the two throttling codes reach the caller alike).
+FAULTS = [f for f in Fault if f is not Fault.THROTTLING]
+#: Faults that stop a call before DynamoDB applies it.
+NOT_APPLIED = frozenset({Fault.THROTTLED, Fault.INTERNAL, Fault.CONNECTION, Fault.LAMBDA_TIMEOUT})
+
+
+@pytest.mark.slow  # about 40 s here: 17 calls x 6 faults, each a fresh table
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+@pytest.mark.parametrize(
+    "position", range(len(CLEAN_CALLS)), ids=[f"{i}-{call}" for i, call in enumerate(CLEAN_CALLS)]
+)
+def test_a_connection_keeps_its_credit_whatever_call_fails(world: World, fault: Fault, position: int) -> None:
+    api = FakeApi(world.clock, items=2)
+    world.injector.arm(position, fault)
+    life(world, api)
+    assert world.injector.fired
+    world.injector.disarm()
+    if world.connections.get(CID) is None:
+        # Only a subscribe that never applied leaves no row; its client sees the error and
+        # subscribes again.
+        assert position == 0
+        assert fault in NOT_APPLIED
+        return
+    # Heal: the items' leases run out, no invocation of the life can still be running, and the
+    # minute's sweep gives back what is owed.
+    world.clock.advance(RESERVATION_LIFETIME + timedelta(seconds=1))
+    Dispatcher(world.connections, api, lambda _cid, _frame: True, now=world.clock.now).sweep()
+    row = world.connections.get(CID)
+    assert row is not None
+    assert (row.held, row.reserved) == ({}, {})
+    # Every credit the client gave is there once, and a write sent twice never counts twice. The
+    # grant is missing only where the credit message failed before its write applied (a read that
+    # failed, or the write stopped before DynamoDB): its client saw the message fail.
+    expected = INITIAL_CREDIT + GRANT
+    read_failed = CREDIT_MESSAGE <= position < GRANT_POSITION and fault is not Fault.RETRIED
+    if read_failed or (position == GRANT_POSITION and fault in NOT_APPLIED):
+        expected = INITIAL_CREDIT
+    assert row.credit == expected
+    assert len(row.grants) <= 1  # a grant whose call died before removing its token
