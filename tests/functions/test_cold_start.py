@@ -26,6 +26,17 @@ ROOT = Path(__file__).resolve().parents[2]
 HANDLERS = sorted(p.parent.name for p in (ROOT / "functions").glob("*/handler.py"))
 
 
+def _fresh_interpreter(code: str) -> Any:
+    """What ``code`` prints last (JSON), run by a fresh interpreter outside Lambda: in this one other
+    tests may have imported or built what the caller checks."""
+    env = {k: v for k, v in os.environ.items() if k != "LAMBDA_TASK_ROOT"}
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run(  # noqa: S603 - our interpreter running our own lines
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_every_function_handler_imports_without_boto3_or_s3transfer():
     # boto3's import brings s3transfer and its resource machinery, which no function uses; the
     # functions make their clients from botocore's session (bootstrap.make_client).
@@ -35,12 +46,7 @@ def test_every_function_handler_imports_without_boto3_or_s3transfer():
         "    importlib.import_module(f'functions.{name}.handler')\n"
         "print(json.dumps(sorted(m for m in ('boto3', 's3transfer') if m in sys.modules)))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "LAMBDA_TASK_ROOT"}
-    env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run(  # noqa: S603 - our interpreter importing our handlers
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
-    )
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    assert _fresh_interpreter(code) == []
     assert len(HANDLERS) >= 9
 
 
@@ -61,12 +67,7 @@ def test_importing_a_function_handler_builds_none_of_our_pydantic_models():
         "print(json.dumps({'models': len(models),\n"
         "    'built': sorted(m.__qualname__ for m in models if m.__pydantic_complete__)}))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "LAMBDA_TASK_ROOT"}
-    env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run(  # noqa: S603 - our interpreter importing our handlers
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
-    )
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    seen = _fresh_interpreter(code)
     assert seen["models"] >= 40
     assert seen["built"] == []
 
@@ -144,12 +145,7 @@ before = [m.__pydantic_complete__ for m in models]
 app.prepare()
 print(json.dumps({"before": before, "after": [m.__pydantic_complete__ for m in models], "made": made}))
 """
-    env = {k: v for k, v in os.environ.items() if k != "LAMBDA_TASK_ROOT"}
-    env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run(  # noqa: S603 - our interpreter running the lines above
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
-    )
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    seen = _fresh_interpreter(code)
     assert seen["before"] and not any(seen["before"])
     assert all(seen["after"])
     assert seen["made"] == ["service"]

@@ -306,24 +306,11 @@ class DynamoDBConnections:
             values[f":d{n}"] = {"N": str(_millis(deadline))}
             sets.append(f"#held.#i{n} = :d{n}")
         expression = ("SET " + ", ".join(sets) + " " if sets else "") + "ADD #cr :unused REMOVE #res.#tok"
-        try:
-            self._client.update_item(
-                TableName=self._table,
-                Key={CONNECTION_ID: {"S": connection_id}},
-                UpdateExpression=expression,
-                ConditionExpression="attribute_exists(#res.#tok)",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as error:
-            if error_code(error) == _CONDITION_FAILED:
-                # The row is there without the reservation: only this hold removes it (a stale one
-                # is given back only after the push's invocation has ended), so this is botocore's
-                # second send of a hold that applied.
-                return bool(_old_row(error))
-            raise
-        return True
+        old = self._send(connection_id, expression, "attribute_exists(#res.#tok)", names, values, old=True)
+        # A row there without the reservation: only this hold removes it (a stale one is given back
+        # only after the push's invocation has ended), so this is botocore's second send of a hold
+        # that applied. No row: the connection is gone.
+        return old is None or bool(old)
 
     def give_back(self, connection_id: str, reservations: Mapping[str, int]) -> None:
         """End reservations whose push died before its hold, returning their credit; each once."""
@@ -385,6 +372,37 @@ class DynamoDBConnections:
     def delete(self, connection_id: str) -> None:
         self._client.delete_item(TableName=self._table, Key={CONNECTION_ID: {"S": connection_id}})
 
+    def _send(
+        self,
+        connection_id: str,
+        expression: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any] | None,
+        *,
+        old: bool = False,
+    ) -> Mapping[str, Any] | None:
+        """One conditional update: ``None`` when it applied; when its condition failed, the row as
+        it was if ``old`` asked for it (empty when there was no row, or when not asked)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": {CONNECTION_ID: {"S": connection_id}},
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        if old:
+            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        try:
+            self._client.update_item(**kwargs)
+        except ClientError as error:
+            if error_code(error) == _CONDITION_FAILED:
+                return _old_row(error)
+            raise
+        return None
+
     def _update(
         self,
         connection_id: str,
@@ -398,43 +416,24 @@ class DynamoDBConnections:
         """One conditional update; ``False`` when its condition failed. With ``token_in``, the
         update writes its token (``#tok``) into that map attribute, and a failure whose old row
         already holds the token is this update's own second send: ``True``."""
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": {CONNECTION_ID: {"S": connection_id}},
-            "UpdateExpression": expression,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-        }
-        if values:
-            kwargs["ExpressionAttributeValues"] = values
-        if token_in is not None:
-            # Without the map, setting a token in it would be a ValidationException: fail the
-            # condition instead, and add the map below.
-            kwargs["ConditionExpression"] = f"({condition}) AND attribute_exists(#tokens)"
-            kwargs["ExpressionAttributeNames"] = names | {"#tokens": token_in}
-            kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        if token_in is None:
+            return self._send(connection_id, expression, condition, names, values) is None
+        # Without the map, setting a token in it would be a ValidationException: fail the condition
+        # instead, and add the map below.
+        condition = f"({condition}) AND attribute_exists(#tokens)"
+        with_map = names | {"#tokens": token_in}
         for _ in range(2):
-            try:
-                self._client.update_item(**kwargs)
-            except ClientError as error:
-                if error_code(error) != _CONDITION_FAILED:
-                    raise
-                if token_in is None:
-                    return False
-                old = _old_row(error)
-                if _has_entry(old, token_in, names["#tok"]):
-                    return True
-                if not old or token_in in old:
-                    return False
-                # A row subscribed before this attribute existed: add the empty map, then again.
-                self._client.update_item(
-                    TableName=self._table,
-                    Key={CONNECTION_ID: {"S": connection_id}},
-                    UpdateExpression="SET #m = if_not_exists(#m, :empty)",
-                    ConditionExpression="attribute_exists(#cid)",
-                    ExpressionAttributeNames={"#m": token_in, "#cid": CONNECTION_ID},
-                    ExpressionAttributeValues={":empty": {"M": {}}},
-                )
-                continue
-            return True
+            old = self._send(connection_id, expression, condition, with_map, values, old=True)
+            if old is None or _has_entry(old, token_in, names["#tok"]):
+                return True
+            if not old or token_in in old:
+                return False
+            # A row subscribed before this attribute existed: add the empty map, then again.
+            self._send(
+                connection_id,
+                "SET #m = if_not_exists(#m, :empty)",
+                "attribute_exists(#cid)",
+                {"#m": token_in, "#cid": CONNECTION_ID},
+                {":empty": {"M": {}}},
+            )
         return False
