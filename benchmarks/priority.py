@@ -22,6 +22,11 @@ items of 1,000 B (moto in process): what a lease costs with many groups.
 straight into the table, with the head row a lease of them would have left), then 10 ready items of
 priority 7; one lease of 10, metered (moto in process).
 
+``--fair-depth N`` adds the fair lease at depth: a fair queue whose 1,000 groups hold N valid leases
+of 1,000 B between them (written straight into the table), then 10 ready items each; three leases of
+10, metered, once with each lane's cursor past its leased items (where the leases left it) and once
+with every cursor at its lane's start (every cursor write after those leases lost; moto in process).
+
 Timings on moto mean nothing, so none are printed.
 """
 
@@ -37,8 +42,10 @@ from moto import mock_aws
 
 from benchmarks.cost import PHASES, metered_service, run_case, use_fake_credentials
 from benchmarks.engine import HOUR, Bench
+from querator.domain.groups import group_lane
 from querator.domain.ids import IdFactory
 from querator.domain.model import Item, NewItem
+from querator.domain.priority import DEFAULT_PRIORITY, lane_of
 from querator.storage.dynamodb import codec, schema
 from querator.testing import FakeClock, moto_server_process
 
@@ -62,6 +69,8 @@ GROUPS: dict[str, Callable[[int], str]] = {
     case: lambda n: f"tenant-{n % 100:05d}"
     for case in ("fifo, grouped", "fair, 100 groups", "fair, 100 groups, cap 5")
 }
+#: The groups of ``--fair-depth``'s queue.
+FAIR_DEPTH_GROUPS = 1000
 #: Fair cases: (delivery, max_leased_per_group).
 FAIR: dict[str, tuple[str, int]] = {"fair, 100 groups": ("fair", 0), "fair, 100 groups, cap 5": ("fair", 5)}
 
@@ -154,6 +163,74 @@ def lease_with_groups(groups: int, per_group: int = 10) -> list[tuple[int, float
     return leases
 
 
+def lease_fair_at_depth(
+    valid: int, groups: int, *, cursors_moved: bool = True
+) -> list[tuple[int, float, int]]:
+    """Items leased, read units and requests of each of three leases of 10 from a fair queue whose
+    ``groups`` groups hold ``valid`` valid leases of 1,000 B between them (written straight into the
+    table) and then 10 ready items each (produced through the service). ``cursors_moved``: each
+    group lane's cursor stands past its leased items, where the leases that claimed them left it;
+    else at the lane's start, as when every cursor write after those leases failed (the worst a lane
+    read can meet). Moto in process; call inside ``mock_aws``."""
+    clock = FakeClock()
+    bench = Bench(clock)
+    bench.queue("q", delivery="fair")
+    now = clock.now()
+    payload = b"x" * 1000
+    ids = IdFactory()
+    last_leased: dict[str, str] = {}
+    rows = []
+    for g in range(groups):
+        group = f"tenant-{g:05d}"
+        lane = group_lane(group)
+        held = valid // groups + (1 if g < valid % groups else 0)
+        lane_ids = ids.new_ids(now, held, DEFAULT_PRIORITY, lane=lane)
+        leased = Item(
+            id="",
+            payload=payload,
+            attempts=1,
+            group=group,
+            lease_deadline=now + HOUR,
+            expire_deadline=now + 2 * HOUR,
+            created_at=now,
+        )
+        rows += [codec.encode_item("q", 0, replace(leased, id=i)) for i in lane_ids]
+        if lane_ids:
+            last_leased[group] = lane_ids[-1]
+    bench.write_raw(rows)
+    clock.advance(timedelta(seconds=2))
+    items = [NewItem(payload=payload, group=f"tenant-{g:05d}") for g in range(groups) for _ in range(10)]
+    for start in range(0, len(items), 1000):
+        bench.setup.produce("q", items[start : start + 1000])
+    # What the leases of the valid items would have left on the partition: counted, and (when
+    # cursors_moved) each lane's cursor just past its last leased item.
+    head = codec.head_key("q", 0)
+    bench.setup_client.update_item(
+        TableName=bench.items_table,
+        Key=head,
+        UpdateExpression="ADD #n :v, #nl :v",
+        ExpressionAttributeNames={"#n": schema.HEAD_ITEMS, "#nl": schema.HEAD_LEASED},
+        ExpressionAttributeValues={":v": {"N": str(valid)}},
+    )
+    if cursors_moved:
+        for last in last_leased.values():
+            bench.setup_client.update_item(
+                TableName=bench.items_table,
+                Key=codec.lane_key("q", 0, lane_of(last)),
+                UpdateExpression="SET #c = :c",
+                ExpressionAttributeNames={"#c": schema.LANE_CURSOR},
+                ExpressionAttributeValues={":c": {"S": last + "0"}},
+            )
+    clock.advance(timedelta(seconds=2))
+    leases = []
+    for _ in range(3):
+        bench.meter.reset()
+        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
+        cost = bench.meter.snapshot()
+        leases.append((found, cost.read_units, cost.requests))
+    return leases
+
+
 def format_report(results: list[tuple[str, CaseResult]], count: int) -> str:
     lines = [
         f"Per delivered item, {count:,} items of {PAYLOAD_BYTES} B a case (produce -> lease -> complete):",
@@ -182,6 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, nargs="*", default=[], help="valid leases ahead (e.g. 100000)")
     parser.add_argument(
         "--groups", type=int, nargs="*", default=[], help="fair queue with N groups holding items"
+    )
+    parser.add_argument(
+        "--fair-depth",
+        type=int,
+        nargs="*",
+        default=[],
+        help="valid leases held by a fair queue's 1,000 groups (e.g. 100000)",
     )
     args = parser.parse_args(argv)
     use_fake_credentials()
@@ -214,6 +298,24 @@ def main(argv: list[str] | None = None) -> int:
             for groups in args.groups:
                 for n, (found, read_units, requests) in enumerate(lease_with_groups(groups), 1):
                     lines.append(f"| {groups:,} | {n} | {found} | {read_units:.1f} | {requests} |")
+        sys.stdout.write("\n".join(lines) + "\n")
+    if args.fair_depth:
+        lines = [
+            "",
+            "Leases of 10 from a fair queue whose 1,000 groups hold N valid leases between them, then 10"
+            " ready items each (1,000 B):",
+            "",
+            "| valid leases | lane cursors | lease | items leased | read units | requests |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        with mock_aws():
+            for valid in args.fair_depth:
+                for moved, label in ((True, "past the leases"), (False, "at the lanes' start")):
+                    leases = lease_fair_at_depth(valid, FAIR_DEPTH_GROUPS, cursors_moved=moved)
+                    lines += [
+                        f"| {valid:,} | {label} | {n} | {found} | {read_units:.1f} | {requests} |"
+                        for n, (found, read_units, requests) in enumerate(leases, 1)
+                    ]
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from moto import mock_aws
 
-from benchmarks.priority import measure
+from benchmarks.priority import lease_fair_at_depth, measure
 
 if TYPE_CHECKING:
     from benchmarks.cost import CaseResult
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.server
 
 
+@pytest.mark.slow  # six cases of 40 items, each through a moto server: about a minute
 def test_priorities_cost_a_band_registration_per_produce_and_a_read_per_band(moto_server: str) -> None:
     results = {(case, r.batch): r for case, r in measure(moto_server, count=40)}
 
@@ -44,3 +46,19 @@ def test_priorities_cost_a_band_registration_per_produce_and_a_read_per_band(mot
     assert lease_requests(capped) > lease_requests(fair) > lease_requests(fifo)
     # A lease reads the bands in use: more range reads with every band in use than with one.
     assert lease_requests(ten) > lease_requests(one) >= lease_requests(fifo)
+
+
+@pytest.mark.slow  # 1,100 items written into moto four times: engine at depth
+def test_a_fair_lease_costs_the_same_behind_ten_times_the_valid_leases() -> None:
+    with mock_aws():
+        shallow = lease_fair_at_depth(50, 10)
+        deep = lease_fair_at_depth(500, 10)
+        shallow_start = lease_fair_at_depth(50, 10, cursors_moved=False)
+        deep_start = lease_fair_at_depth(500, 10, cursors_moved=False)
+    assert [found for found, _, _ in shallow + deep] == [10] * 6
+    # Each lane's cursor stands past the valid leases its group holds: the lane reads start after them.
+    assert deep == shallow
+    # With every cursor at its lane's start, a lane's first read goes through the valid leases it holds
+    # (the cost the cursors keep away), and moves the cursor past them.
+    assert [found for found, _, _ in deep_start] == [10] * 3
+    assert deep_start[0][1] > 2 * shallow_start[0][1] > 2 * deep[0][1]
