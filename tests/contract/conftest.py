@@ -47,7 +47,13 @@ class Metered:
     client: DynamoDBClient
 
 
-@pytest.fixture(params=["moto", "moto_server"])
+#: A metered test counts the requests botocore sends and the units they cost, which are the same
+#: whether moto runs in process or as a server; the server's run (the HTTP path and the store's
+#: parallel requests on a real connection pool) is slow, so it runs where the slow suites do (CI).
+METERED_STORES = ["moto", pytest.param("moto_server", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(params=METERED_STORES)
 def metered(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Metered]:
     """Like ``service``, with every store request metered (requests and DynamoDB's units)."""
     if request.param == "moto":
