@@ -115,7 +115,9 @@ class _Recorder:
             if target:  # JSON protocols (DynamoDB, ...): the operation is in the header
                 operation = target.rpartition(".")[2]
                 body = json.loads(raw or b"{}")
-            elif b"Action=" in raw:  # query protocols (STS, IAM, CloudWatch, ...)
+            elif environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+                # Query protocols (STS, IAM, CloudWatch, ...). By the content type, not by "Action="
+                # in the body: an uploaded asset's files may hold that text too.
                 form = parse_qs(raw.decode())
                 operation = form["Action"][0]
                 body = {k: v[0] for k, v in form.items()}
@@ -227,8 +229,9 @@ def with_placeholders(
 
 def _zip_folder(folder: Path) -> bytes:
     buffer = io.BytesIO()
-    # Level 1: the bundled assets of stage local are ~20 MB each; moto only stores them.
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+    # Stored, not deflated: the bundled assets of stage local are ~20 MB each, which moto only keeps
+    # and the harness unzips again (deflating and inflating them was seconds of the module's minute).
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
                 archive.write(path, path.relative_to(folder))
@@ -429,10 +432,16 @@ class Deployment:
     def calls_of(self, name: str) -> list[Call]:
         return self.moto.calls_by(self.functions[name].access_key)
 
+    def close_inputs(self) -> None:
+        """Tell every worker to exit (end of its input), without waiting: workers exit side by side."""
+        for fn in self.functions.values():
+            if fn.worker is not None and fn.worker.stdin is not None and not fn.worker.stdin.closed:
+                fn.worker.stdin.close()
+
     def stop(self) -> None:
+        self.close_inputs()
         for fn in self.functions.values():
             if fn.worker is not None:
-                fn.worker.stdin.close()  # type: ignore[union-attr]
                 try:
                     fn.worker.wait(timeout=10)
                 except subprocess.TimeoutExpired:
@@ -533,7 +542,8 @@ def _unzip(moto: RecordingMoto, bucket: str, key: str, folder: Path) -> None:
 
 
 def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, layers: Path) -> None:
-    """One warm worker per function: its deployed code, the layer, its environment and role."""
+    """One warm worker per function: its deployed code, the layer, its environment and role. The
+    workers start their cold start and this returns: ``wait_ready`` waits for them."""
     sts = deployment.moto.client("sts")
     for fn in deployment.functions.values():
         code = fn.properties["Code"]
@@ -589,6 +599,10 @@ def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, 
                 [python, "-S", str(WORKER), str(task_root), str(layer), str(sdk)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
             )  # fmt: skip
+
+
+def wait_ready(deployment: Deployment) -> None:
+    """Wait until every worker ``start_functions`` started has imported its handler."""
     for fn in deployment.functions.values():
         ready = _read(fn)
         fn.import_seconds = ready["import_seconds"]

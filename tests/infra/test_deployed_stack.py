@@ -43,6 +43,7 @@ from tests.infra.deployment import (
     RecordingMoto,
     deploy,
     start_functions,
+    wait_ready,
 )
 from tests.infra.synth import ROOT, cdk_context, synthesize
 
@@ -79,36 +80,44 @@ def stages(
     lambda_runtime: tuple[str, Path],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, tuple[Deployment, dict[str, Any]]]]:
-    """Every stage synthesized and deployed one after the other (jsii is single-threaded), then all
-    functions started and the stages' lifecycles driven side by side (their waits overlap)."""
+    """Every stage synthesized and deployed one after the other (jsii is single-threaded), each
+    stage's functions starting (their cold starts, on the other core) while the next stage
+    synthesizes; then the stages' lifecycles driven side by side (their waits overlap)."""
     deployments: dict[str, Deployment] = {}
     layers = tmp_path_factory.getbasetemp() / "layers"
-    for stage in STAGES:
-        root = tmp_path_factory.mktemp(f"deploy-{stage}")
-        context = cdk_context(
-            stage=stage,
-            layerAssetPath=str(host_layer),
-            functionsAssetRoot=str(ROOT / "functions"),
-            # The functions run on this machine; arm64 and x86_64 layers differ only in the wheels' platform.
-            architecture=host_architecture(),
-            # cdk.json's prod holds a placeholder: a stage that retains data must name where alarms go.
-            alarmTopicArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:querator-alarms",
-        )
-        started = time.monotonic()
-        synth = synthesize(root / "cdk.out", context)
-        assert synth.validation_error is None, synth.validation_error
-        synthesized = time.monotonic()
-        deployments[stage] = deploy(moto, root / "cdk.out", synth.stack.stack_name, stage)
-        print(
-            f"\nstage {stage}: synth {synthesized - started:.1f} s,"
-            f" create_stack {time.monotonic() - synthesized:.1f} s"
-        )
     python, sdk = lambda_runtime
     try:
-        started = time.monotonic()
-        for stage, deployment in deployments.items():
+        for stage in STAGES:
+            root = tmp_path_factory.mktemp(f"deploy-{stage}")
+            context = cdk_context(
+                stage=stage,
+                layerAssetPath=str(host_layer),
+                functionsAssetRoot=str(ROOT / "functions"),
+                # The functions run on this machine; arm64 and x86_64 layers differ only in the
+                # wheels' platform.
+                architecture=host_architecture(),
+                # cdk.json's prod holds a placeholder: a stage that retains data must name where alarms go.
+                alarmTopicArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:querator-alarms",
+            )
+            started = time.monotonic()
+            synth = synthesize(root / "cdk.out", context)
+            assert synth.validation_error is None, synth.validation_error
+            synthesized = time.monotonic()
+            deployments[stage] = deployment = deploy(moto, root / "cdk.out", synth.stack.stack_name, stage)
+            deployed = time.monotonic()
             start_functions(deployment, python, sdk, tmp_path_factory.mktemp(f"lambda-{stage}"), layers)
-        print(f"{len(deployments) * len(FUNCTION_NAMES)} cold starts: {time.monotonic() - started:.1f} s")
+            print(
+                f"\nstage {stage}: synth {synthesized - started:.1f} s,"
+                f" create_stack {deployed - synthesized:.1f} s,"
+                f" {len(deployment.functions)} workers started {time.monotonic() - deployed:.1f} s"
+            )
+        started = time.monotonic()
+        for deployment in deployments.values():
+            wait_ready(deployment)
+        print(
+            f"{len(deployments) * len(FUNCTION_NAMES)} cold starts done"
+            f" {time.monotonic() - started:.1f} s after the last stage's synth"
+        )
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
             replies = dict(zip(deployments, pool.map(drive, deployments.values()), strict=True))
@@ -124,6 +133,8 @@ def stages(
         yield {stage: (deployments[stage], replies[stage]) for stage in deployments}
     finally:
         # Also when a lifecycle failed: the functions' workers (and their pipes) end with the module.
+        for deployment in deployments.values():
+            deployment.close_inputs()
         for deployment in deployments.values():
             deployment.stop()
 
