@@ -29,6 +29,10 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 ``leaseWaitCapSeconds``     longest a lease request waits (default 20; API Gateway gives up at 29)
 ``oldestItemAgeAlarmSeconds``  alarm when the oldest due item is older (default 3600)
 ``deadLetterDepthAlarm``    alarm when dead-letter queues hold more items (default 0)
+``storeReadTimeoutSeconds`` how long a function waits for a DynamoDB reply before botocore sends the
+                            request again (1 to 900; unset: the functions' 5 s). Stage ``local`` sets
+                            30: an emulator on a laptop can answer later than 5 s, and a write sent
+                            again after it was applied fails its own condition
 ``layerAssetPath``          the built layer (default ``layers/core/dist``)
 ``bundleLayer``             copy the layer's contents into every function's asset and attach no layer
                             (default false; stage ``local``: LocalStack Community ignores layers)
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from infra.permissions import FUNCTION_NAMES
 from infra.timeouts import LEASE_WAIT_CAP_MAX
+from querator.config import MAX_STORE_READ_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -62,6 +67,8 @@ RETENTION_DAYS: Final = frozenset(
 DEV_STAGES: Final = ("dev", "local", "test")
 
 _EMPTY: Final[MappingProxyType[str, int]] = MappingProxyType({})
+#: The longest read timeout the functions accept (Lambda's longest run).
+STORE_READ_TIMEOUT_MAX_SECONDS: Final = int(MAX_STORE_READ_TIMEOUT.total_seconds())
 #: An alarm destination starting with this is a placeholder to replace, not a destination.
 PLACEHOLDER_PREFIX: Final = "<"
 
@@ -94,6 +101,8 @@ class StageConfig:
     lease_wait_cap_seconds: int = 20
     oldest_item_age_alarm_seconds: int = 3600
     dead_letter_depth_alarm: int = 0
+    #: ``None``: the functions' own default (``querator.config.DEFAULT_STORE_READ_TIMEOUT``).
+    store_read_timeout_seconds: int | None = None
     layer_asset_path: str = "layers/core/dist"
     bundle_layer: bool = False
     functions_asset_root: str = "functions"
@@ -121,6 +130,10 @@ class StageConfig:
                 f"alarmTopicArn (an SNS topic ARN) or alarmEmail, in cdk.json stages.{self.stage} or with "
                 "-c alarmTopicArn=arn:aws:sns:<region>:<account>:<topic> (docs/deploy.md, Alarms)"
             )
+        if self.store_read_timeout_seconds is not None and not (
+            1 <= self.store_read_timeout_seconds <= STORE_READ_TIMEOUT_MAX_SECONDS
+        ):
+            raise StageConfigError(f"storeReadTimeoutSeconds: 1 to {STORE_READ_TIMEOUT_MAX_SECONDS}")
         if self.account_concurrency_alarm < 1:
             raise StageConfigError("accountConcurrencyAlarm: at least 1")
         for name, table in (

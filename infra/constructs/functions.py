@@ -40,7 +40,11 @@ if TYPE_CHECKING:
 
 def environment(config: StageConfig, tables: QueueTables) -> dict[str, str]:
     """The environment every function starts with (names from ``querator.config``)."""
+    stage_settings = {}
+    if config.store_read_timeout_seconds is not None:
+        stage_settings[EnvVar.STORE_READ_TIMEOUT] = str(config.store_read_timeout_seconds)
     return {
+        **stage_settings,
         EnvVar.ITEMS_TABLE: tables.items.table_name,
         EnvVar.CATALOG_TABLE: tables.catalog.table_name,
         EnvVar.LEASE_WAIT_CAP: str(config.lease_wait_cap_seconds),

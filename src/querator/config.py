@@ -104,6 +104,8 @@ DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
 DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
 DEFAULT_QUEUE_CACHE: Final = timedelta(seconds=1)
 DEFAULT_STORE_READ_TIMEOUT: Final = timedelta(seconds=5)
+#: Lambda's longest timeout bounds it: a wait past the function's end is never used.
+MAX_STORE_READ_TIMEOUT: Final = timedelta(minutes=15)
 
 
 class ConfigurationError(RuntimeError):
@@ -154,9 +156,8 @@ class Settings(BaseModel):
     lease_wait_cap: timedelta = Field(default=DEFAULT_LEASE_WAIT_CAP, gt=timedelta(0))
     reaper_margin: timedelta = Field(default=DEFAULT_REAPER_MARGIN, ge=timedelta(0))
     queue_cache: timedelta = Field(default=DEFAULT_QUEUE_CACHE, ge=timedelta(0), le=timedelta(minutes=1))
-    #: Lambda's longest timeout bounds it: a wait past the function's end is never used.
     store_read_timeout: timedelta = Field(
-        default=DEFAULT_STORE_READ_TIMEOUT, gt=timedelta(0), le=timedelta(minutes=15)
+        default=DEFAULT_STORE_READ_TIMEOUT, gt=timedelta(0), le=MAX_STORE_READ_TIMEOUT
     )
 
 

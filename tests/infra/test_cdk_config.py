@@ -100,6 +100,8 @@ def test_a_stage_that_retains_data_needs_an_alarm_destination_and_a_placeholder_
         ({"memoryMb": {"lease": 64}}, "memoryMb"),
         ({"memoryMb": {"nope": 512}}, "memoryMb"),
         ({"leaseWaitCapSeconds": 25}, "leaseWaitCapSeconds"),
+        ({"storeReadTimeoutSeconds": 0}, "storeReadTimeoutSeconds"),
+        ({"storeReadTimeoutSeconds": 901}, "storeReadTimeoutSeconds"),
         ({"tracing": "maybe"}, "tracing"),
         ({"reaperRateMinutes": "soon"}, "reaperRateMinutes"),
         ({"typoedKey": 1}, "typoedKey"),

@@ -10,6 +10,7 @@ import pytest
 from aws_cdk import App
 
 from infra.config import StageConfig, StageConfigError
+from querator.config import EnvVar
 from tests.infra.conftest import ALARM_EMAIL
 from tests.infra.synth import cdk_context, fake_assets, synthesize
 
@@ -46,3 +47,16 @@ def test_a_stage_that_retains_data_refuses_to_synthesize_without_an_alarm_destin
         return
     with pytest.raises(StageConfigError, match="alarmTopicArn"):
         synthesize(tmp_path / "cdk.out", context)
+
+
+@pytest.mark.parametrize("stage", OTHER_STAGES)
+def test_only_stage_local_gives_its_functions_a_longer_store_read_timeout(stage: str, tmp_path: Path) -> None:
+    # An emulator on a laptop may answer a write later than the functions' 5 s: botocore would send
+    # it again, and a conditional write applied the first time then fails its own condition.
+    context = cdk_context(**fake_assets(tmp_path), stage=stage, alarmEmail=ALARM_EMAIL)
+    synth = synthesize(tmp_path / "cdk.out", context)
+    timeouts = {
+        props["Properties"]["Environment"]["Variables"].get(EnvVar.STORE_READ_TIMEOUT)
+        for props in synth.of_type("AWS::Lambda::Function").values()
+    }
+    assert timeouts == ({"30"} if stage == "local" else {None})
