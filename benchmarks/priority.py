@@ -140,6 +140,17 @@ def lease_at_depth(valid: int) -> tuple[int, float, int]:
     return found, cost.read_units, cost.requests
 
 
+def _three_leases(bench: Bench) -> list[tuple[int, float, int]]:
+    """Items leased, read units and requests of each of three metered leases of 10 in a row."""
+    leases = []
+    for _ in range(3):
+        bench.meter.reset()
+        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
+        cost = bench.meter.snapshot()
+        leases.append((found, cost.read_units, cost.requests))
+    return leases
+
+
 def lease_with_groups(groups: int, per_group: int = 10) -> list[tuple[int, float, int]]:
     """Items leased, read units and requests of each of three leases of 10 from a fair queue whose
     ``groups`` groups each hold ``per_group`` ready items of 1,000 B (moto in process; call inside
@@ -154,13 +165,7 @@ def lease_with_groups(groups: int, per_group: int = 10) -> list[tuple[int, float
     for start in range(0, len(items), 1000):
         bench.setup.produce("q", items[start : start + 1000])
     clock.advance(timedelta(seconds=2))
-    leases = []
-    for _ in range(3):
-        bench.meter.reset()
-        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
-        cost = bench.meter.snapshot()
-        leases.append((found, cost.read_units, cost.requests))
-    return leases
+    return _three_leases(bench)
 
 
 def lease_fair_at_depth(
@@ -222,13 +227,7 @@ def lease_fair_at_depth(
                 ExpressionAttributeValues={":c": {"S": last + "0"}},
             )
     clock.advance(timedelta(seconds=2))
-    leases = []
-    for _ in range(3):
-        bench.meter.reset()
-        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
-        cost = bench.meter.snapshot()
-        leases.append((found, cost.read_units, cost.requests))
-    return leases
+    return _three_leases(bench)
 
 
 def format_report(results: list[tuple[str, CaseResult]], count: int) -> str:
