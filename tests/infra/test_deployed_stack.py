@@ -369,10 +369,13 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
     d.request("POST", "/v1/queues.delete", {"queue_name": doomed})
     time.sleep(1.2)  # the queue cache's second, and the consumer's 1 s leases run out
     seen["sweep"] = dispatch()  # expired leases: credit back, the items leased and pushed again
+    # Kept apart, so a sweep that pushed nothing shows what the consumer was sent instead.
+    seen["sweep_frames"] = stream_frames(d, consumer)
+    seen["sweep_stats"] = d.request("POST", "/v1/queue.stats", {"queue_name": live}).body
     d.request("POST", "/v1/queue.produce", {"queue_name": live, "items": [{"utf8": "s"}]})
     ws(consumer, "$default", {"type": "credit", "credit": 1})
     seen["dispatch_again"] = dispatch(inserts())
-    seen["frames"] = frames + stream_frames(d, consumer)
+    seen["frames"] = frames + seen["sweep_frames"] + stream_frames(d, consumer)
     seen["other_frames"] = stream_frames(d, other)
     ws(consumer, "$disconnect")
     r["stream"] = seen
@@ -493,7 +496,7 @@ def test_the_deployed_stream_pushes_within_credit_settles_over_the_connection_an
     answers = {f["request_id"]: f["type"] for f in seen["frames"] if f.get("request_id")}
     assert answers == {"n1": "ok", "c1": "ok", "r1": "ok"}, seen["frames"]
     # The expired leases came back by the sweep and were pushed again (credit 2: r and the retried q).
-    assert seen["sweep"]["pushed"] == 2
+    assert seen["sweep"]["pushed"] == 2, (seen["sweep_frames"], seen["sweep_stats"], seen["stdout"][-4000:])
     # The doomed queue's subscriber was told, and its subscription is gone.
     assert [f["type"] for f in seen["other_frames"]] == ["subscribed", "error"]
     assert seen["other_frames"][1]["code"] == 400
