@@ -8,7 +8,10 @@ only at its first import, in the cloud.
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -31,6 +34,30 @@ class LayerMismatchError(RuntimeError):
     """The built layer targets another runtime or architecture than the stage."""
 
 
+#: Left out of a function's own folder: bytecode differs per machine and would change the asset hash.
+NOT_CODE: Final = ["__pycache__", "*.pyc"]
+
+
+def read_stamp(path: Path) -> dict[str, Any]:
+    """The build's stamp of the layer at ``path``; empty when there is none."""
+    stamp = path / STAMP_FILE
+    return dict(json.loads(stamp.read_text(encoding="utf-8"))) if stamp.is_file() else {}
+
+
+def bundle_hash(function_dir: Path, layer_hash: str) -> str:
+    """The asset hash of a function bundled over the layer: the layer's build hash and the function's
+    own files (bytecode left out, as the asset leaves it out), by path and content."""
+    digest = hashlib.sha256(f"layer {layer_hash}\n".encode())
+    for file in sorted(function_dir.rglob("*")):
+        relative = file.relative_to(function_dir)
+        skipped = any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in NOT_CODE)
+        if skipped or file.is_dir():
+            continue
+        digest.update(f"{relative.as_posix()}\n".encode())
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def check_layer(path: Path, config: StageConfig) -> None:
     """Refuse a missing layer folder, or one built for another runtime or architecture."""
     if not (path / "python").is_dir():
@@ -39,18 +66,13 @@ def check_layer(path: Path, config: StageConfig) -> None:
             f"(uv run --frozen python layers/core/build.py --runtime {config.runtime} "
             f"--architecture {config.architecture})"
         )
-    stamp = path / STAMP_FILE
-    if not stamp.is_file():
+    built = read_stamp(path)
+    if not built:
         return
-    built = json.loads(stamp.read_text(encoding="utf-8"))
     wanted = {"runtime": config.runtime, "architecture": config.architecture}
     got = {key: built.get(key) for key in wanted}
     if got != wanted:
         raise LayerMismatchError(f"{path} was built for {got}, the stage needs {wanted}: rebuild the layer")
-
-
-#: Left out of a function's own folder: bytecode differs per machine and would change the asset hash.
-NOT_CODE: Final = ["__pycache__", "*.pyc"]
 
 
 @jsii.implements(ILocalBundling)
@@ -62,11 +84,20 @@ class _LayerInFunction:
         self.layer_python = layer_python
 
     def try_bundle(self, output_dir: str, options: Any) -> bool:
-        shutil.copytree(self.layer_python, output_dir, dirs_exist_ok=True)
+        shutil.copytree(self.layer_python, output_dir, dirs_exist_ok=True, copy_function=_link_or_copy)
         shutil.copytree(
             self.function_dir, output_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*NOT_CODE)
         )
         return True
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    # The layer's files are never written after the build (a rebuild replaces the folder), so nine
+    # functions can share them: a hard link is ~7x quicker than a copy of the 27 MB tree.
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(source, target)
 
 
 class CoreLayer(Construct):
@@ -101,10 +132,15 @@ class CoreLayer(Construct):
         """A function's asset: its folder, or its folder over the layer's contents when bundled."""
         if not self.bundled:
             return lambda_.Code.from_asset(function_dir, exclude=NOT_CODE)
+        # A rebuilt layer or a changed function changes the asset. The build's stamp names the layer
+        # by what it was built from, so CDK need not hash 27 MB of output per function (4-6 s of a
+        # synth); a layer without a stamp is hashed as shipped.
+        built = read_stamp(self.path).get("hash")
+        custom = bundle_hash(Path(function_dir), built) if isinstance(built, str) else None
         return lambda_.Code.from_asset(
             function_dir,
-            # Hash what is shipped, so a rebuilt layer changes every function's asset.
-            asset_hash_type=AssetHashType.OUTPUT,
+            asset_hash_type=AssetHashType.OUTPUT if custom is None else AssetHashType.CUSTOM,
+            asset_hash=custom,
             bundling=BundlingOptions(
                 # Never pulled: local bundling always succeeds, and BundlingOptions requires an image.
                 image=DockerImage.from_registry("local-bundling-only"),

@@ -4,18 +4,18 @@ that add or remove resources: the API logging role, tracing, retention, reserved
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aws_cdk import App
 
 from infra.config import StageConfig, StageConfigError
+from infra.constructs.core_layer import STAMP_FILE, bundle_hash
+from infra.permissions import FUNCTION_NAMES
 from querator.config import EnvVar
 from tests.infra.conftest import ALARM_EMAIL
 from tests.infra.synth import cdk_context, fake_assets, synthesize
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 pytestmark = pytest.mark.infra
 
@@ -60,3 +60,76 @@ def test_only_stage_local_gives_its_functions_a_longer_store_read_timeout(stage:
         for props in synth.of_type("AWS::Lambda::Function").values()
     }
     assert timeouts == ({"30"} if stage == "local" else {None})
+
+
+def _asset_dir(outdir: Path, function: dict[str, Any]) -> Path:
+    """The folder CDK staged a function's asset in (its zip's name is the asset hash)."""
+    return outdir / f"asset.{function['Properties']['Code']['S3Key'].removesuffix('.zip')}"
+
+
+def _bundling_stage() -> str:
+    (stage,) = (s for s, settings in cdk_context()["stages"].items() if settings.get("bundleLayer"))
+    return stage
+
+
+def test_a_bundling_stage_links_the_layer_into_each_function_and_names_the_asset_by_the_layers_build(
+    tmp_path: Path,
+) -> None:
+    stage = _bundling_stage()
+    assets = fake_assets(tmp_path)
+    layer = Path(assets["layerAssetPath"])
+    config = StageConfig.from_context(App(context=cdk_context(**assets, stage=stage)).node)
+    stamp = {"hash": "from-these-sources", "runtime": config.runtime, "architecture": config.architecture}
+    (layer / STAMP_FILE).write_text(json.dumps(stamp), encoding="utf-8")
+    functions_root = Path(assets["functionsAssetRoot"])
+    for name in FUNCTION_NAMES:  # nine different functions, as deployed (fake_assets writes one text)
+        with (functions_root / name / "handler.py").open("a", encoding="utf-8") as handler:
+            handler.write(f"NAME = {name!r}\n")
+    synth = synthesize(tmp_path / "cdk.out", cdk_context(**assets, stage=stage))
+    functions = synth.of_type("AWS::Lambda::Function").values()
+    assert len(functions) == len(FUNCTION_NAMES)
+    for function in functions:
+        asset = _asset_dir(synth.outdir, function)
+        # The layer's file is the same file (a hard link), not a copy of it.
+        assert (asset / "placeholder.py").samefile(layer / "python" / "placeholder.py")
+        assert (asset / "handler.py").is_file()
+    names = {_asset_dir(synth.outdir, f).name for f in functions}
+    assert len(names) == len(FUNCTION_NAMES)
+    # The same layer contents, built from other sources: every function's asset changes. (Hashed as
+    # shipped, they would not: the stamp is beside python/, not in it.)
+    (layer / STAMP_FILE).write_text(json.dumps({**stamp, "hash": "from-other-sources"}), encoding="utf-8")
+    rebuilt = synthesize(tmp_path / "cdk.out-rebuilt", cdk_context(**assets, stage=stage))
+    renamed = {_asset_dir(rebuilt.outdir, f).name for f in rebuilt.of_type("AWS::Lambda::Function").values()}
+    assert len(renamed) == len(FUNCTION_NAMES)
+    assert not names & renamed
+
+
+def test_a_bundling_stage_without_a_build_stamp_hashes_what_it_ships(tmp_path: Path) -> None:
+    stage = _bundling_stage()
+    assets = fake_assets(tmp_path)
+    synth = synthesize(tmp_path / "cdk.out", cdk_context(**assets, stage=stage))
+    assert synth.validation_error is None
+    for function in synth.of_type("AWS::Lambda::Function").values():
+        asset = _asset_dir(synth.outdir, function)
+        assert (asset / "placeholder.py").is_file()
+        assert (asset / "handler.py").is_file()
+
+
+def test_a_bundled_functions_asset_hash_follows_the_layers_build_and_the_functions_code(
+    tmp_path: Path,
+) -> None:
+    function = tmp_path / "lease"
+    function.mkdir()
+    (function / "handler.py").write_text("def lambda_handler(event, context): ...\n", encoding="utf-8")
+    first = bundle_hash(function, "layer-1")
+    assert bundle_hash(function, "layer-1") == first
+    assert bundle_hash(function, "layer-2") != first
+    # Bytecode is left out of the asset, so it is left out of the hash.
+    (function / "__pycache__").mkdir()
+    (function / "__pycache__" / "handler.cpython-312.pyc").write_bytes(b"\0")
+    assert bundle_hash(function, "layer-1") == first
+    (function / "handler.py").write_text("def lambda_handler(event, context): return 1\n", encoding="utf-8")
+    changed = bundle_hash(function, "layer-1")
+    assert changed != first
+    (function / "extra.py").write_text("", encoding="utf-8")
+    assert bundle_hash(function, "layer-1") not in (first, changed)
