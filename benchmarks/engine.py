@@ -12,7 +12,8 @@ lease behind N valid leases
     each call would take hours.
 reaper run over N stored items, none or 1 % due
     N items of 100 B; for "1 %", N/100 of them were produced an ``expire_timeout`` earlier. One
-    reaper run is metered; so is one ``queue.stats`` call.
+    reaper run is metered; so are one ``queue.stats`` call and then one lease of 10, with the N
+    items not due ready (``--reaper-sizes 1000000``: the sizes users run).
 expiry to leasable
     a 1 s lease runs out on the system clock while a consumer polls every 20 ms: the time from the
     deadline to the consumer holding the item again, with no reaper running.
@@ -77,6 +78,10 @@ class ReaperRun:
     dead_lettered: int
     stats_read_units: float
     stats_requests: int
+    #: One lease of 10 after the reaper run, with the stored items not due ready behind it.
+    lease_found: int = 0
+    lease_read_units: float = 0.0
+    lease_requests: int = 0
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,12 @@ def reaper_run(stored: int, due_fraction: float) -> ReaperRun:
     bench.meter.reset()
     bench.metered.stats("q")
     stats = bench.meter.snapshot()
+    bench.meter.reset()
+    try:
+        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
+    except NothingToLeaseError:
+        found = 0
+    lease = bench.meter.snapshot()
     return ReaperRun(
         stored=stored,
         due=due,
@@ -218,6 +229,9 @@ def reaper_run(stored: int, due_fraction: float) -> ReaperRun:
         dead_lettered=report.deleted + report.dead_lettered,
         stats_read_units=stats.read_units,
         stats_requests=stats.requests,
+        lease_found=found,
+        lease_read_units=lease.read_units,
+        lease_requests=lease.requests,
     )
 
 
@@ -280,17 +294,19 @@ def format_report(report: EngineReport) -> str:
         lines.append(f"| {model} | {r.valid_leases:,} | {r.found} | {r.read_units:,.1f} | {r.requests} |")
     lines += [
         "",
-        "One reaper run and one `queue.stats` call over N stored items of 100 B (one partition):",
+        "One reaper run, one `queue.stats` call and one lease of 10 over N stored items of 100 B (one"
+        " partition; the lease after the run, with the items not due ready):",
         "",
         "| stored | due | reaper read units | reaper write units | reaper requests | dead-lettered"
-        " | stats read units | stats requests |",
-        "|---|---|---|---|---|---|---|---|",
+        " | stats read units | stats requests | lease: found | read units | requests |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report.reaper:
         lines.append(
             f"| {run.stored:,} | {run.due:,} | {run.reap_read_units:,.1f} | {run.reap_write_units:,.0f} |"
             f" {run.reap_requests:,} | {run.dead_lettered:,} | {run.stats_read_units:,.1f} |"
-            f" {run.stats_requests} |"
+            f" {run.stats_requests} | {run.lease_found} | {run.lease_read_units:,.1f} |"
+            f" {run.lease_requests} |"
         )
     if report.expiry_to_leasable_ms:
         median = statistics.median(report.expiry_to_leasable_ms)

@@ -26,6 +26,8 @@ priority 7; one lease of 10, metered (moto in process).
 of 1,000 B between them (written straight into the table), then 10 ready items each; three leases of
 10, metered, once with each lane's cursor past its leased items (where the leases left it) and once
 with every cursor at its lane's start (every cursor write after those leases lost; moto in process).
+``--fair-ready R`` gives each group R ready items instead of 10 in the first case (900 with
+``--fair-depth 100000``: 1,000,000 stored, 100,000 of them in flight).
 
 Timings on moto mean nothing, so none are printed.
 """
@@ -169,11 +171,11 @@ def lease_with_groups(groups: int, per_group: int = 10) -> list[tuple[int, float
 
 
 def lease_fair_at_depth(
-    valid: int, groups: int, *, cursors_moved: bool = True
+    valid: int, groups: int, *, cursors_moved: bool = True, ready: int = 10
 ) -> list[tuple[int, float, int]]:
     """Items leased, read units and requests of each of three leases of 10 from a fair queue whose
     ``groups`` groups hold ``valid`` valid leases of 1,000 B between them (written straight into the
-    table) and then 10 ready items each (produced through the service). ``cursors_moved``: each
+    table) and then ``ready`` ready items each (produced through the service). ``cursors_moved``: each
     group lane's cursor stands past its leased items, where the leases that claimed them left it;
     else at the lane's start, as when every cursor write after those leases failed (the worst a lane
     read can meet). Moto in process; call inside ``mock_aws``."""
@@ -204,9 +206,11 @@ def lease_fair_at_depth(
             last_leased[group] = lane_ids[-1]
     bench.write_raw(rows)
     clock.advance(timedelta(seconds=2))
-    items = [NewItem(payload=payload, group=f"tenant-{g:05d}") for g in range(groups) for _ in range(10)]
-    for start in range(0, len(items), 1000):
-        bench.setup.produce("q", items[start : start + 1000])
+    # A thousand at a time, each group's items in turn (as a busy producer would write them), so the
+    # list of a million items never exists at once.
+    for start in range(0, groups * ready, 1000):
+        batch = range(start, min(start + 1000, groups * ready))
+        bench.setup.produce("q", [NewItem(payload=payload, group=f"tenant-{n % groups:05d}") for n in batch])
     # What the leases of the valid items would have left on the partition: counted, and (when
     # cursors_moved) each lane's cursor just past its last leased item.
     head = codec.head_key("q", 0)
@@ -266,6 +270,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="valid leases held by a fair queue's 1,000 groups (e.g. 100000)",
     )
+    parser.add_argument(
+        "--fair-ready",
+        type=int,
+        default=10,
+        help="ready items per group behind them, with the cursors past the leases (900: 1,000,000 stored"
+        " with 100,000 in flight); the cursors-at-start rows keep 10",
+    )
     args = parser.parse_args(argv)
     use_fake_credentials()
     if args.count:
@@ -301,18 +312,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.fair_depth:
         lines = [
             "",
-            "Leases of 10 from a fair queue whose 1,000 groups hold N valid leases between them, then 10"
-            " ready items each (1,000 B):",
+            "Leases of 10 from a fair queue whose 1,000 groups hold N valid leases between them, then"
+            " R ready items each (1,000 B):",
             "",
-            "| valid leases | lane cursors | lease | items leased | read units | requests |",
-            "|---:|---|---:|---:|---:|---:|",
+            "| valid leases | ready per group | stored | lane cursors | lease | items leased | read units"
+            " | requests |",
+            "|---:|---:|---:|---|---:|---:|---:|---:|",
         ]
         with mock_aws():
             for valid in args.fair_depth:
                 for moved, label in ((True, "past the leases"), (False, "at the lanes' start")):
-                    leases = lease_fair_at_depth(valid, FAIR_DEPTH_GROUPS, cursors_moved=moved)
+                    ready = args.fair_ready if moved else 10
+                    leases = lease_fair_at_depth(valid, FAIR_DEPTH_GROUPS, cursors_moved=moved, ready=ready)
+                    stored = valid + ready * FAIR_DEPTH_GROUPS
                     lines += [
-                        f"| {valid:,} | {label} | {n} | {found} | {read_units:.1f} | {requests} |"
+                        f"| {valid:,} | {ready} | {stored:,} | {label} | {n} | {found} | {read_units:.1f}"
+                        f" | {requests} |"
                         for n, (found, read_units, requests) in enumerate(leases, 1)
                     ]
         sys.stdout.write("\n".join(lines) + "\n")
