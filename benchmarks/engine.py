@@ -52,6 +52,8 @@ from querator.testing import FakeClock, SystemClock, build_service, dynamodb_cli
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from benchmarks.meter import CostSnapshot
+
 LEASE_SIZES = (4_000, 20_000, 100_000)
 REAPER_SIZES = (5_000, 50_000, 500_000)
 QUICK_LEASE_SIZES = (4_000,)
@@ -131,6 +133,16 @@ class Bench:
                 pending = reply.get("UnprocessedItems", {}).get(self.items_table, [])
 
 
+def metered_lease(bench: Bench) -> tuple[int, CostSnapshot]:
+    """One lease of 10 from queue ``q``, metered: the items it found (0 for a 454) and its cost."""
+    bench.meter.reset()
+    try:
+        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
+    except NothingToLeaseError:
+        found = 0
+    return found, bench.meter.snapshot()
+
+
 def lease_behind(valid: int) -> LeaseBehind:
     clock = FakeClock()
     bench = Bench(clock)
@@ -171,12 +183,7 @@ def lease_behind(valid: int) -> LeaseBehind:
     clock.advance(timedelta(seconds=2))
     bench.setup.produce("q", [NewItem(payload=payload) for _ in range(10)])
     clock.advance(timedelta(seconds=2))
-    bench.meter.reset()
-    try:
-        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
-    except NothingToLeaseError:
-        found = 0
-    cost = bench.meter.snapshot()
+    found, cost = metered_lease(bench)
     return LeaseBehind("product", valid, found, cost.read_units, cost.requests)
 
 
@@ -214,12 +221,7 @@ def reaper_run(stored: int, due_fraction: float) -> ReaperRun:
     bench.meter.reset()
     bench.metered.stats("q")
     stats = bench.meter.snapshot()
-    bench.meter.reset()
-    try:
-        found = len(bench.metered.lease("q", batch_size=10, client_id="c").items)
-    except NothingToLeaseError:
-        found = 0
-    lease = bench.meter.snapshot()
+    found, lease = metered_lease(bench)
     return ReaperRun(
         stored=stored,
         due=due,
