@@ -109,10 +109,19 @@ def test_a_bundling_stage_without_a_build_stamp_hashes_what_it_ships(tmp_path: P
     assets = fake_assets(tmp_path)
     synth = synthesize(tmp_path / "cdk.out", cdk_context(**assets, stage=stage))
     assert synth.validation_error is None
-    for function in synth.of_type("AWS::Lambda::Function").values():
+    functions = synth.of_type("AWS::Lambda::Function").values()
+    for function in functions:
         asset = _asset_dir(synth.outdir, function)
         assert (asset / "placeholder.py").is_file()
         assert (asset / "handler.py").is_file()
+    # With nothing to name the layer by, a changed layer file changes every function's asset.
+    names = {_asset_dir(synth.outdir, f).name for f in functions}
+    layer_file = Path(assets["layerAssetPath"]) / "python" / "placeholder.py"
+    layer_file.write_text("CHANGED = 1\n", encoding="utf-8")
+    again = synthesize(tmp_path / "cdk.out-changed", cdk_context(**assets, stage=stage))
+    changed = {_asset_dir(again.outdir, f).name for f in again.of_type("AWS::Lambda::Function").values()}
+    assert changed
+    assert not names & changed
 
 
 def test_a_bundled_functions_asset_hash_follows_the_layers_build_and_the_functions_code(
