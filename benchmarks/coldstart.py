@@ -5,7 +5,7 @@ everything else. Each figure is the median over ``repeat`` fresh interpreters of
 import time CPython reports with ``-X importtime`` for the top module (``functions.<name>.handler``,
 or ``boto3``), with warm bytecode caches: only the import, not interpreter start-up. A handler
 imports botocore (not boto3: ``querator.bootstrap.make_client``), which is most of ``import boto3``;
-what is above it is ours (Powertools, pydantic, PynamoDB, the route table, the schemas). Outside
+what is above it is ours (Powertools, PynamoDB, the route table, the wire messages). Outside
 Lambda (no ``LAMBDA_TASK_ROOT``, as here) the import makes no client: this is the import share of a
 cold start. In Lambda the handlers also make their clients at init (``--layer`` measures that).
 
@@ -20,7 +20,7 @@ as in Lambda's init phase; the row ``boto3+client`` is the like-for-like baselin
 and one DynamoDB client.
 
 ``--steps`` says where the lease handler's import goes: one fresh interpreter per sample imports
-botocore, pydantic, the domain, the schemas, PynamoDB, Powertools' logger, ... in turn, timing each
+botocore, the domain, the wire messages, PynamoDB, Powertools' logger, ... in turn, timing each
 import by the wall clock (no ``-X importtime``), so each figure is what that step adds to the ones
 before it, beside ``import boto3`` alone (docs/adr/0013-cold-start.md, 2026-11-26 amendment).
 
@@ -426,10 +426,9 @@ def format_layer_table(medians: dict[str, dict[str, float]], runtime: str) -> st
 #: figure is what it adds (modules an earlier step imported are not paid again).
 STEPS: tuple[tuple[str, str], ...] = (
     ("botocore.session", "botocore (the clients)"),
-    ("pydantic.main", "pydantic"),
     ("querator.domain.model", "the domain values"),
     ("querator.ports", "the ports' records"),
-    ("querator.api.schemas", "the wire schemas (pydantic.types, annotated_types, the model classes)"),
+    ("querator.api.schemas", "the wire messages (querator.api.wire, plain Python)"),
     ("pynamodb.models", "PynamoDB"),
     ("aws_lambda_powertools.logging", "Powertools' logger"),
     ("querator.service", "the service"),

@@ -9,7 +9,7 @@ Run ``uv run python -m benchmarks.idle`` (``--rounds N``). Against a moto server
 2. **CPU per call**: the deployed handlers (``functions.lease`` / ``functions.items``) invoked with
    API Gateway events, as ``tests/functions`` does: one lease of 10 items, the complete of those 10,
    and one idle poll iteration (a lease of ``request_timeout: 0s`` on an empty queue). CPU time of
-   this process (``time.process_time``): the product's code, pydantic, Powertools and botocore's
+   this process (``time.process_time``): the product's code, its wire layer, Powertools and botocore's
    serialization; moto's work runs in the child and is not counted, as DynamoDB's is not billed as
    the function's CPU. Median of ``--rounds`` calls.
 

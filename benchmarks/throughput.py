@@ -15,7 +15,7 @@ on its own queue, one partition, one client thread:
 ``service``  ``QueueService`` in-process (the object the handlers call): adds the catalog read of
              every call, id minting, lifecycle decisions and decoding.
 ``http``     the in-process ``LocalServer`` over HTTP/1.1 keep-alive: adds the JSON wire, the API
-             Gateway proxy event, Powertools' resolver and pydantic validation of the real handlers.
+             Gateway proxy event, the gateway's router and the wire layer's validation of the real handlers.
 
 The ratio ``raw / x`` is how many times slower ``x`` is than the bare store requests: the overhead of
 the service (and of the HTTP edge). moto answers in about a millisecond, far slower than a local

@@ -1,4 +1,4 @@
-"""Configuration: one settings model, read once from the environment.
+"""Configuration: one settings record, read once from the environment.
 
 The environment variable *names* are constants here so that the CDK app (which sets them on every
 function), the local server and the tests cannot disagree with the code that reads them. Resource
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -138,27 +137,41 @@ def parse_store(url: str) -> tuple[str, str]:
     raise ConfigurationError(f"unsupported store {url!r}: use sqlite:PATH, memory or dynamodb")
 
 
-class Settings(BaseModel):
-    """Everything a function needs from its environment."""
+#: The longest table name DynamoDB takes.
+MAX_TABLE_NAME: Final = 255
+MAX_QUEUE_CACHE: Final = timedelta(minutes=1)
 
-    # Built when the settings are first read (Lambda's init), not when a handler imports this.
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a function needs from its environment; ``settings_from`` checks the values."""
 
     #: A store URL (``parse_store``); the deployed functions use DynamoDB.
     store: str = StoreKind.DYNAMODB
     #: Required for the DynamoDB store only.
-    items_table: str = Field(default="", max_length=255)
-    catalog_table: str = Field(default="", max_length=255)
+    items_table: str = ""
+    catalog_table: str = ""
     #: The stream functions' (empty elsewhere).
-    connections_table: str = Field(default="", max_length=255)
+    connections_table: str = ""
     stream_endpoint: str = ""
     region: str | None = None
-    lease_wait_cap: timedelta = Field(default=DEFAULT_LEASE_WAIT_CAP, gt=timedelta(0))
-    reaper_margin: timedelta = Field(default=DEFAULT_REAPER_MARGIN, ge=timedelta(0))
-    queue_cache: timedelta = Field(default=DEFAULT_QUEUE_CACHE, ge=timedelta(0), le=timedelta(minutes=1))
-    store_read_timeout: timedelta = Field(
-        default=DEFAULT_STORE_READ_TIMEOUT, gt=timedelta(0), le=MAX_STORE_READ_TIMEOUT
-    )
+    #: Above zero.
+    lease_wait_cap: timedelta = DEFAULT_LEASE_WAIT_CAP
+    #: Zero or more.
+    reaper_margin: timedelta = DEFAULT_REAPER_MARGIN
+    #: Zero to ``MAX_QUEUE_CACHE``.
+    queue_cache: timedelta = DEFAULT_QUEUE_CACHE
+    #: Above zero, at most ``MAX_STORE_READ_TIMEOUT``.
+    store_read_timeout: timedelta = DEFAULT_STORE_READ_TIMEOUT
+
+
+#: Each duration setting: its field, its variable, and whether zero is allowed, and its upper bound.
+_DURATIONS: Final = (
+    ("lease_wait_cap", EnvVar.LEASE_WAIT_CAP, False, None),
+    ("reaper_margin", EnvVar.REAPER_MARGIN, True, None),
+    ("queue_cache", EnvVar.QUEUE_CACHE, True, MAX_QUEUE_CACHE),
+    ("store_read_timeout", EnvVar.STORE_READ_TIMEOUT, False, MAX_STORE_READ_TIMEOUT),
+)
 
 
 def settings_from(environ: Mapping[str, str]) -> Settings:
@@ -177,30 +190,31 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
     for name in (EnvVar.ITEMS_TABLE, EnvVar.CATALOG_TABLE):
         if kind == StoreKind.DYNAMODB and len(environ[name]) < 3:
             raise ConfigurationError(f"{name}={environ[name]!r} is not a table name (3 characters or more)")
-    values: dict[str, object] = {
-        "store": store,
-        "items_table": environ.get(EnvVar.ITEMS_TABLE, ""),
-        "catalog_table": environ.get(EnvVar.CATALOG_TABLE, ""),
-        "connections_table": environ.get(EnvVar.CONNECTIONS_TABLE, ""),
-        "stream_endpoint": environ.get(EnvVar.STREAM_ENDPOINT, ""),
-        "region": environ.get(EnvVar.REGION) or None,
-    }
-    seconds = (
-        ("lease_wait_cap", EnvVar.LEASE_WAIT_CAP),
-        ("reaper_margin", EnvVar.REAPER_MARGIN),
-        ("queue_cache", EnvVar.QUEUE_CACHE),
-        ("store_read_timeout", EnvVar.STORE_READ_TIMEOUT),
+    for name in (EnvVar.ITEMS_TABLE, EnvVar.CATALOG_TABLE, EnvVar.CONNECTIONS_TABLE):
+        if len(environ.get(name, "")) > MAX_TABLE_NAME:
+            raise ConfigurationError(f"{name} is longer than {MAX_TABLE_NAME} characters")
+    durations: dict[str, timedelta] = {}
+    for field, name, zero_allowed, most in _DURATIONS:
+        if not (raw := environ.get(name)):
+            continue
+        try:
+            value = timedelta(seconds=float(raw))
+        except (ValueError, OverflowError) as exc:
+            raise ConfigurationError(f"{name}={raw!r} is not a number of seconds") from exc
+        if value < timedelta(0) or (value == timedelta(0) and not zero_allowed):
+            raise ConfigurationError(f"{name}={raw!r} must be {'0 or more' if zero_allowed else 'above 0'}")
+        if most is not None and value > most:
+            raise ConfigurationError(f"{name}={raw!r} must be at most {most.total_seconds():g}")
+        durations[field] = value
+    return Settings(
+        store=store,
+        items_table=environ.get(EnvVar.ITEMS_TABLE, ""),
+        catalog_table=environ.get(EnvVar.CATALOG_TABLE, ""),
+        connections_table=environ.get(EnvVar.CONNECTIONS_TABLE, ""),
+        stream_endpoint=environ.get(EnvVar.STREAM_ENDPOINT, ""),
+        region=environ.get(EnvVar.REGION) or None,
+        **durations,
     )
-    for field, name in seconds:
-        if raw := environ.get(name):
-            try:
-                values[field] = timedelta(seconds=float(raw))
-            except ValueError as exc:
-                raise ConfigurationError(f"{name}={raw!r} is not a number of seconds") from exc
-    try:
-        return Settings.model_validate(values)
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid configuration: {exc}") from exc
 
 
 @functools.cache

@@ -1,5 +1,5 @@
 """What a cold start does: no boto3 on the functions' path, one loader for both DynamoDB clients,
-and the clients and wire models made in Lambda's init phase, not on the first request
+no pydantic, and the clients made in Lambda's init phase, not on the first request
 (docs/adr/0013-cold-start.md)."""
 
 from __future__ import annotations
@@ -50,26 +50,18 @@ def test_every_function_handler_imports_without_boto3_or_s3transfer():
     assert len(HANDLERS) >= 9
 
 
-def test_importing_a_function_handler_builds_none_of_our_pydantic_models():
-    # Building a model (its validator and serializer) is work for Lambda's init (prepare) or the first
-    # request that needs it; a handler's import only defines the classes (defer_build).
+def test_no_function_handler_imports_pydantic():
+    # pydantic's import and models cost about 0.55x import boto3 of every cold start; the wire layer
+    # is plain Python (docs/adr/0014-plain-python-wire-layer.md). Only the meta function's Swagger
+    # page (Powertools) may bring it, on the request that asks for the page.
     code = (
-        "import importlib, json\n"
-        "from pydantic import BaseModel\n"
+        "import importlib, json, sys\n"
         f"for name in {HANDLERS!r}:\n"
         "    importlib.import_module(f'functions.{name}.handler')\n"
-        "def ours(cls):\n"
-        "    for sub in cls.__subclasses__():\n"
-        "        if sub.__module__.startswith('querator.'):\n"
-        "            yield sub\n"
-        "        yield from ours(sub)\n"
-        "models = set(ours(BaseModel))\n"
-        "print(json.dumps({'models': len(models),\n"
-        "    'built': sorted(m.__qualname__ for m in models if m.__pydantic_complete__)}))\n"
+        "roots = ('pydantic', 'pydantic_core')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in roots)))\n"
     )
-    seen = _fresh_interpreter(code)
-    assert seen["models"] >= 40
-    assert seen["built"] == []
+    assert _fresh_interpreter(code) == []
 
 
 def test_the_catalog_reads_service_models_through_the_store_clients_loader():
@@ -129,26 +121,12 @@ def test_a_failed_prepare_is_logged_and_leaves_the_handler_working(monkeypatch, 
     assert json.loads(reply["body"]) == {"ping": 1}
 
 
-def test_a_function_app_prepare_builds_its_models_and_makes_its_service():
-    # A fresh interpreter: in this one other tests may have built the models already, and the
-    # check before prepare() shows they were not built at import (defer_build).
-    code = """
-import json
-from querator.api import routes
-from querator.api.gateway import build_app
-made = []
-app = build_app(routes.Function.LEASE, service=lambda: made.append("service"), settings=lambda: None)
-served = routes.for_function(routes.Function.LEASE)
-from querator.api.errors import ErrorBody
-models = [m for r in served for m in (r.request_model, r.response_model) if m] + [ErrorBody]
-before = [m.__pydantic_complete__ for m in models]
-app.prepare()
-print(json.dumps({"before": before, "after": [m.__pydantic_complete__ for m in models], "made": made}))
-"""
-    seen = _fresh_interpreter(code)
-    assert seen["before"] and not any(seen["before"])
-    assert all(seen["after"])
-    assert seen["made"] == ["service"]
+def test_a_function_app_prepare_makes_its_service_once():
+    made: list[str] = []
+    app = build_app(routes.Function.LEASE, service=lambda: made.append("service"), settings=load_settings)
+    assert made == []
+    app.prepare()
+    assert made == ["service"]
 
 
 def test_the_lease_handler_made_in_lambda_has_its_clients_before_the_first_request(monkeypatch):

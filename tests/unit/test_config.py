@@ -80,3 +80,31 @@ def test_the_store_read_timeout_reaches_the_dynamodb_client(monkeypatch: pytest.
     for raw in ("0", "-1", "901", "later"):
         with pytest.raises(ConfigurationError, match=r"STORE_READ_TIMEOUT|store_read_timeout"):
             settings_from({**TABLES, EnvVar.STORE_READ_TIMEOUT: raw})
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "needs"),
+    [
+        (EnvVar.REAPER_MARGIN, "-1", "0 or more"),
+        (EnvVar.QUEUE_CACHE, "-0.5", "0 or more"),
+        (EnvVar.QUEUE_CACHE, "61", "at most 60"),
+        (EnvVar.LEASE_WAIT_CAP, "nan", "not a number of seconds"),
+        (EnvVar.LEASE_WAIT_CAP, "1e300", "not a number of seconds"),
+    ],
+)
+def test_each_duration_setting_is_checked_naming_its_variable(name: str, raw: str, needs: str) -> None:
+    with pytest.raises(ConfigurationError, match=name) as raised:
+        settings_from({**TABLES, name: raw})
+    assert needs in str(raised.value)
+
+
+def test_a_table_name_over_dynamodbs_limit_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match=EnvVar.ITEMS_TABLE):
+        settings_from({**TABLES, EnvVar.ITEMS_TABLE: "t" * 256})
+    assert settings_from({**TABLES, EnvVar.ITEMS_TABLE: "t" * 255}).items_table == "t" * 255
+
+
+def test_settings_are_immutable() -> None:
+    settings = settings_from(TABLES)
+    with pytest.raises(AttributeError):
+        settings.items_table = "other"  # type: ignore[misc]

@@ -12,8 +12,7 @@ from http import HTTPStatus
 from types import MappingProxyType
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict
-
+from querator.api.wire import Integer, Message, Text, field
 from querator.domain.errors import (
     ConflictError,
     InvalidRequestError,
@@ -69,14 +68,12 @@ CODE_TEXT: Final[Mapping[int, str]] = MappingProxyType(
 GENERIC_INTERNAL_MESSAGE: Final = "Internal error"
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Message):
     """The contract's error envelope; ``message`` is ``"<stable class>; <details>"``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-    code: int
-    code_text: str
-    message: str
+    code: int = field(Integer())
+    code_text: str = field(Text())
+    message: str = field(Text())
 
 
 class WireError(Exception):
@@ -139,7 +136,7 @@ def compose_message(stable: str, details: str = "") -> str:
 
 def envelope(status: int, message: str) -> dict[str, Any]:
     """The error body for ``status``: ``{"code", "code_text", "message"}``."""
-    return ErrorBody(code=status, code_text=code_text(status), message=message).model_dump()
+    return ErrorBody(code=status, code_text=code_text(status), message=message).to_wire()
 
 
 def error_response(error: BaseException, *, request_id: str | None = None) -> ErrorResponse:

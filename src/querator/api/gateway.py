@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from querator.api import routes, schemas
 from querator.api.endpoints import ENDPOINTS, Call, idempotency_key
-from querator.api.errors import ErrorBody, WireError, error_response, unknown_path
+from querator.api.errors import WireError, error_response, unknown_path
 from querator.domain.errors import QueratorError
 from querator.observability import logger
 
@@ -74,15 +74,8 @@ class FunctionApp:
         self._service = service
 
     def prepare(self) -> None:
-        """Build the wire models of the routes served and make the service (its clients): the work a
-        first request would do before its own. ``observability.lambda_entry`` calls it in Lambda's
-        init phase."""
-        for route in self._served:
-            for model in (route.request_model, route.response_model):
-                if model is not None:
-                    model.model_rebuild()
-        # Every function can refuse a request (a lease's 454 is common): its envelope is ready too.
-        ErrorBody.model_rebuild()
+        """Make the service (its clients): the work a first request would do before its own.
+        ``observability.lambda_entry`` calls it in Lambda's init phase."""
         if self._service is not None:
             self._service()
 

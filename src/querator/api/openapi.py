@@ -1,4 +1,4 @@
-"""HTTP wire layer: the OpenAPI 3.1 document, built from ``ROUTES`` and the pydantic models.
+"""HTTP wire layer: the OpenAPI 3.1 document, built from ``ROUTES`` and the wire messages.
 
 Generated, never hand-written, so it cannot drift from what the handlers accept. Request schemas use
 the snake_case names (camelCase is accepted too but not advertised); every POST lists the contract's
@@ -11,9 +11,6 @@ from collections.abc import Collection
 from importlib import metadata
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel
-from pydantic.json_schema import JsonSchemaMode, models_json_schema
-
 from querator.api import routes
 from querator.api.errors import (
     BAD_REQUEST,
@@ -25,12 +22,13 @@ from querator.api.errors import (
     ErrorBody,
     code_text,
 )
+from querator.api.wire import Message
 
 _REF: Final = "#/components/schemas/{model}"
 _JSON: Final = "application/json"
 #: What each error status means on this API (contract's table), for the response descriptions.
 _ERROR_MEANING: Final = {
-    BAD_REQUEST: "Invalid request, unknown queue, unknown or stale item id, item not leased.",
+    BAD_REQUEST: "InvalidValueError request, unknown queue, unknown or stale item id, item not leased.",
     PAYLOAD_TOO_LARGE: "Body over the endpoint's size limit.",
     REQUEST_FAILED: "Valid request that cannot succeed now (queue being deleted, dead-letter queue missing).",
     RETRY_REQUEST: "Try again: nothing to lease before the timeout, or throttled by the store.",
@@ -137,11 +135,12 @@ _REPLAYED_HEADER: Final = {
 
 
 def _schemas(
-    models: Collection[type[BaseModel]], mode: JsonSchemaMode, *, by_alias: bool
-) -> tuple[dict[type[BaseModel], dict[str, Any]], dict[str, Any]]:
-    ordered = sorted(models, key=lambda m: m.__name__)
-    refs, top = models_json_schema([(m, mode) for m in ordered], ref_template=_REF, by_alias=by_alias)
-    return {model: refs[(model, mode)] for model in ordered}, top.get("$defs", {})
+    messages: Collection[type[Message]],
+) -> tuple[dict[type[Message], dict[str, Any]], dict[str, Any]]:
+    """A ``$ref`` to each message's schema, and the schemas (theirs and those they nest)."""
+    defs: dict[str, Any] = {}
+    refs = {m: m.schema_ref(defs, _REF) for m in sorted(messages, key=lambda m: m.__name__)}
+    return refs, dict(sorted(defs.items()))
 
 
 def _operation_id(route: routes.Route) -> str:
@@ -171,10 +170,9 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
     """
     requests = {r.request_model for r in routes.ROUTES if r.request_model is not None}
     responses = {r.response_model for r in routes.ROUTES if r.response_model is not None} | {ErrorBody}
-    # Requests are documented by field name (snake_case, as the contract spells keys); responses by
-    # alias, because the one alias there (logicalQueues) is what goes on the wire.
-    request_refs, request_defs = _schemas(requests, "validation", by_alias=False)
-    response_refs, response_defs = _schemas(responses, "serialization", by_alias=True)
+    # Requests are documented by field name (snake_case, as the contract spells keys; camelCase is
+    # accepted too); responses by the key they write (the one alias, logicalQueues).
+    refs, defs = _schemas(requests | responses)
 
     paths: dict[str, Any] = {}
     for route in routes.ROUTES:
@@ -189,7 +187,7 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
                 "description": f"At most {route.body_limit:,} bytes.",
                 "content": {
                     _JSON: {
-                        "schema": request_refs[route.request_model],
+                        "schema": refs[route.request_model],
                         "example": EXAMPLES.get(route.name, {}),
                     }
                 },
@@ -197,7 +195,7 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
         if route is routes.PRODUCE:
             operation["parameters"] = [_IDEMPOTENCY_KEY]
         ok_schema: dict[str, Any] = (
-            response_refs[route.response_model]
+            refs[route.response_model]
             if route.response_model is not None
             else {"type": "string"}
             if route is routes.DOCS
@@ -228,7 +226,7 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
         },
         "paths": paths,
         "components": {
-            "schemas": {**request_defs, **response_defs},
+            "schemas": defs,
             "responses": {
                 f"Error{status}": _error_response(status) for status in (*_POST_ERRORS, INTERNAL_ERROR)
             },

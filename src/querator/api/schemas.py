@@ -1,37 +1,35 @@
-"""HTTP wire layer: request and response models of every endpoint (docs/api.md).
+"""HTTP wire layer: request and response messages of every endpoint (docs/api.md).
 
 Requests accept snake_case keys and their camelCase spellings and refuse any other key; durations are
 Go strings and timestamps RFC 3339. Each request turns itself into domain values (``to_domain``) and
-each response is built from domain values (``from_domain``) and sent with ``to_wire()``.
+each response is built from domain values (``from_domain``) and sent with ``to_wire()``. What a
+message is (fields, validation, JSON Schema) is ``querator.api.wire``: plain Python, no pydantic
+(docs/adr/0014-plain-python-wire-layer.md).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    PlainValidator,
-    Strict,
-    ValidationError,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
-from pydantic_core import ErrorDetails, PydanticCustomError
-from typing_extensions import Self  # typing.Self is Python 3.11+ (docs/adr/0021)
-
-from querator.api.durations import format_duration, format_timestamp, parse_duration, parse_timestamp
 from querator.api.errors import body_too_large, unsupported_content
+from querator.api.wire import (
+    INVALID,
+    Base64,
+    BodyError,
+    Boolean,
+    Choice,
+    Duration,
+    Integer,
+    InvalidValueError,
+    ListOf,
+    Message,
+    Nested,
+    Text,
+    Timestamp,
+    field,
+)
 from querator.domain import model as domain
 from querator.domain.errors import InvalidRequestError
 from querator.domain.groups import MAX_GROUP_BYTES, validate_group
@@ -44,176 +42,70 @@ from querator.domain.model import (
 )
 from querator.domain.priority import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is Python 3.11+ (docs/adr/0021)
+
 #: Default page size of the storage listings (contract: ``limit`` default 1000).
 DEFAULT_LIST_LIMIT: Final = 1000
 #: Default page size of ``queues.list``; the contract leaves it open, Querator uses 100.
 DEFAULT_QUEUES_LIMIT: Final = 100
-#: pydantic error types that mean "the body is not a message we understand" (455), not "a value is
-#: wrong" (400): broken JSON, a key the message does not define, a body that is not an object.
-_UNSUPPORTED_TYPES: Final = frozenset({"json_invalid", "extra_forbidden"})
-_NOT_AN_OBJECT_TYPES: Final = frozenset({"model_type", "model_attributes_type", "dict_type"})
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-# -- field types --------------------------------------------------------------------------------------
+# -- kinds of field -----------------------------------------------------------------------------------
 
 
-def _custom_error(kind: str, reason: str) -> PydanticCustomError:
-    # The reason goes in the context, not the template: user input may contain '{...}'.
-    return PydanticCustomError(kind, "{reason}", {"reason": reason})
-
-
-def _to_duration(value: object) -> timedelta:
-    if isinstance(value, timedelta):
-        return value
-    if not isinstance(value, str):
-        raise _custom_error("duration_type", "must be a Go duration string such as '30s' or '1h30m'")
+def _encodable(value: str) -> str:
+    # A str built in Python may hold a lone surrogate ("\ud800"), which has no UTF-8 form; a body
+    # with one is refused before this (wire.Message.from_json).
     try:
-        return parse_duration(value)
-    except InvalidRequestError as exc:
-        raise _custom_error("duration_parsing", str(exc)) from exc
-
-
-def _to_timestamp(value: object) -> datetime:
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise _custom_error("timestamp_naive", "must be timezone-aware")
-        return value
-    if not isinstance(value, str):
-        raise _custom_error("timestamp_type", "must be an RFC 3339 string such as '2026-11-22T05:33:11Z'")
-    try:
-        return parse_timestamp(value)
-    except InvalidRequestError as exc:
-        raise _custom_error("timestamp_parsing", str(exc)) from exc
-
-
-def _to_payload(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if not isinstance(value, str):
-        raise _custom_error("base64_type", "must be a standard base64 string")
-    # protojson writes padding but accepts input without it; so do we.
-    padded = value + "=" * (-len(value) % 4)
-    try:
-        return base64.b64decode(padded, validate=True)
-    except binascii.Error as exc:
-        raise _custom_error("base64_decode", f"invalid standard base64: {exc}") from exc
-
-
-def _encode_payload(value: bytes) -> str:
-    return base64.b64encode(value).decode("ascii")
-
-
-def _check_group(value: str) -> str:
-    try:
-        return validate_group(value)
-    except InvalidRequestError as exc:
-        raise _custom_error("group", str(exc)) from exc
-
-
-def _check_delivery(value: str) -> str:
-    if value not in DELIVERIES:
-        raise _custom_error("delivery", "must be 'fifo' or 'fair'")
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(f"not encodable as UTF-8: {exc.reason}") from exc
     return value
 
 
-def _check_queue_name(value: str) -> str:
-    try:
-        return domain.validate_queue_name(value)
-    except InvalidRequestError as exc:
-        raise _custom_error("queue_name", str(exc)) from exc
-
-
 #: A Go duration string on the wire, a ``timedelta`` in Python.
-GoDuration = Annotated[
-    timedelta,
-    PlainValidator(_to_duration),
-    PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {"type": "string", "description": "Go duration such as '30s' or '1h30m'", "examples": ["1m0s"]}
-    ),
-]
+DURATION: Final = Duration()
 #: An RFC 3339 string on the wire (output in UTC with ``Z``), an aware ``datetime`` in Python.
-Timestamp = Annotated[
-    datetime,
-    PlainValidator(_to_timestamp),
-    PlainSerializer(format_timestamp, return_type=str),
-    WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-11-22T05:33:11.123456Z"]}),
-]
+TIMESTAMP: Final = Timestamp()
 #: Standard base64 on the wire, ``bytes`` in Python.
-Payload = Annotated[
-    bytes,
-    PlainValidator(_to_payload),
-    PlainSerializer(_encode_payload, return_type=str),
-    WithJsonSchema({"type": "string", "contentEncoding": "base64"}),
-]
-QueueName = Annotated[str, AfterValidator(_check_queue_name)]
-ItemIds = Annotated[list[str], Field(min_length=1, max_length=MAX_BATCH)]
-Partition = Annotated[int, Field(ge=0)]
+PAYLOAD: Final = Base64()
+TEXT: Final = Text()
+UTF8: Final = Text(check=_encodable)
+ID: Final = Text(min_length=1)
+QUEUE_NAME: Final = Text(check=domain.validate_queue_name)
+GROUP: Final = Text(check=validate_group)
+COUNT: Final = Integer()
+FLAG: Final = Boolean()
+ITEM_IDS: Final = ListOf(TEXT, min_items=1, max_items=MAX_BATCH)
+PARTITION: Final = Integer(ge=0)
 #: 0-9, lower leases first; a JSON integer (``5.0``, ``"5"`` and ``true`` are refused).
-Priority = Annotated[
-    int, Strict(), Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0-9, lower leases first")
-]
+PRIORITY: Final = Integer(ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)
 #: A queue's delivery: "fifo" (oldest first in each partition) or "fair" (round-robin across groups).
-Delivery = Annotated[
-    str,
-    Strict(),
-    AfterValidator(_check_delivery),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "enum": list(DELIVERIES),
-            "description": '"fifo" (default) or "fair": leases go round-robin across the groups',
-        }
-    ),
-]
+DELIVERY: Final = Choice(DELIVERIES, "must be 'fifo' or 'fair'")
 #: In a fair queue, the most valid leases one group may hold; a JSON integer, 0 (no limit) or more.
-MaxLeasedPerGroup = Annotated[
-    int,
-    Strict(),
-    Field(
-        ge=0,
-        le=MAX_LEASED_PER_GROUP_LIMIT,
-        description="fair queues: the most valid leases one group may hold; 0 (default): no limit",
-    ),
-]
-#: An item's group: up to 128 bytes of printable UTF-8; "" (the default) is none.
-Group = Annotated[
-    str,
-    AfterValidator(_check_group),
-    Field(description=f'The item\'s group (a tenant, a customer): up to {MAX_GROUP_BYTES} bytes, "" is none'),
-]
+MAX_LEASED_PER_GROUP: Final = Integer(ge=0, le=MAX_LEASED_PER_GROUP_LIMIT, strict=True)
+
+_PRIORITY_TEXT: Final = "0-9, lower leases first"
+_DELIVERY_TEXT: Final = '"fifo" (default) or "fair": leases go round-robin across the groups'
+_MAX_LEASED_TEXT: Final = "fair queues: the most valid leases one group may hold; 0 (default): no limit"
+_GROUP_TEXT: Final = f'The item\'s group (a tenant, a customer): up to {MAX_GROUP_BYTES} bytes, "" is none'
 
 
 # -- bases --------------------------------------------------------------------------------------------
 
 
-class WireRequest(BaseModel):
-    """Base of every request body."""
+class WireRequest(Message):
+    """Base of every request body: snake_case keys or their camelCase spellings, nothing else."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        # populate_by_name=True in pydantic < 2.11 terms: accept snake_case names and camelCase aliases.
-        validate_by_name=True,
-        validate_by_alias=True,
-        alias_generator=to_camel,
-        # Error messages name the snake_case field, whichever spelling the client used.
-        loc_by_alias=False,
-        frozen=True,
-        # Built on first use: a function builds only the models of its own routes (cold start).
-        defer_build=True,
-    )
+    camel_case_keys = True
 
 
-class WireResponse(BaseModel):
-    """Base of every response body: snake_case keys, ``None`` left out."""
+class WireResponse(Message):
+    """Base of every response body: snake_case keys (or a field's alias), ``None`` left out."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
-    def to_wire(self) -> dict[str, Any]:
-        """The JSON-ready body."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+ModelT = TypeVar("ModelT", bound=WireRequest)
 
 
 # -- queues -------------------------------------------------------------------------------------------
@@ -222,19 +114,19 @@ class WireResponse(BaseModel):
 class CreateQueueRequest(WireRequest):
     """``queues.create``: a ``QueueInfo``; ``lease_timeout`` and ``expire_timeout`` are required."""
 
-    queue_name: QueueName
-    lease_timeout: GoDuration
-    expire_timeout: GoDuration
-    max_attempts: int = 0
-    dead_queue: str = ""
-    reference: str = ""
-    requested_partitions: int = 1
-    delivery: Delivery = FIFO
-    max_leased_per_group: MaxLeasedPerGroup = 0
+    queue_name: str = field(QUEUE_NAME)
+    lease_timeout: timedelta = field(DURATION)
+    expire_timeout: timedelta = field(DURATION)
+    max_attempts: int = field(COUNT, default=0)
+    dead_queue: str = field(TEXT, default="")
+    reference: str = field(TEXT, default="")
+    requested_partitions: int = field(COUNT, default=1)
+    delivery: str = field(DELIVERY, default=FIFO, description=_DELIVERY_TEXT)
+    max_leased_per_group: int = field(MAX_LEASED_PER_GROUP, default=0, description=_MAX_LEASED_TEXT)
     # Output-only fields of QueueInfo, accepted and ignored, so the body of a queues.info reply can be
     # sent back as is.
-    created_at: Timestamp | None = None
-    updated_at: Timestamp | None = None
+    created_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    updated_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
 
     def to_domain(self, now: datetime) -> domain.QueueInfo:
         """The queue to create, stamped with ``now``. Raises ``InvalidRequestError`` on a bad field."""
@@ -256,41 +148,39 @@ class CreateQueueRequest(WireRequest):
 class UpdateQueueRequest(WireRequest):
     """``queues.update``: only the fields present in the body change."""
 
-    queue_name: QueueName
-    lease_timeout: GoDuration | None = None
-    expire_timeout: GoDuration | None = None
-    max_attempts: int | None = None
-    dead_queue: str | None = None
-    reference: str | None = None
-    requested_partitions: int | None = None
-    delivery: Delivery | None = None
-    max_leased_per_group: MaxLeasedPerGroup | None = None
-    created_at: Timestamp | None = None
-    updated_at: Timestamp | None = None
+    queue_name: str = field(QUEUE_NAME)
+    lease_timeout: timedelta | None = field(DURATION, default=None, nullable=True)
+    expire_timeout: timedelta | None = field(DURATION, default=None, nullable=True)
+    max_attempts: int | None = field(COUNT, default=None, nullable=True)
+    dead_queue: str | None = field(TEXT, default=None, nullable=True)
+    reference: str | None = field(TEXT, default=None, nullable=True)
+    requested_partitions: int | None = field(COUNT, default=None, nullable=True)
+    delivery: str | None = field(DELIVERY, default=None, nullable=True, description=_DELIVERY_TEXT)
+    max_leased_per_group: int | None = field(
+        MAX_LEASED_PER_GROUP, default=None, nullable=True, description=_MAX_LEASED_TEXT
+    )
+    created_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    updated_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
 
     def to_domain(self) -> domain.QueueUpdate:
         """The update; a field absent from the body (or ``null``) is ``None``: leave as is."""
-
-        def present(name: str) -> Any:
-            return getattr(self, name) if name in self.model_fields_set else None
-
         return domain.QueueUpdate(
             name=self.queue_name,
-            lease_timeout=present("lease_timeout"),
-            expire_timeout=present("expire_timeout"),
-            max_attempts=present("max_attempts"),
-            dead_queue=present("dead_queue"),
-            reference=present("reference"),
-            partitions=present("requested_partitions"),
-            delivery=present("delivery"),
-            max_leased_per_group=present("max_leased_per_group"),
+            lease_timeout=self.lease_timeout,
+            expire_timeout=self.expire_timeout,
+            max_attempts=self.max_attempts,
+            dead_queue=self.dead_queue,
+            reference=self.reference,
+            partitions=self.requested_partitions,
+            delivery=self.delivery,
+            max_leased_per_group=self.max_leased_per_group,
         )
 
 
 class QueueNameRequest(WireRequest):
     """A body that names one queue."""
 
-    queue_name: QueueName
+    queue_name: str = field(QUEUE_NAME)
 
 
 class QueueInfoRequest(QueueNameRequest):
@@ -304,24 +194,24 @@ class DeleteQueueRequest(QueueNameRequest):
 class ListQueuesRequest(WireRequest):
     """``queues.list``: queues in name order from ``pivot`` (inclusive)."""
 
-    pivot: str = ""
-    limit: int = Field(default=DEFAULT_QUEUES_LIMIT, ge=1, le=MAX_BATCH)
+    pivot: str = field(TEXT, default="")
+    limit: int = field(Integer(ge=1, le=MAX_BATCH), default=DEFAULT_QUEUES_LIMIT)
 
 
 class QueueInfoResponse(WireResponse):
     """A ``QueueInfo`` as ``queues.info`` (and create / update) return it."""
 
-    queue_name: str
-    lease_timeout: GoDuration
-    expire_timeout: GoDuration
-    max_attempts: int
-    dead_queue: str
-    reference: str
-    requested_partitions: int
-    delivery: str
-    max_leased_per_group: int
-    created_at: Timestamp
-    updated_at: Timestamp
+    queue_name: str = field(TEXT)
+    lease_timeout: timedelta = field(DURATION)
+    expire_timeout: timedelta = field(DURATION)
+    max_attempts: int = field(COUNT)
+    dead_queue: str = field(TEXT)
+    reference: str = field(TEXT)
+    requested_partitions: int = field(COUNT)
+    delivery: str = field(TEXT)
+    max_leased_per_group: int = field(COUNT)
+    created_at: datetime = field(TIMESTAMP)
+    updated_at: datetime = field(TIMESTAMP)
 
     @classmethod
     def from_domain(cls, info: domain.QueueInfo) -> Self:
@@ -343,7 +233,7 @@ class QueueInfoResponse(WireResponse):
 class ListQueuesResponse(WireResponse):
     """``queues.list``: ``{"items": [QueueInfo...]}``."""
 
-    items: list[QueueInfoResponse]
+    items: list[QueueInfoResponse] = field(ListOf(Nested(QueueInfoResponse)))
 
     @classmethod
     def from_domain(cls, queues: Sequence[domain.QueueInfo]) -> Self:
@@ -356,43 +246,34 @@ class ListQueuesResponse(WireResponse):
 class ProduceItem(WireRequest):
     """One item of ``queue.produce``: the payload is ``bytes`` (base64) or ``utf8``, exactly one."""
 
-    reference: str = ""
-    encoding: str = ""
-    kind: str = ""
-    bytes: Payload | None = Field(
-        default=None, description=f"The payload, standard base64; at most {MAX_PAYLOAD_BYTES:,} bytes decoded"
+    reference: str = field(TEXT, default="")
+    encoding: str = field(TEXT, default="")
+    kind: str = field(TEXT, default="")
+    bytes: bytes | None = field(
+        PAYLOAD,
+        default=None,
+        nullable=True,
+        description=f"The payload, standard base64; at most {MAX_PAYLOAD_BYTES:,} bytes decoded",
     )
-    utf8: str | None = Field(
-        default=None, description=f"The payload as text; at most {MAX_PAYLOAD_BYTES:,} bytes of UTF-8."
+    utf8: str | None = field(
+        UTF8,
+        default=None,
+        nullable=True,
+        description=f"The payload as text; at most {MAX_PAYLOAD_BYTES:,} bytes of UTF-8.",
     )
     #: In the future: the item is scheduled until then.
-    enqueue_at: Timestamp | None = None
-    priority: Priority = DEFAULT_PRIORITY
-    group: Group = ""
+    enqueue_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    priority: int = field(PRIORITY, default=DEFAULT_PRIORITY, description=_PRIORITY_TEXT)
+    group: str = field(GROUP, default="", description=_GROUP_TEXT)
 
-    @field_validator("utf8")
-    @classmethod
-    def _encodable(cls, value: str | None) -> str | None:
-        # A JSON string may carry a lone surrogate ("\ud800"), which has no UTF-8 form.
-        if value is not None:
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise _custom_error("utf8", f"not encodable as UTF-8: {exc.reason}") from exc
-        return value
-
-    @model_validator(mode="after")
-    def _one_payload(self) -> Self:
+    def check(self) -> None:
         # Querator lets bytes win silently and stores an item with neither as an empty payload; the
         # contract says "bytes | utf8", so both, or neither (a misspelt key is a 455 already), is a
         # client bug worth reporting. An empty payload is still one key away: {"utf8": ""}.
         if self.bytes is not None and self.utf8 is not None:
-            raise _custom_error("payload_ambiguous", "give either 'bytes' or 'utf8', not both")
+            raise InvalidValueError("give either 'bytes' or 'utf8', not both")
         if self.bytes is None and self.utf8 is None:
-            raise _custom_error(
-                "payload_missing", "no payload: give 'bytes' (base64) or 'utf8' (an empty one is \"\")"
-            )
-        return self
+            raise InvalidValueError("no payload: give 'bytes' (base64) or 'utf8' (an empty one is \"\")")
 
     def to_domain(self) -> domain.NewItem:
         """Raises ``InvalidRequestError`` when the payload or a text field is over its limit."""
@@ -411,9 +292,9 @@ class ProduceItem(WireRequest):
 class ProduceRequest(WireRequest):
     """``queue.produce``: 1-1000 items, stored together in one partition."""
 
-    queue_name: QueueName
-    request_timeout: GoDuration | None = None
-    items: list[ProduceItem] = Field(min_length=1, max_length=MAX_BATCH)
+    queue_name: str = field(QUEUE_NAME)
+    request_timeout: timedelta | None = field(DURATION, default=None, nullable=True)
+    items: list[ProduceItem] = field(ListOf(Nested(ProduceItem), min_items=1, max_items=MAX_BATCH))
 
     def to_domain(self) -> list[domain.NewItem]:
         return [item.to_domain() for item in self.items]
@@ -425,24 +306,24 @@ class LeaseRequest(WireRequest):
     ``request_timeout`` is ``None`` when absent; the handler applies its default and platform cap.
     """
 
-    queue_name: QueueName
-    batch_size: int = Field(ge=1, le=MAX_BATCH)
-    client_id: str = Field(min_length=1)
-    request_timeout: GoDuration | None = None
+    queue_name: str = field(QUEUE_NAME)
+    batch_size: int = field(Integer(ge=1, le=MAX_BATCH))
+    client_id: str = field(ID)
+    request_timeout: timedelta | None = field(DURATION, default=None, nullable=True)
 
 
 class LeaseItem(WireResponse):
     """One leased item; ``attempts`` counts this lease too."""
 
-    id: str
-    attempts: int
-    priority: int = DEFAULT_PRIORITY
-    group: str = ""
-    lease_deadline: Timestamp | None = None
-    reference: str = ""
-    encoding: str = ""
-    kind: str = ""
-    bytes: Payload = b""
+    id: str = field(TEXT)
+    attempts: int = field(COUNT)
+    priority: int = field(COUNT, default=DEFAULT_PRIORITY)
+    group: str = field(TEXT, default="")
+    lease_deadline: datetime | None = field(TIMESTAMP, default=None)
+    reference: str = field(TEXT, default="")
+    encoding: str = field(TEXT, default="")
+    kind: str = field(TEXT, default="")
+    bytes: bytes = field(PAYLOAD, default=b"")
 
     @classmethod
     def from_domain(cls, item: domain.Item) -> Self:
@@ -462,9 +343,9 @@ class LeaseItem(WireResponse):
 class LeaseResponse(WireResponse):
     """``queue.lease`` reply: items of one partition."""
 
-    queue_name: str
-    partition: int
-    items: list[LeaseItem]
+    queue_name: str = field(TEXT)
+    partition: int = field(COUNT)
+    items: list[LeaseItem] = field(ListOf(Nested(LeaseItem)))
 
     @classmethod
     def from_domain(cls, lease: domain.Lease) -> Self:
@@ -481,20 +362,20 @@ class LeaseResponse(WireResponse):
 class CompleteRequest(WireRequest):
     """``queue.complete``: delete leased items."""
 
-    queue_name: QueueName
-    partition: Partition = 0
-    request_timeout: GoDuration | None = None
-    ids: ItemIds
+    queue_name: str = field(QUEUE_NAME)
+    partition: int = field(PARTITION, default=0)
+    request_timeout: timedelta | None = field(DURATION, default=None, nullable=True)
+    ids: list[str] = field(ITEM_IDS)
 
 
 class RetryItem(WireRequest):
     """One item of ``queue.retry``: back now, at ``retry_at``, or (``dead``) to the dead-letter queue."""
 
-    id: str = Field(min_length=1)
-    retry_at: Timestamp | None = None
-    dead: bool = False
+    id: str = field(ID)
+    retry_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    dead: bool = field(FLAG, default=False)
     #: The priority the item goes back with; absent: the one it has.
-    priority: Priority | None = None
+    priority: int | None = field(PRIORITY, default=None, nullable=True, description=_PRIORITY_TEXT)
 
     def to_domain(self) -> domain.RetryRequest:
         return domain.RetryRequest(id=self.id, retry_at=self.retry_at, dead=self.dead, priority=self.priority)
@@ -503,9 +384,9 @@ class RetryItem(WireRequest):
 class RetryRequest(WireRequest):
     """``queue.retry``: put leased items back."""
 
-    queue_name: QueueName
-    partition: Partition = 0
-    items: list[RetryItem] = Field(min_length=1, max_length=MAX_BATCH)
+    queue_name: str = field(QUEUE_NAME)
+    partition: int = field(PARTITION, default=0)
+    items: list[RetryItem] = field(ListOf(Nested(RetryItem), min_items=1, max_items=MAX_BATCH))
 
     def to_domain(self) -> list[domain.RetryRequest]:
         return [item.to_domain() for item in self.items]
@@ -515,23 +396,23 @@ class RenewRequest(WireRequest):
     """``queue.renew``: set leases to end at now + ``lease_timeout`` (``None``: the queue's); counted
     from now, not from the old deadline, so a short ``lease_timeout`` shortens a lease."""
 
-    queue_name: QueueName
-    partition: Partition = 0
-    ids: ItemIds
-    lease_timeout: GoDuration | None = None
+    queue_name: str = field(QUEUE_NAME)
+    partition: int = field(PARTITION, default=0)
+    ids: list[str] = field(ITEM_IDS)
+    lease_timeout: timedelta | None = field(DURATION, default=None, nullable=True)
 
 
 class RenewedItem(WireResponse):
-    id: str
-    lease_deadline: Timestamp
+    id: str = field(TEXT)
+    lease_deadline: datetime = field(TIMESTAMP)
 
 
 class RenewResponse(WireResponse):
     """``queue.renew`` reply: the renewed ids and their new deadlines."""
 
-    queue_name: str
-    partition: int
-    items: list[RenewedItem]
+    queue_name: str = field(TEXT)
+    partition: int = field(COUNT)
+    items: list[RenewedItem] = field(ListOf(Nested(RenewedItem)))
 
     @classmethod
     def from_domain(cls, outcome: domain.RenewOutcome) -> Self:
@@ -546,23 +427,23 @@ class ReprioritizeRequest(WireRequest):
     """``queue.reprioritize``: give waiting or scheduled items a new priority (a new id each), and
     leased ones the priority they go back with (their id and lease stay)."""
 
-    queue_name: QueueName
-    partition: Partition = 0
-    ids: ItemIds
-    priority: Priority
+    queue_name: str = field(QUEUE_NAME)
+    partition: int = field(PARTITION, default=0)
+    ids: list[str] = field(ITEM_IDS)
+    priority: int = field(PRIORITY, description=_PRIORITY_TEXT)
 
 
 class ReprioritizedItem(WireResponse):
-    id: str
-    new_id: str
+    id: str = field(TEXT)
+    new_id: str = field(TEXT)
 
 
 class ReprioritizeResponse(WireResponse):
     """``queue.reprioritize`` reply: every id of the request with the id the item has now."""
 
-    queue_name: str
-    partition: int
-    items: list[ReprioritizedItem]
+    queue_name: str = field(TEXT)
+    partition: int = field(COUNT)
+    items: list[ReprioritizedItem] = field(ListOf(Nested(ReprioritizedItem)))
 
     @classmethod
     def from_domain(cls, queue_name: str, partition: int, outcome: domain.Reprioritized) -> Self:
@@ -577,7 +458,7 @@ class OkResponse(WireResponse):
     """``{"code": 200}``: Querator's reply to every call with nothing else to return (produce,
     complete, retry, queues.create / update / delete, clear, storage/items.delete)."""
 
-    code: int = 200
+    code: int = field(COUNT, default=200)
 
 
 # -- stats and clear ----------------------------------------------------------------------------------
@@ -588,17 +469,17 @@ class StatsRequest(QueueNameRequest):
 
 
 class PartitionStatsResponse(WireResponse):
-    partition: int
+    partition: int = field(COUNT)
     #: Items that are not scheduled, leased or not.
-    total: int
-    total_leased: int
-    scheduled: int
-    average_age: GoDuration
-    average_leased_age: GoDuration
+    total: int = field(COUNT)
+    total_leased: int = field(COUNT)
+    scheduled: int = field(COUNT)
+    average_age: timedelta = field(DURATION)
+    average_leased_age: timedelta = field(DURATION)
     #: Items produced (or imported) into the partition and items completed in it, ever: two
     #: samples of these give produce and complete rates.
-    produced: int = 0
-    completed: int = 0
+    produced: int = field(COUNT, default=0)
+    completed: int = field(COUNT, default=0)
 
     @classmethod
     def from_domain(cls, stats: domain.PartitionStats) -> Self:
@@ -615,15 +496,17 @@ class PartitionStatsResponse(WireResponse):
 
 
 class LogicalQueueStats(WireResponse):
-    partitions: list[PartitionStatsResponse]
+    partitions: list[PartitionStatsResponse] = field(ListOf(Nested(PartitionStatsResponse)))
 
 
 class StatsResponse(WireResponse):
     """``queue.stats`` reply in Querator's shape: one logical queue holding every partition."""
 
-    queue_name: str
+    queue_name: str = field(TEXT)
     # The one camelCase key of the contract: Querator's proto has no json_name for it.
-    logical_queues: list[LogicalQueueStats] = Field(serialization_alias="logicalQueues")
+    logical_queues: list[LogicalQueueStats] = field(
+        ListOf(Nested(LogicalQueueStats)), wire_name="logicalQueues"
+    )
 
     @classmethod
     def from_domain(cls, queue_name: str, stats: Sequence[domain.PartitionStats]) -> Self:
@@ -634,16 +517,14 @@ class StatsResponse(WireResponse):
 class ClearRequest(WireRequest):
     """``queue.clear``: ``queue`` and / or ``scheduled`` is required; ``destructive`` adds leased items."""
 
-    queue_name: QueueName
-    queue: bool = False
-    scheduled: bool = False
-    destructive: bool = False
+    queue_name: str = field(QUEUE_NAME)
+    queue: bool = field(FLAG, default=False)
+    scheduled: bool = field(FLAG, default=False)
+    destructive: bool = field(FLAG, default=False)
 
-    @model_validator(mode="after")
-    def _something_to_clear(self) -> Self:
+    def check(self) -> None:
         if not (self.queue or self.scheduled):
-            raise _custom_error("clear_scope", "set 'queue' or 'scheduled' (or both)")
-        return self
+            raise InvalidValueError("set 'queue' or 'scheduled' (or both)")
 
     def to_domain(self) -> domain.ClearScope:
         scope = domain.ClearScope(0)
@@ -663,17 +544,17 @@ class RedriveRequest(WireRequest):
     """``queue.redrive``: move up to ``limit`` items of a dead-letter queue back, to ``to`` when given,
     else each to the queue it was dead-lettered from."""
 
-    queue_name: QueueName
-    to: str | None = None
-    limit: int = Field(default=MAX_BATCH, ge=1, le=MAX_BATCH)
+    queue_name: str = field(QUEUE_NAME)
+    to: str | None = field(TEXT, default=None, nullable=True)
+    limit: int = field(Integer(ge=1, le=MAX_BATCH), default=MAX_BATCH)
 
 
 class RedriveResponse(WireResponse):
     """``queue.redrive`` reply: call again until ``remaining`` is 0."""
 
-    moved: int
-    remaining: int
-    stranded: int
+    moved: int = field(COUNT)
+    remaining: int = field(COUNT)
+    stranded: int = field(COUNT)
 
     @classmethod
     def from_domain(cls, outcome: domain.RedriveOutcome) -> Self:
@@ -686,10 +567,10 @@ class RedriveResponse(WireResponse):
 class ListItemsRequest(WireRequest):
     """``storage/items.list``: one partition in FIFO order from ``pivot`` (an item id, inclusive)."""
 
-    queue_name: QueueName
-    partition: Partition = 0
-    pivot: str = ""
-    limit: int = Field(default=DEFAULT_LIST_LIMIT, ge=1, le=MAX_BATCH)
+    queue_name: str = field(QUEUE_NAME)
+    partition: int = field(PARTITION, default=0)
+    pivot: str = field(TEXT, default="")
+    limit: int = field(Integer(ge=1, le=MAX_BATCH), default=DEFAULT_LIST_LIMIT)
 
 
 class ListScheduledRequest(ListItemsRequest):
@@ -699,20 +580,20 @@ class ListScheduledRequest(ListItemsRequest):
 class StorageItemResponse(WireResponse):
     """An item as stored, for inspection."""
 
-    id: str
-    source_id: str = ""
-    is_leased: bool = False
-    lease_deadline: Timestamp | None = None
-    expire_deadline: Timestamp
-    created_at: Timestamp
-    enqueue_at: Timestamp | None = None
-    attempts: int = 0
-    priority: int = DEFAULT_PRIORITY
-    group: str = ""
-    reference: str = ""
-    encoding: str = ""
-    kind: str = ""
-    payload: Payload = b""
+    id: str = field(TEXT)
+    source_id: str = field(TEXT, default="")
+    is_leased: bool = field(FLAG, default=False)
+    lease_deadline: datetime | None = field(TIMESTAMP, default=None)
+    expire_deadline: datetime = field(TIMESTAMP)
+    created_at: datetime = field(TIMESTAMP)
+    enqueue_at: datetime | None = field(TIMESTAMP, default=None)
+    attempts: int = field(COUNT, default=0)
+    priority: int = field(COUNT, default=DEFAULT_PRIORITY)
+    group: str = field(TEXT, default="")
+    reference: str = field(TEXT, default="")
+    encoding: str = field(TEXT, default="")
+    kind: str = field(TEXT, default="")
+    payload: bytes = field(PAYLOAD, default=b"")
 
     @classmethod
     def from_domain(cls, item: domain.Item, now: datetime) -> Self:
@@ -738,7 +619,7 @@ class StorageItemResponse(WireResponse):
 class ListItemsResponse(WireResponse):
     """``storage/items.list`` and ``storage/scheduled.list`` reply."""
 
-    items: list[StorageItemResponse]
+    items: list[StorageItemResponse] = field(ListOf(Nested(StorageItemResponse)))
 
     @classmethod
     def from_domain(cls, items: Sequence[domain.Item], now: datetime) -> Self:
@@ -752,20 +633,20 @@ class ImportItem(WireRequest):
     is; ``id`` and ``is_leased`` are accepted and ignored (the id is new, the lease is its deadline).
     """
 
-    id: str = ""
-    source_id: str = ""
-    is_leased: bool = False
-    lease_deadline: Timestamp | None = None
-    expire_deadline: Timestamp | None = None
-    created_at: Timestamp | None = None
-    enqueue_at: Timestamp | None = None
-    attempts: int = Field(default=0, ge=0)
-    priority: Priority = DEFAULT_PRIORITY
-    group: Group = ""
-    reference: str = ""
-    encoding: str = ""
-    kind: str = ""
-    payload: Payload = b""
+    id: str = field(TEXT, default="")
+    source_id: str = field(TEXT, default="")
+    is_leased: bool = field(FLAG, default=False)
+    lease_deadline: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    expire_deadline: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    created_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    enqueue_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    attempts: int = field(Integer(ge=0), default=0)
+    priority: int = field(PRIORITY, default=DEFAULT_PRIORITY, description=_PRIORITY_TEXT)
+    group: str = field(GROUP, default="", description=_GROUP_TEXT)
+    reference: str = field(TEXT, default="")
+    encoding: str = field(TEXT, default="")
+    kind: str = field(TEXT, default="")
+    payload: bytes = field(PAYLOAD, default=b"")
 
     def to_domain(self) -> domain.StorageItem:
         return domain.StorageItem(
@@ -787,22 +668,22 @@ class ImportItem(WireRequest):
 class ImportItemsRequest(WireRequest):
     """``storage/items.import``: items are skipped when their ``source_id`` is already in the partition."""
 
-    queue_name: QueueName
-    partition: Partition = 0
-    items: list[ImportItem] = Field(min_length=1, max_length=MAX_BATCH)
+    queue_name: str = field(QUEUE_NAME)
+    partition: int = field(PARTITION, default=0)
+    items: list[ImportItem] = field(ListOf(Nested(ImportItem), min_items=1, max_items=MAX_BATCH))
 
     def to_domain(self) -> list[domain.StorageItem]:
         return [item.to_domain() for item in self.items]
 
 
 class ImportedItem(WireResponse):
-    id: str
+    id: str = field(TEXT)
 
 
 class ImportItemsResponse(WireResponse):
     """``storage/items.import`` reply: the new ids (Querator's ``items`` shape, other fields omitted)."""
 
-    items: list[ImportedItem]
+    items: list[ImportedItem] = field(ListOf(Nested(ImportedItem)))
 
     @classmethod
     def from_domain(cls, ids: Sequence[str]) -> Self:
@@ -812,9 +693,9 @@ class ImportItemsResponse(WireResponse):
 class DeleteItemsRequest(WireRequest):
     """``storage/items.delete``: deletes in any state; deleting twice succeeds."""
 
-    queue_name: QueueName
-    partition: Partition = 0
-    ids: ItemIds
+    queue_name: str = field(QUEUE_NAME)
+    partition: int = field(PARTITION, default=0)
+    ids: list[str] = field(ITEM_IDS)
 
 
 # -- meta ---------------------------------------------------------------------------------------------
@@ -823,32 +704,10 @@ class DeleteItemsRequest(WireRequest):
 class HealthResponse(WireResponse):
     """``GET /health``."""
 
-    status: str = "pass"
+    status: str = field(TEXT, default="pass")
 
 
 # -- parsing ------------------------------------------------------------------------------------------
-
-
-def _location(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def _describe(details: Sequence[ErrorDetails]) -> str:
-    parts = []
-    for detail in details:
-        where = _location(detail["loc"])
-        message = "unknown key" if detail["type"] == "extra_forbidden" else detail["msg"]
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
-
-
-def _is_unsupported(detail: ErrorDetails) -> bool:
-    return detail["type"] in _UNSUPPORTED_TYPES or (
-        not detail["loc"] and detail["type"] in _NOT_AN_OBJECT_TYPES
-    )
 
 
 def is_json_content_type(content_type: str | None) -> bool:
@@ -879,18 +738,17 @@ def parse_request(
     """
     if not is_json_content_type(content_type):
         raise unsupported_content(f"Content-Type {content_type!r} is not application/json")
-    raw = body.encode("utf-8") if isinstance(body, str) else (body or b"")
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else (body or b"")
     if limit is not None and len(raw) > limit:
         raise body_too_large(len(raw), limit)
     if not raw.strip():
         raw = b"{}"
     try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        details = exc.errors(include_url=False)
-        # Not understanding the body is the cause of the other errors (a misspelt key also shows up
-        # as a missing field), so a 455 names only what was not understood.
-        unsupported = [d for d in details if _is_unsupported(d)]
-        if unsupported:
-            raise unsupported_content(_describe(unsupported)) from exc
-        raise InvalidRequestError(_describe(details)) from exc
+        return model.from_json(raw)
+    except BodyError as exc:
+        if exc.not_understood:
+            # Not understanding the body is the cause of the other problems (a misspelt key also
+            # shows up as a missing field), so a 455 names only what was not understood.
+            understood = [str(p) for p in exc.problems if p.kind != INVALID]
+            raise unsupported_content("; ".join(understood) or str(exc)) from exc
+        raise InvalidRequestError(str(exc)) from exc

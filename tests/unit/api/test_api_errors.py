@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from querator.api import errors
@@ -162,4 +164,4 @@ def test_failed_ids_error_names_each_id() -> None:
 
 def test_error_body_model_matches_envelope() -> None:
     body = errors.envelope(453, "Queue is being deleted")
-    assert errors.ErrorBody.model_validate(body).model_dump() == body
+    assert errors.ErrorBody.from_json(json.dumps(body).encode()).to_wire() == body

@@ -8,7 +8,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pydantic import ValidationError
 
 from querator.api import schemas
 from querator.api.errors import UNSUPPORTED_CONTENT, WireError, status_for
@@ -211,11 +210,19 @@ def test_base64_must_be_a_string() -> None:
     )
 
 
-def test_lone_surrogate_in_utf8_is_rejected() -> None:
-    # The JSON parser refuses it as text it cannot decode (455); a str built in Python is a 400.
-    unsupported(schemas.ProduceRequest, '{"queue_name": "q", "items": [{"utf8": "\\ud800"}]}')
-    with pytest.raises(ValidationError, match=r"items\.0\.utf8"):
-        schemas.ProduceRequest.model_validate({"queue_name": "q", "items": [{"utf8": "\ud800"}]})
+@pytest.mark.parametrize("key", ["utf8", "reference", "kind", "group"])
+def test_a_lone_surrogate_in_any_string_is_455(key: str) -> None:
+    # Valid JSON grammar ("\\ud800"), but such a string has no UTF-8 form: nothing could store it
+    # or send it back, so the body is not understood, whichever field holds it.
+    body = json.dumps({"queue_name": "q", "items": [{"utf8": "x", key: "a\ud800"}]})
+    assert "\\ud800" in body
+    assert "lone UTF-16 surrogate" in unsupported(schemas.ProduceRequest, body)
+
+
+def test_a_surrogate_pair_is_one_character() -> None:
+    body = json.dumps({"queue_name": "q", "items": [{"utf8": "\U0001f600"}]})
+    assert "\\ud83d\\ude00" in body
+    assert parse_request(schemas.ProduceRequest, body).to_domain()[0].payload == "\U0001f600".encode()
 
 
 def test_produce_takes_1_to_1000_items() -> None:
@@ -232,7 +239,10 @@ def test_enqueue_at_must_have_an_offset() -> None:
 
 
 def test_payload_over_the_item_limit_is_400_from_the_domain() -> None:
-    request = schemas.ProduceRequest.model_validate({"queue_name": "q", "items": [{"bytes": b"x" * 400_000}]})
+    request = parse(
+        schemas.ProduceRequest,
+        {"queue_name": "q", "items": [{"bytes": base64.b64encode(b"x" * 400_000).decode()}]},
+    )
     with pytest.raises(InvalidRequestError):
         request.to_domain()
 
@@ -719,3 +729,77 @@ def test_group_refuses_long_control_or_non_string_values_naming_the_field(value:
     message = invalid(schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x", "group": value}]})
     assert "items[0].group" in message
     assert "group" in invalid(schemas.ImportItemsRequest, {"queue_name": "q", "items": [{"group": value}]})
+
+
+# -- what the fuzzers found -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["é", "aGk=é", "\u00ff\u00ff\u00ff\u00ff"])
+def test_base64_with_a_character_outside_ascii_is_400(text: str) -> None:
+    message = invalid(schemas.ProduceRequest, {"queue_name": "q", "items": [{"bytes": text}]})
+    assert message.startswith("items[0].bytes: invalid standard base64")
+
+
+@pytest.mark.parametrize(
+    "body", ["[" * 100_000 + "]" * 100_000, '{"queue_name":' + "[" * 5000 + "]" * 5000 + "}"]
+)
+def test_a_body_nested_too_deeply_is_455(body: str) -> None:
+    assert "invalid JSON" in unsupported(schemas.ProduceRequest, body)
+
+
+def test_a_lone_surrogate_deep_in_a_body_is_found_without_recursion() -> None:
+    body = '{"queue_name":' + "[" * 900 + '"\\ud800"' + "]" * 900 + "}"
+    assert "lone UTF-16 surrogate" in unsupported(schemas.ProduceRequest, body)
+
+
+def test_both_spellings_of_one_key_is_400() -> None:
+    message = invalid(schemas.StatsRequest, {"queue_name": "a", "queueName": "b"})
+    assert message == "queue_name: given twice, as 'queue_name' and 'queueName'"
+
+
+@pytest.mark.parametrize("value", [True, False, 2.5, "ten", "1e2", [], {}])
+def test_an_integer_field_refuses_booleans_fractions_and_words(value: object) -> None:
+    assert invalid(schemas.ListQueuesRequest, {"limit": value}).startswith("limit: ")
+
+
+@pytest.mark.parametrize(("value", "expected"), [(7, 7), (7.0, 7), ("7", 7), (" 7 ", 7), ("7.0", 7)])
+def test_an_integer_field_takes_whole_numbers_and_decimal_strings(value: object, expected: int) -> None:
+    assert parse(schemas.ListQueuesRequest, {"limit": value}).limit == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(True, True), (1, True), ("yes", True), ("off", False), (0, False), ("F", False)]
+)
+def test_a_boolean_field_takes_the_usual_spellings(value: object, expected: bool) -> None:
+    assert (
+        parse(schemas.RetryRequest, {"queue_name": "q", "items": [{"id": "a", "dead": value}]}).items[0].dead
+        is expected
+    )
+
+
+@pytest.mark.parametrize("value", [2, "maybe", None, 0.5])
+def test_a_boolean_field_refuses_anything_else(value: object) -> None:
+    message = invalid(schemas.RetryRequest, {"queue_name": "q", "items": [{"id": "a", "dead": value}]})
+    assert message.startswith("items[0].dead: ")
+
+
+@pytest.mark.parametrize(
+    "body", ["NaN", '{"queue_name": "q", "limit": Infinity}', '{"queue_name": "q", "x": -Infinity}']
+)
+def test_nan_and_infinity_are_not_json(body: str) -> None:
+    assert "invalid JSON" in unsupported(schemas.ListItemsRequest, body)
+
+
+def test_a_message_is_immutable_and_equal_by_value() -> None:
+    first = parse(schemas.StatsRequest, {"queue_name": "q"})
+    assert first == parse(schemas.StatsRequest, {"queueName": "q"})
+    assert first != parse(schemas.StatsRequest, {"queue_name": "r"})
+    with pytest.raises(AttributeError):
+        first.queue_name = "r"  # type: ignore[misc]
+
+
+def test_a_response_refuses_an_unknown_or_missing_field() -> None:
+    with pytest.raises(TypeError, match="colour"):
+        schemas.ImportedItem(id="a", colour="blue")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'id'"):
+        schemas.ImportedItem()  # type: ignore[call-arg]
