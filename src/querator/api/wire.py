@@ -383,8 +383,12 @@ class Field:
             schema = {"anyOf": [schema, {"type": "null"}]}
         if self.description:
             schema = {**schema, "description": self.description}
-        if not self.required:
-            schema["default"] = self.kind.dump(self.default) if self.default is not None else None
+        if self.default is None:
+            # A reply leaves a None field out; only a request that takes null says so.
+            if self.nullable:
+                schema["default"] = None
+        elif not self.required:
+            schema["default"] = self.kind.dump(self.default)
         return schema
 
 
