@@ -73,7 +73,7 @@ PAGE_SIZE: Final = 1000
 _CLEAR_ROUNDS: Final = 100
 
 # The paths of the API (docs/api.md). Spelled out rather than read from ``querator.api.routes``, which
-# imports pydantic; tests/client checks that both tables agree.
+# imports the server's wire messages and the domain; tests/client checks that both tables agree.
 PATHS: Final[Mapping[str, str]] = {
     "queues.create": "/v1/queues.create",
     "queues.update": "/v1/queues.update",
