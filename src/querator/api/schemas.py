@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from querator.api.errors import body_too_large, unsupported_content
 from querator.api.wire import (
-    INVALID,
     Base64,
     BodyError,
     Boolean,
@@ -749,6 +748,6 @@ def parse_request(
         if exc.not_understood:
             # Not understanding the body is the cause of the other problems (a misspelt key also
             # shows up as a missing field), so a 455 names only what was not understood.
-            understood = [str(p) for p in exc.problems if p.kind != INVALID]
-            raise unsupported_content("; ".join(understood) or str(exc)) from exc
+            not_understood = [str(p) for p in exc.problems if p.not_understood]
+            raise unsupported_content("; ".join(not_understood) or str(exc)) from exc
         raise InvalidRequestError(str(exc)) from exc

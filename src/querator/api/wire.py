@@ -71,6 +71,11 @@ class Problem:
         self.message = message
 
     @property
+    def not_understood(self) -> bool:
+        """A key the message does not define, or a body that is not an object: not a wrong value."""
+        return self.kind == UNKNOWN_KEY or (self.kind == NOT_AN_OBJECT and not self.loc)
+
+    @property
     def where(self) -> str:
         """``items[1].bytes``: the snake_case path of the value."""
         text = ""
@@ -93,9 +98,7 @@ class BodyError(Exception):
         self.problems = tuple(problems)
         #: Not JSON at all (a parse error, a lone surrogate), or the top level is not an object, or
         #: a key the message does not define: the body is not understood (455).
-        self.not_understood = not problems or any(
-            p.kind == UNKNOWN_KEY or (p.kind == NOT_AN_OBJECT and not p.loc) for p in problems
-        )
+        self.not_understood = not problems or any(p.not_understood for p in problems)
 
 
 class InvalidValueError(Exception):

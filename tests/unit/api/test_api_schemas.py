@@ -803,3 +803,9 @@ def test_a_response_refuses_an_unknown_or_missing_field() -> None:
         schemas.ImportedItem(id="a", colour="blue")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="'id'"):
         schemas.ImportedItem()  # type: ignore[call-arg]
+
+
+def test_a_455_names_only_what_was_not_understood() -> None:
+    body = json.dumps({"queue_name": "q", "items": [5, {"utf8": "x", "colour": 1}], "extra": True})
+    message = unsupported(schemas.ProduceRequest, body)
+    assert message == "Unsupported content; extra: unknown key; items[1].colour: unknown key"
