@@ -168,22 +168,32 @@ class RecordingMoto:
         self._server = make_server("127.0.0.1", 0, self.recorder, threaded=False, request_handler=Quiet)
         self.endpoint = f"http://127.0.0.1:{self._server.port}"
         self._local = threading.local()
-        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
+        # Polled every 0.1 s for shutdown (not the default 0.5 s): the module's end waits on it.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="moto", daemon=True
+        )
         self._thread.start()
 
     def client(self, service: str, **credentials: str) -> Any:
+        """A client of this server, made once per thread, service and credentials (making one costs
+        milliseconds of this process's CPU, which the moto thread shares)."""
         # A session per thread: boto3's default session is not safe to share between threads.
         session = getattr(self._local, "session", None)
         if session is None:
             session = self._local.session = boto3.session.Session()
-        return session.client(
-            service,
-            region_name=REGION,
-            endpoint_url=self.endpoint,
-            aws_access_key_id=credentials.get("AccessKeyId", "testing"),
-            aws_secret_access_key=credentials.get("SecretAccessKey", "testing"),
-            aws_session_token=credentials.get("SessionToken"),
-        )
+            self._local.clients = {}
+        key = (service, *(credentials.get(k) for k in ("AccessKeyId", "SecretAccessKey", "SessionToken")))
+        client = self._local.clients.get(key)
+        if client is None:
+            client = self._local.clients[key] = session.client(
+                service,
+                region_name=REGION,
+                endpoint_url=self.endpoint,
+                aws_access_key_id=credentials.get("AccessKeyId", "testing"),
+                aws_secret_access_key=credentials.get("SecretAccessKey", "testing"),
+                aws_session_token=credentials.get("SessionToken"),
+            )
+        return client
 
     def calls_by(self, access_key: str) -> list[Call]:
         return [c for c in self.recorder.calls if c.access_key == access_key]
@@ -321,6 +331,8 @@ class Deployment:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: (function, METHOD path) of every request the API routed, for the coverage check.
     routed: list[tuple[str, str]] = field(default_factory=list)
+    #: Each function's resource policy by function name, as ``_policy`` read it.
+    _policies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # -- wiring read back from the deployed resources ------------------------------------------
 
@@ -330,9 +342,17 @@ class Deployment:
                 return fn
         raise AssertionError(f"{arn} is no function of the stack")
 
+    def _policy(self, fn: DeployedFunction) -> dict[str, Any]:
+        """The function's deployed resource policy, read from Lambda once: nothing changes it after
+        ``create_stack``, and one read per request was ~3.5 s of each stage's ~25 s lifecycle."""
+        policy = self._policies.get(fn.function_name)
+        if policy is None:
+            document = self.moto.client("lambda").get_policy(FunctionName=fn.function_name)["Policy"]
+            policy = self._policies[fn.function_name] = json.loads(document)
+        return policy
+
     def _permits(self, fn: DeployedFunction, principal: str, source_arn: str) -> bool:
-        policy = json.loads(self.moto.client("lambda").get_policy(FunctionName=fn.function_name)["Policy"])
-        for statement in policy["Statement"]:
+        for statement in self._policy(fn)["Statement"]:
             if statement.get("Principal", {}).get("Service") != principal:
                 continue
             condition = statement.get("Condition", {})
