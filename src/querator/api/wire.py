@@ -419,9 +419,9 @@ class Message:
 
     #: Every field, the base classes' first.
     fields: ClassVar[tuple[Field, ...]] = ()
-    #: Requests: every key a body may use (the name and its camelCase), to the field.
+    #: Every key a body may use (the name, its ``wire_name``, and for requests its camelCase), to the field.
     keys: ClassVar[Mapping[str, Field]] = {}
-    #: Requests accept camelCase keys too; responses write the names (or a field's alias).
+    #: Requests accept camelCase keys too; responses write the names (or a field's ``wire_name``).
     camel_case_keys: ClassVar[bool] = False
 
     #: The fields the body (or the constructor) gave; the others have their defaults.
@@ -445,6 +445,9 @@ class Message:
         keys: dict[str, Field] = {}
         for f in cls.fields:
             keys[f.name] = f
+            if f.alias:
+                # The key the schema documents is read too (the name stays accepted).
+                keys[f.alias] = f
             if cls.camel_case_keys:
                 keys.setdefault(camel(f.name), f)
         cls.keys = keys
