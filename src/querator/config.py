@@ -165,7 +165,7 @@ class Settings:
     store_read_timeout: timedelta = DEFAULT_STORE_READ_TIMEOUT
 
 
-#: Each duration setting: its field, its variable, and whether zero is allowed, and its upper bound.
+#: Each duration setting: its field, its variable, whether zero is allowed, and its upper bound.
 _DURATIONS: Final = (
     ("lease_wait_cap", EnvVar.LEASE_WAIT_CAP, False, None),
     ("reaper_margin", EnvVar.REAPER_MARGIN, True, None),

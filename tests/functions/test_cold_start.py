@@ -121,7 +121,7 @@ def test_a_failed_prepare_is_logged_and_leaves_the_handler_working(monkeypatch, 
     assert json.loads(reply["body"]) == {"ping": 1}
 
 
-def test_a_function_app_prepare_makes_its_service_once():
+def test_a_function_app_makes_its_service_on_prepare_not_when_built():
     made: list[str] = []
     app = build_app(routes.Function.LEASE, service=lambda: made.append("service"), settings=load_settings)
     assert made == []

@@ -66,11 +66,9 @@ class FunctionApp:
         self,
         handlers: dict[tuple[str, str], Callable[[Request], ProxyResponse]],
         *,
-        served: tuple[routes.Route, ...] = (),
         service: Callable[[], QueueService] | None = None,
     ) -> None:
         self._handlers = handlers
-        self._served = served
         self._service = service
 
     def prepare(self) -> None:
@@ -106,7 +104,6 @@ def build_app(
         raise ValueError(f"no route is served by function {function!r}")
     return FunctionApp(
         {(route.method.upper(), route.path): _bind(route, service, settings) for route in served},
-        served=served,
         service=service,
     )
 

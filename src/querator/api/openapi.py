@@ -28,7 +28,7 @@ _REF: Final = "#/components/schemas/{model}"
 _JSON: Final = "application/json"
 #: What each error status means on this API (contract's table), for the response descriptions.
 _ERROR_MEANING: Final = {
-    BAD_REQUEST: "InvalidValueError request, unknown queue, unknown or stale item id, item not leased.",
+    BAD_REQUEST: "Invalid request, unknown queue, unknown or stale item id, item not leased.",
     PAYLOAD_TOO_LARGE: "Body over the endpoint's size limit.",
     REQUEST_FAILED: "Valid request that cannot succeed now (queue being deleted, dead-letter queue missing).",
     RETRY_REQUEST: "Try again: nothing to lease before the timeout, or throttled by the store.",

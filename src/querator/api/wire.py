@@ -233,18 +233,32 @@ class Boolean(Kind):
         return {"type": "boolean"}
 
 
-class Duration(Kind):
-    """A Go duration string on the wire (``"1m30s"``), a ``timedelta`` in Python."""
+class _Formatted(Kind):
+    """A value with a string form: ``parse`` reads it (raising ``InvalidRequestError`` with the
+    reason), ``dump`` writes it; anything but a string is ``wrong_type``."""
 
     plain = False
+    wrong_type: str
 
-    def convert(self, value: object) -> timedelta:
+    def parse(self, text: str) -> Any:
+        raise NotImplementedError
+
+    def convert(self, value: object) -> Any:
         if type(value) is not str:
-            raise InvalidValueError("must be a Go duration string such as '30s' or '1h30m'")
+            raise InvalidValueError(self.wrong_type)
         try:
-            return parse_duration(value)
+            return self.parse(value)
         except InvalidRequestError as exc:
             raise InvalidValueError(str(exc)) from exc
+
+
+class Duration(_Formatted):
+    """A Go duration string on the wire (``"1m30s"``), a ``timedelta`` in Python."""
+
+    wrong_type = "must be a Go duration string such as '30s' or '1h30m'"
+
+    def parse(self, text: str) -> timedelta:
+        return parse_duration(text)
 
     def dump(self, value: timedelta) -> str:
         return format_duration(value)
@@ -253,18 +267,13 @@ class Duration(Kind):
         return {"type": "string", "description": "Go duration such as '30s' or '1h30m'", "examples": ["1m0s"]}
 
 
-class Timestamp(Kind):
+class Timestamp(_Formatted):
     """An RFC 3339 string on the wire (written in UTC with ``Z``), an aware ``datetime`` in Python."""
 
-    plain = False
+    wrong_type = "must be an RFC 3339 string such as '2026-11-22T05:33:11Z'"
 
-    def convert(self, value: object) -> datetime:
-        if type(value) is not str:
-            raise InvalidValueError("must be an RFC 3339 string such as '2026-11-22T05:33:11Z'")
-        try:
-            return parse_timestamp(value)
-        except InvalidRequestError as exc:
-            raise InvalidValueError(str(exc)) from exc
+    def parse(self, text: str) -> datetime:
+        return parse_timestamp(text)
 
     def dump(self, value: datetime) -> str:
         return format_timestamp(value)

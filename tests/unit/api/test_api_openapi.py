@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -85,3 +86,18 @@ def test_every_post_has_an_example_that_parses() -> None:
 def test_produce_documents_the_idempotency_key(document: dict[str, Any]) -> None:
     parameters = document["paths"]["/v1/queue.produce"]["post"]["parameters"]
     assert [p["name"] for p in parameters] == ["Idempotency-Key"]
+
+
+def test_no_description_names_a_python_class(document: dict[str, Any]) -> None:
+    # The descriptions are for API users: a Python name there ("InvalidValueError") is a slip.
+    def descriptions(node: object) -> list[str]:
+        if isinstance(node, dict):
+            own = [node["description"]] if isinstance(node.get("description"), str) else []
+            return own + [text for value in node.values() for text in descriptions(value)]
+        if isinstance(node, list):
+            return [text for value in node for text in descriptions(value)]
+        return []
+
+    found = descriptions(document)
+    assert len(found) > 20
+    assert [text for text in found if re.search(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)+Error\b", text)] == []
