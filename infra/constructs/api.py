@@ -118,7 +118,7 @@ class QueueApi(Construct):
         acknowledge(
             self.api,
             "AwsSolutions-APIG2",
-            "Bodies are validated by the handlers' pydantic models: the contract answers 455 for "
+            "Bodies are validated by the handlers' wire messages: the contract answers 455 for "
             "unknown keys and accepts camelCase aliases, which API Gateway models cannot express.",
         )
         acknowledge(
