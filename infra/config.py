@@ -34,8 +34,9 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
                             30: an emulator on a laptop can answer later than 5 s, and a write sent
                             again after it was applied fails its own condition
 ``layerAssetPath``          the built layer (default ``layers/core/dist``)
-``bundleLayer``             copy the layer's contents into every function's asset and attach no layer
-                            (default false; stage ``local``: LocalStack Community ignores layers)
+``bundleLayer``             give every function one asset, the layer's contents and all the functions'
+                            folders, and attach no layer (default false; stage ``local``: LocalStack
+                            Community ignores layers)
 ``functionsAssetRoot``      folder of ``<function>/handler.py`` (default ``functions``)
 """
 
@@ -43,7 +44,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -160,9 +160,6 @@ class StageConfig:
         if self.retain_data is not None:
             return self.retain_data
         return self.stage not in DEV_STAGES
-
-    def function_asset_path(self, function: str) -> str:
-        return str(Path(self.functions_asset_root) / function)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> StageConfig:

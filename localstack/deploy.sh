@@ -3,8 +3,8 @@
 #   docker compose -f localstack/docker-compose.yml up -d && ./localstack/deploy.sh
 #   QUERATOR_E2E_URL=<printed url> uv run --frozen pytest -m e2e tests/e2e
 # Idempotent: run it again after a change; bootstrap and deploy only apply what differs. Stage
-# "local" copies the layer's contents into every function (bundleLayer in cdk.json): LocalStack
-# Community accepts layers but does not mount them.
+# "local" gives its functions one asset that holds the layer's contents (bundleLayer in cdk.json):
+# LocalStack Community accepts layers but does not mount them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set -a

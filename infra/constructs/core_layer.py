@@ -34,6 +34,12 @@ class LayerMismatchError(RuntimeError):
     """The built layer targets another runtime or architecture than the stage."""
 
 
+#: The package a bundled asset keeps the functions' folders in: a function's handler is then
+#: ``functions.<name>.handler.lambda_handler`` (the runtime imports a dotted module path).
+BUNDLED_PACKAGE: Final = "functions"
+#: A function's handler in its own asset: ``handler.py`` at the asset's root.
+HANDLER: Final = "handler.lambda_handler"
+
 #: Left out of a function's own folder: bytecode differs per machine and would change the asset hash.
 NOT_CODE: Final = ["__pycache__", "*.pyc"]
 
@@ -44,12 +50,12 @@ def read_stamp(path: Path) -> dict[str, Any]:
     return dict(json.loads(stamp.read_text(encoding="utf-8"))) if stamp.is_file() else {}
 
 
-def bundle_hash(function_dir: Path, layer_hash: str) -> str:
-    """The asset hash of a function bundled over the layer: the layer's build hash and the function's
-    own files (bytecode left out, as the asset leaves it out), by path and content."""
+def bundle_hash(functions_root: Path, layer_hash: str) -> str:
+    """The hash of the bundled asset: the layer's build hash and the functions' own files (bytecode
+    left out, as the asset leaves it out), by path and content."""
     digest = hashlib.sha256(f"layer {layer_hash}\n".encode())
-    for file in sorted(function_dir.rglob("*")):
-        relative = file.relative_to(function_dir)
+    for file in sorted(functions_root.rglob("*")):
+        relative = file.relative_to(functions_root)
         skipped = any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in NOT_CODE)
         if skipped or file.is_dir():
             continue
@@ -78,17 +84,21 @@ def check_layer(path: Path, config: StageConfig) -> dict[str, Any]:
 
 
 @jsii.implements(ILocalBundling)
-class _LayerInFunction:
-    """CDK local bundling, no Docker: the layer's ``python/`` tree, then the function's folder."""
+class _LayerAndFunctions:
+    """CDK local bundling, no Docker: the layer's ``python/`` tree, and the functions' folders in the
+    ``functions`` package beside it."""
 
-    def __init__(self, function_dir: Path, layer_python: Path) -> None:
-        self.function_dir = function_dir
+    def __init__(self, functions_root: Path, layer_python: Path) -> None:
+        self.functions_root = functions_root
         self.layer_python = layer_python
 
     def try_bundle(self, output_dir: str, options: Any) -> bool:
         shutil.copytree(self.layer_python, output_dir, dirs_exist_ok=True, copy_function=_link_or_copy)
         shutil.copytree(
-            self.function_dir, output_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*NOT_CODE)
+            self.functions_root,
+            Path(output_dir) / BUNDLED_PACKAGE,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(*NOT_CODE),
         )
         return True
 
@@ -105,9 +115,10 @@ def _link_or_copy(source: str, target: str) -> None:
 class CoreLayer(Construct):
     """``querator`` + dependencies as one layer version for the stage's runtime and architecture.
 
-    With ``bundle_layer`` (stage ``local``) there is no layer version: ``function_code`` puts the layer's
-    contents into each function's asset instead, because LocalStack Community accepts layers but does
-    not mount them, and every function would fail with ``No module named 'querator'``.
+    With ``bundle_layer`` (stage ``local``) there is no layer version: ``function_code`` gives every
+    function one asset instead, the layer's contents with all the functions' folders, because
+    LocalStack Community accepts layers but does not mount them, and every function would fail with
+    ``No module named 'querator'``. One asset, not nine: a deploy uploads the 27 MB once.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
@@ -119,6 +130,8 @@ class CoreLayer(Construct):
         self.build_hash = built if isinstance(built, str) else None
         self.bundled = config.bundle_layer
         self.layer: lambda_.LayerVersion | None = None
+        #: The bundled asset, made with the first function that asks (CDK binds it to each).
+        self._bundle: lambda_.Code | None = None
         if self.bundled:
             return
         self.layer = lambda_.LayerVersion(
@@ -132,16 +145,21 @@ class CoreLayer(Construct):
             removal_policy=removal_policy(config),
         )
 
-    def function_code(self, function_dir: str) -> lambda_.Code:
-        """A function's asset: its folder, or its folder over the layer's contents when bundled."""
+    def function_code(self, functions_root: str, name: str) -> tuple[lambda_.Code, str]:
+        """A function's asset and its handler: its own folder, or the bundled asset it shares."""
         if not self.bundled:
-            return lambda_.Code.from_asset(function_dir, exclude=NOT_CODE)
+            return lambda_.Code.from_asset(str(Path(functions_root) / name), exclude=NOT_CODE), HANDLER
+        if self._bundle is None:
+            self._bundle = self._bundled_code(Path(functions_root))
+        return self._bundle, f"{BUNDLED_PACKAGE}.{name}.{HANDLER}"
+
+    def _bundled_code(self, functions_root: Path) -> lambda_.Code:
         # A rebuilt layer or a changed function changes the asset. The build's stamp names the layer
-        # by what it was built from, so CDK need not hash 27 MB of output per function (about 2 s
-        # of stage local's synth); a layer without a stamp is hashed as shipped.
-        custom = None if self.build_hash is None else bundle_hash(Path(function_dir), self.build_hash)
+        # by what it was built from, so CDK need not hash 27 MB of output; a layer without a stamp is
+        # hashed as shipped.
+        custom = None if self.build_hash is None else bundle_hash(functions_root, self.build_hash)
         return lambda_.Code.from_asset(
-            function_dir,
+            str(functions_root),
             asset_hash_type=AssetHashType.OUTPUT if custom is None else AssetHashType.CUSTOM,
             asset_hash=custom,
             bundling=BundlingOptions(
@@ -149,7 +167,7 @@ class CoreLayer(Construct):
                 image=DockerImage.from_registry("local-bundling-only"),
                 # jsii hands try_bundle the options as one positional struct, not as the keywords
                 # of the generated stub, so the stub's Protocol check cannot match.
-                local=_LayerInFunction(Path(function_dir), self.path / "python"),  # type: ignore[arg-type]
+                local=_LayerAndFunctions(functions_root, self.path / "python"),  # type: ignore[arg-type]
             ),
         )
 

@@ -110,14 +110,15 @@ class ServiceFunction(Construct):
                 )
 
         size = limits(config)[name]
+        code, handler = layer.function_code(config.functions_asset_root, name)
         self.function = lambda_.Function(
             self,
             "Function",
             description=f"querator {name}",
             runtime=RUNTIMES[config.runtime],
             architecture=ARCHITECTURES[config.architecture],
-            code=layer.function_code(config.function_asset_path(name)),
-            handler="handler.lambda_handler",
+            code=code,
+            handler=handler,
             layers=layer.layers,
             memory_size=size.memory_mb,
             timeout=Duration.seconds(size.timeout_seconds),

@@ -3,15 +3,16 @@
 Started as ``python3.12 -S function_worker.py <task root> <layer python/> <runtime SDK>`` with the
 environment the stack gave the function: ``sys.path`` is only the function's deployed asset
 (``/var/task``), the layer's ``python/`` (``/opt/python``) and the runtime's SDK (``/var/runtime``), so a
-module the layer lacks fails here as it would in Lambda. It imports the handler once (the cold start,
-timed), then reads one JSON request a line on stdin and answers one JSON line on the real stdout; what
-the function prints (Powertools' EMF metrics) is captured and returned with the reply.
+module the layer lacks fails here as it would in Lambda. It imports the handler ``_HANDLER`` names once,
+as the runtime does (the cold start, timed), then reads one JSON request a line on stdin and answers
+one JSON line on the real stdout; what the function prints (Powertools' EMF metrics) is captured and
+returned with the reply.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import io
 import json
 import os
@@ -46,11 +47,10 @@ def main() -> None:
     sys.path[:] = [task_root, layer, runtime, *stdlib]
     started = time.perf_counter()
     printed = io.StringIO()
+    # As the runtime reads ``_HANDLER``: a module path (dots, or slashes for folders) and a name in it.
+    module_path, name = os.environ["_HANDLER"].rsplit(".", 1)
     with contextlib.redirect_stdout(printed):
-        spec = importlib.util.spec_from_file_location("handler", f"{task_root}/handler.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        handler = getattr(importlib.import_module(module_path.replace("/", ".")), name)
     init = {"ready": True, "import_seconds": time.perf_counter() - started, "stdout": printed.getvalue()}
     reply.write(json.dumps(init) + "\n")
     reply.flush()
@@ -63,7 +63,7 @@ def main() -> None:
         started = time.perf_counter()
         try:
             with contextlib.redirect_stdout(printed):
-                result = module.lambda_handler(request["event"], Context(timeout))
+                result = handler(request["event"], Context(timeout))
             answer = {"result": result}
         except Exception:
             answer = {"error": traceback.format_exc()}

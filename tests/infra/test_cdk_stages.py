@@ -72,7 +72,7 @@ def _bundling_stage() -> str:
     return stage
 
 
-def test_a_bundling_stage_links_the_layer_into_each_function_and_names_the_asset_by_the_layers_build(
+def test_a_bundling_stage_gives_every_function_one_asset_of_the_layer_and_the_functions(
     tmp_path: Path,
 ) -> None:
     stage = _bundling_stage()
@@ -86,22 +86,42 @@ def test_a_bundling_stage_links_the_layer_into_each_function_and_names_the_asset
         with (functions_root / name / "handler.py").open("a", encoding="utf-8") as handler:
             handler.write(f"NAME = {name!r}\n")
     synth = synthesize(tmp_path / "cdk.out", cdk_context(**assets, stage=stage))
-    functions = synth.of_type("AWS::Lambda::Function").values()
+    functions = synth.of_type("AWS::Lambda::Function")
     assert len(functions) == len(FUNCTION_NAMES)
-    for function in functions:
-        asset = _asset_dir(synth.outdir, function)
-        # The layer's file is the same file (a hard link), not a copy of it.
-        assert (asset / "placeholder.py").samefile(layer / "python" / "placeholder.py")
-        assert (asset / "handler.py").is_file()
-    names = {_asset_dir(synth.outdir, f).name for f in functions}
-    assert len(names) == len(FUNCTION_NAMES)
-    # The same layer contents, built from other sources: every function's asset changes. (Hashed as
-    # shipped, they would not: the stamp is beside python/, not in it.)
+    # One asset, uploaded once, not nine copies of the layer.
+    (asset,) = {_asset_dir(synth.outdir, f) for f in functions.values()}
+    manifest = json.loads(
+        (synth.outdir / f"{synth.stack.stack_name}.assets.json").read_text(encoding="utf-8")
+    )
+    zipped = [
+        a["source"]["path"] for a in manifest["files"].values() if a["source"].get("packaging") == "zip"
+    ]
+    assert zipped == [asset.name]
+    # The layer's file is the same file (a hard link), not a copy of it.
+    assert (asset / "placeholder.py").samefile(layer / "python" / "placeholder.py")
+    handlers = {}
+    for logical_id, function in functions.items():
+        handler = function["Properties"]["Handler"]
+        module, _, name = handler.rpartition(".")
+        handlers[logical_id] = module
+        assert name == "lambda_handler"
+        # The runtime imports the dotted module path from the asset's root.
+        source = asset / (module.replace(".", "/") + ".py")
+        assert source.is_file(), handler
+    # Each function runs its own handler.
+    assert {(asset / (m.replace(".", "/") + ".py")).read_text(encoding="utf-8").splitlines()[-1]
+            for m in handlers.values()} == {f"NAME = {n!r}" for n in FUNCTION_NAMES}  # fmt: skip
+    by_name = {synth.logical_id(f.function): n for n, f in synth.stack.functions.items()}
+    assert {by_name[i]: m for i, m in handlers.items()} == {
+        n: f"functions.{n}.handler" for n in FUNCTION_NAMES
+    }
+    # The same layer contents, built from other sources: the asset changes. (Hashed as shipped, it
+    # would not: the stamp is beside python/, not in it.)
     (layer / STAMP_FILE).write_text(json.dumps({**stamp, "hash": "from-other-sources"}), encoding="utf-8")
     rebuilt = synthesize(tmp_path / "cdk.out-rebuilt", cdk_context(**assets, stage=stage))
     renamed = {_asset_dir(rebuilt.outdir, f).name for f in rebuilt.of_type("AWS::Lambda::Function").values()}
-    assert len(renamed) == len(FUNCTION_NAMES)
-    assert not names & renamed
+    assert len(renamed) == 1
+    assert asset.name not in renamed
 
 
 def test_a_bundling_stage_without_a_build_stamp_hashes_what_it_ships(tmp_path: Path) -> None:
@@ -110,35 +130,36 @@ def test_a_bundling_stage_without_a_build_stamp_hashes_what_it_ships(tmp_path: P
     synth = synthesize(tmp_path / "cdk.out", cdk_context(**assets, stage=stage))
     assert synth.validation_error is None
     functions = synth.of_type("AWS::Lambda::Function").values()
-    for function in functions:
-        asset = _asset_dir(synth.outdir, function)
-        assert (asset / "placeholder.py").is_file()
-        assert (asset / "handler.py").is_file()
-    # With nothing to name the layer by, a changed layer file changes every function's asset.
-    names = {_asset_dir(synth.outdir, f).name for f in functions}
+    (asset,) = {_asset_dir(synth.outdir, f) for f in functions}
+    assert (asset / "placeholder.py").is_file()
+    assert {(asset / "functions" / n / "handler.py").is_file() for n in FUNCTION_NAMES} == {True}
+    # With nothing to name the layer by, a changed layer file changes the asset.
     layer_file = Path(assets["layerAssetPath"]) / "python" / "placeholder.py"
     layer_file.write_text("CHANGED = 1\n", encoding="utf-8")
     again = synthesize(tmp_path / "cdk.out-changed", cdk_context(**assets, stage=stage))
     changed = {_asset_dir(again.outdir, f).name for f in again.of_type("AWS::Lambda::Function").values()}
-    assert changed
-    assert not names & changed
+    assert len(changed) == 1
+    assert asset.name not in changed
 
 
-def test_a_bundled_functions_asset_hash_follows_the_layers_build_and_the_functions_code(
-    tmp_path: Path,
-) -> None:
-    function = tmp_path / "lease"
-    function.mkdir()
-    (function / "handler.py").write_text("def lambda_handler(event, context): ...\n", encoding="utf-8")
-    first = bundle_hash(function, "layer-1")
-    assert bundle_hash(function, "layer-1") == first
-    assert bundle_hash(function, "layer-2") != first
+def test_the_bundled_assets_hash_follows_the_layers_build_and_every_functions_code(tmp_path: Path) -> None:
+    functions = tmp_path / "functions"
+    (functions / "lease").mkdir(parents=True)
+    (functions / "lease" / "handler.py").write_text(
+        "def lambda_handler(event, context): ...\n", encoding="utf-8"
+    )
+    first = bundle_hash(functions, "layer-1")
+    assert bundle_hash(functions, "layer-1") == first
+    assert bundle_hash(functions, "layer-2") != first
     # Bytecode is left out of the asset, so it is left out of the hash.
-    (function / "__pycache__").mkdir()
-    (function / "__pycache__" / "handler.cpython-312.pyc").write_bytes(b"\0")
-    assert bundle_hash(function, "layer-1") == first
-    (function / "handler.py").write_text("def lambda_handler(event, context): return 1\n", encoding="utf-8")
-    changed = bundle_hash(function, "layer-1")
+    (functions / "lease" / "__pycache__").mkdir()
+    (functions / "lease" / "__pycache__" / "handler.cpython-312.pyc").write_bytes(b"\0")
+    assert bundle_hash(functions, "layer-1") == first
+    (functions / "lease" / "handler.py").write_text(
+        "def lambda_handler(event, context): return 1\n", encoding="utf-8"
+    )
+    changed = bundle_hash(functions, "layer-1")
     assert changed != first
-    (function / "extra.py").write_text("", encoding="utf-8")
-    assert bundle_hash(function, "layer-1") not in (first, changed)
+    (functions / "produce").mkdir()
+    (functions / "produce" / "handler.py").write_text("", encoding="utf-8")
+    assert bundle_hash(functions, "layer-1") not in (first, changed)
