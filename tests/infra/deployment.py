@@ -1,7 +1,8 @@
 """The synthesized stack deployed onto moto's CloudFormation, and its functions run as Lambda would.
 
-- ``RecordingMoto``: one moto server (every service, single-threaded so conditional writes are atomic)
-  in a thread of the test process, behind a WSGI recorder that notes every AWS call: who signed it
+- ``RecordingMoto``: one moto server for the functions (every service, single-threaded so conditional
+  writes are atomic) and one for the deploys, over the same backends, in threads of the test process,
+  behind a WSGI recorder that notes every AWS call: who signed it
   (the access key), the service and the operation, and its body.
 - ``deploy``: what ``cdk deploy`` needs in place (the bootstrap version parameter, the asset bucket
   with every asset zipped into it), then ``create_stack`` with the template as synthesized, except
@@ -80,6 +81,10 @@ class Call:
     body: dict[str, Any]
 
 
+#: Where ``_Recorder`` leaves a request's operation in its WSGI environ, for the timing of the answer.
+_OPERATION: Final = "querator.test.operation"
+
+
 class _Recorder:
     """WSGI middleware: note the call, then hand the request to moto unchanged, except for a
     ``TransactWriteItems`` whose ``ClientRequestToken`` already succeeded (see ``_replayed``)."""
@@ -91,8 +96,9 @@ class _Recorder:
         # ClientRequestToken -> the first successful reply (status, headers, body).
         self._transactions: dict[str, tuple[str, list[tuple[str, str]], bytes]] = {}
         self.replayed_transactions = 0
-        #: Every answer's time in seconds, with its operation: the fixture prints the slowest.
-        self.durations: list[tuple[float, str]] = []
+        #: Every answer's time in seconds, with its operation and the port of the server that gave
+        #: it: the fixture prints the slowest the functions waited for.
+        self.durations: list[tuple[float, str, int]] = []
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         started = time.monotonic()
@@ -100,7 +106,8 @@ class _Recorder:
             return self._handle(environ, start_response)
         finally:
             with self._lock:
-                self.durations.append((time.monotonic() - started, environ.get("HTTP_X_AMZ_TARGET", "")))
+                answered = time.monotonic() - started
+                self.durations.append((answered, environ.get(_OPERATION, ""), int(environ["SERVER_PORT"])))
 
     def _handle(self, environ: dict[str, Any], start_response: Any) -> Any:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -123,6 +130,7 @@ class _Recorder:
                 body = {k: v[0] for k, v in form.items()}
             else:  # REST protocols: no operation name on the wire
                 operation = f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"
+            environ[_OPERATION] = operation
             with self._lock:
                 self.calls.append(Call(credential.group(1), credential.group(2), operation, body))
             if operation == "TransactWriteItems" and body.get("ClientRequestToken"):
@@ -165,30 +173,41 @@ class RecordingMoto:
                 pass
 
         self.recorder = _Recorder(DomainDispatcherApplication(create_backend_app))
-        self._server = make_server("127.0.0.1", 0, self.recorder, threaded=False, request_handler=Quiet)
-        self.endpoint = f"http://127.0.0.1:{self._server.port}"
         self._local = threading.local()
+        # Two servers over the same backends, each answering one request at a time. The functions
+        # use the first, so their conditional writes are atomic as DynamoDB's are. The deploys use the
+        # second: a CreateStack is one request that builds the whole stack (1-3 s), and on the first
+        # it would stop every other stage's lifecycle (and its 1-2 s leases) while it runs.
+        self._servers = [
+            make_server("127.0.0.1", 0, self.recorder, threaded=False, request_handler=Quiet)
+            for _ in range(2)
+        ]
+        self.endpoint, self.deploy_endpoint = (f"http://127.0.0.1:{s.port}" for s in self._servers)
         # Polled every 0.1 s for shutdown (not the default 0.5 s): the module's end waits on it.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="moto", daemon=True
-        )
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.1}, name="moto", daemon=True)
+            for s in self._servers
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def client(self, service: str, **credentials: str) -> Any:
-        """A client of this server, made once per thread, service and credentials (making one costs
-        milliseconds of this process's CPU, which the moto thread shares)."""
+    def client(self, service: str, *, deploying: bool = False, **credentials: str) -> Any:
+        """A client of this server (``deploying``: of the deploys' server), made once per thread,
+        service and credentials (making one costs milliseconds of this process's CPU, which the moto
+        threads share)."""
         # A session per thread: boto3's default session is not safe to share between threads.
         session = getattr(self._local, "session", None)
         if session is None:
             session = self._local.session = boto3.session.Session()
             self._local.clients = {}
-        key = (service, *(credentials.get(k) for k in ("AccessKeyId", "SecretAccessKey", "SessionToken")))
+        secrets = (credentials.get(k) for k in ("AccessKeyId", "SecretAccessKey", "SessionToken"))
+        key = (service, deploying, *secrets)
         client = self._local.clients.get(key)
         if client is None:
             client = self._local.clients[key] = session.client(
                 service,
                 region_name=REGION,
-                endpoint_url=self.endpoint,
+                endpoint_url=self.deploy_endpoint if deploying else self.endpoint,
                 aws_access_key_id=credentials.get("AccessKeyId", "testing"),
                 aws_secret_access_key=credentials.get("SecretAccessKey", "testing"),
                 aws_session_token=credentials.get("SessionToken"),
@@ -199,9 +218,11 @@ class RecordingMoto:
         return [c for c in self.recorder.calls if c.access_key == access_key]
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
 
 
 # -- deploying the cloud assembly ----------------------------------------------------------------
@@ -254,10 +275,10 @@ def _sub(text: str) -> str:
 
 def bootstrap(moto: RecordingMoto) -> None:
     """What ``cdk bootstrap`` leaves in an account, as far as a deploy reads it."""
-    moto.client("ssm").put_parameter(
+    moto.client("ssm", deploying=True).put_parameter(
         Name=f"/cdk-bootstrap/{QUALIFIER}/version", Value=BOOTSTRAP_VERSION, Type="String", Overwrite=True
     )
-    s3 = moto.client("s3")
+    s3 = moto.client("s3", deploying=True)
     bucket = f"cdk-{QUALIFIER}-assets-{ACCOUNT}-{REGION}"
     if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
         s3.create_bucket(Bucket=bucket)
@@ -266,7 +287,7 @@ def bootstrap(moto: RecordingMoto) -> None:
 def publish_assets(moto: RecordingMoto, outdir: Path, stack_name: str) -> int:
     """Zip every asset of the assembly into the bootstrap bucket, as ``cdk deploy`` does."""
     manifest = json.loads((outdir / f"{stack_name}.assets.json").read_text(encoding="utf-8"))
-    s3 = moto.client("s3")
+    s3 = moto.client("s3", deploying=True)
     for asset in manifest["files"].values():
         source = outdir / asset["source"]["path"]
         body = _zip_folder(source) if asset["source"].get("packaging") == "zip" else source.read_bytes()
@@ -295,7 +316,8 @@ class DeployedFunction:
     task_root: Path | None = None
     log: Path | None = None
     worker: subprocess.Popen[str] | None = None
-    import_seconds: float = 0.0
+    #: How long the handler's import took in the worker; ``None`` until the worker said it was ready.
+    import_seconds: float | None = None
 
     @property
     def environment(self) -> dict[str, str]:
@@ -484,7 +506,7 @@ def deploy(moto: RecordingMoto, outdir: Path, stack_name: str, stage: str) -> De
     deployable, replaced = with_placeholders(template, set(get_model_map()), stack_name)
     bootstrap(moto)
     publish_assets(moto, outdir, stack_name)
-    cfn = moto.client("cloudformation")
+    cfn = moto.client("cloudformation", deploying=True)
     cfn.create_stack(
         StackName=stack_name,
         TemplateBody=json.dumps(deployable),
@@ -498,7 +520,7 @@ def deploy(moto: RecordingMoto, outdir: Path, stack_name: str, stage: str) -> De
         # moto leaves it out for a few types the tests never look up (AWS::IAM::Policy)
         if "PhysicalResourceId" in r
     }
-    lambda_ = moto.client("lambda")
+    lambda_ = moto.client("lambda", deploying=True)
     functions = {}
     for logical_id, resource in template["Resources"].items():
         if resource["Type"] != "AWS::Lambda::Function":
@@ -524,7 +546,7 @@ def deploy(moto: RecordingMoto, outdir: Path, stack_name: str, stage: str) -> De
         replaced=replaced,
         moto=moto,
     )
-    apigw = moto.client("apigateway")
+    apigw = moto.client("apigateway", deploying=True)
     deployment.api_id = deployment.physical_of("AWS::ApiGateway::RestApi")
     (api_stage,) = [
         r["Properties"]["StageName"]
@@ -556,19 +578,23 @@ def _layer_folder(deployment: Deployment, fn: DeployedFunction, layers: Path) ->
 
 
 def _unzip(moto: RecordingMoto, bucket: str, key: str, folder: Path) -> None:
-    body = moto.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    body = moto.client("s3", deploying=True).get_object(Bucket=bucket, Key=key)["Body"].read()
     with zipfile.ZipFile(io.BytesIO(body)) as archive:
         archive.extractall(folder)
 
 
 def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, layers: Path) -> None:
     """One warm worker per function: its deployed code, the layer, its environment and role. The
-    workers start their cold start and this returns: ``wait_ready`` waits for them."""
-    sts = deployment.moto.client("sts")
+    workers start their cold start and this returns: each function's first invocation (or
+    ``wait_ready``) waits for its own."""
+    sts = deployment.moto.client("sts", deploying=True)
     for fn in deployment.functions.values():
         code = fn.properties["Code"]
-        task_root = fn.task_root = root / fn.name
-        _unzip(deployment.moto, _sub(code["S3Bucket"]["Fn::Sub"]), code["S3Key"], task_root)
+        # One folder per code object: the functions of a bundled stage share one asset, and each
+        # environment only reads it (/var/task is read-only in Lambda).
+        task_root = fn.task_root = root / code["S3Key"].removesuffix(".zip")
+        if not task_root.exists():
+            _unzip(deployment.moto, _sub(code["S3Bucket"]["Fn::Sub"]), code["S3Key"], task_root)
         layer = _layer_folder(deployment, fn, layers)
         credentials = sts.assume_role(RoleArn=fn.role_arn, RoleSessionName=fn.function_name[:64])[
             "Credentials"
@@ -611,7 +637,6 @@ def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, 
         if "QUERATOR_STREAM_ENDPOINT" in env:
             # The stage's callback URL is API Gateway's host; the management API is moto's here.
             env["QUERATOR_STREAM_ENDPOINT"] = deployment.moto.endpoint
-        assert fn.configuration["Handler"] == "handler.lambda_handler"
         # The function's log (stderr), as CloudWatch would keep it: read back when an invocation fails.
         fn.log = root / f"{fn.name}.log"
         with fn.log.open("w") as log:
@@ -624,8 +649,15 @@ def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, 
 def wait_ready(deployment: Deployment) -> None:
     """Wait until every worker ``start_functions`` started has imported its handler."""
     for fn in deployment.functions.values():
-        ready = _read(fn)
-        fn.import_seconds = ready["import_seconds"]
+        _wait_ready(fn)
+
+
+def _wait_ready(fn: DeployedFunction) -> None:
+    """The worker's cold start (its import of the handler), waited for once: by its first invocation,
+    as Lambda's first request waits for the init, so a stage's first requests need not wait for the
+    other functions' cold starts."""
+    if fn.import_seconds is None:
+        fn.import_seconds = float(_read(fn)["import_seconds"])
 
 
 def _read(fn: DeployedFunction) -> dict[str, Any]:
@@ -643,6 +675,7 @@ def _log_tail(fn: DeployedFunction) -> str:
 
 def invoke(fn: DeployedFunction, event: dict[str, Any]) -> dict[str, Any]:
     assert fn.worker is not None and fn.worker.stdin is not None
+    _wait_ready(fn)
     fn.worker.stdin.write(json.dumps({"event": event}) + "\n")
     fn.worker.stdin.flush()
     answer = _read(fn)
