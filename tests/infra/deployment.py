@@ -21,6 +21,7 @@ import fnmatch
 import io
 import json
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -572,15 +573,24 @@ def _layer_folder(deployment: Deployment, fn: DeployedFunction, layers: Path) ->
     layer = deployment.template["Resources"][layer_ref["Ref"]]["Properties"]["Content"]
     # One folder per layer object: stages deploying the same layer share it, as functions do in Lambda.
     folder = layers / layer["S3Key"].removesuffix(".zip")
-    if not folder.exists():
-        _unzip(deployment.moto, _sub(layer["S3Bucket"]["Fn::Sub"]), layer["S3Key"], folder)
+    _unzip_once(deployment.moto, _sub(layer["S3Bucket"]["Fn::Sub"]), layer["S3Key"], folder)
     return folder / "python"
 
 
-def _unzip(moto: RecordingMoto, bucket: str, key: str, folder: Path) -> None:
+def _unzip_once(moto: RecordingMoto, bucket: str, key: str, folder: Path) -> None:
+    """The object unzipped into ``folder``, unless it is there already. The stages deploy on threads
+    of their own and share a layer's folder: each unzips beside it and renames, so a stage never
+    starts its workers over a folder another stage is still filling."""
+    if folder.exists():
+        return
     body = moto.client("s3", deploying=True).get_object(Bucket=bucket, Key=key)["Body"].read()
+    partial = folder.with_name(f"{folder.name}.{uuid.uuid4().hex}.partial")
     with zipfile.ZipFile(io.BytesIO(body)) as archive:
-        archive.extractall(folder)
+        archive.extractall(partial)
+    try:
+        partial.rename(folder)
+    except OSError:  # another stage renamed its copy first: the same object, so keep that one
+        shutil.rmtree(partial)
 
 
 def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, layers: Path) -> None:
@@ -593,8 +603,7 @@ def start_functions(deployment: Deployment, python: str, sdk: Path, root: Path, 
         # One folder per code object: the functions of a bundled stage share one asset, and each
         # environment only reads it (/var/task is read-only in Lambda).
         task_root = fn.task_root = root / code["S3Key"].removesuffix(".zip")
-        if not task_root.exists():
-            _unzip(deployment.moto, _sub(code["S3Bucket"]["Fn::Sub"]), code["S3Key"], task_root)
+        _unzip_once(deployment.moto, _sub(code["S3Bucket"]["Fn::Sub"]), code["S3Key"], task_root)
         layer = _layer_folder(deployment, fn, layers)
         credentials = sts.assume_role(RoleArn=fn.role_arn, RoleSessionName=fn.function_name[:64])[
             "Credentials"

@@ -18,12 +18,13 @@ def document() -> dict[str, Any]:
     return build_openapi(version="1.2.3", server_url="https://example.invalid")
 
 
-def _refs(node: object) -> list[str]:
+def _strings_under(key: str, node: object) -> list[str]:
+    """Every string value of ``key`` anywhere in the document (``$ref``, ``description``)."""
     if isinstance(node, dict):
-        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
-        return found + [ref for value in node.values() for ref in _refs(value)]
+        found = [node[key]] if isinstance(node.get(key), str) else []
+        return found + [text for value in node.values() for text in _strings_under(key, value)]
     if isinstance(node, list):
-        return [ref for value in node for ref in _refs(value)]
+        return [text for value in node for text in _strings_under(key, value)]
     return []
 
 
@@ -57,7 +58,7 @@ def test_posts_document_body_and_error_statuses(document: dict[str, Any]) -> Non
 
 
 def test_every_ref_resolves(document: dict[str, Any]) -> None:
-    for ref in _refs(document):
+    for ref in _strings_under("$ref", document):
         node: Any = document
         for part in ref.removeprefix("#/").split("/"):
             node = node[part]
@@ -90,14 +91,6 @@ def test_produce_documents_the_idempotency_key(document: dict[str, Any]) -> None
 
 def test_no_description_names_a_python_class(document: dict[str, Any]) -> None:
     # The descriptions are for API users: a Python name there ("InvalidValueError") is a slip.
-    def descriptions(node: object) -> list[str]:
-        if isinstance(node, dict):
-            own = [node["description"]] if isinstance(node.get("description"), str) else []
-            return own + [text for value in node.values() for text in descriptions(value)]
-        if isinstance(node, list):
-            return [text for value in node for text in descriptions(value)]
-        return []
-
-    found = descriptions(document)
+    found = _strings_under("description", document)
     assert len(found) > 20
     assert [text for text in found if re.search(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)+Error\b", text)] == []
