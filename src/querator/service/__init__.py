@@ -160,6 +160,12 @@ class QueueService:
         up to ``timeout``."""
         return self._leaser.lease(queue_name, batch_size=batch_size, client_id=client_id, timeout=timeout)
 
+    def give_back(self, queue_name: str, partition: int, ids: Sequence[str]) -> int:
+        """Put leased items back at once, their attempt not spent, for a lease whose reply could
+        not be written; at the tail, under new ids. Returns how many went back (ids no longer
+        validly leased are left alone)."""
+        return self._leaser.give_back(queue_name, partition, ids)
+
     def complete(self, queue_name: str, partition: int, ids: Sequence[str]) -> BatchOutcome:
         """Delete leased items; ids that are unknown, stale or not leased are reported as failed."""
         return self._items.complete(queue_name, partition, ids)
