@@ -18,6 +18,7 @@ from querator.domain.errors import NothingToLeaseError, RetryLaterError
 from querator.domain.ids import IdFactory
 from querator.domain.model import ClearScope, NewItem, RetryRequest
 from querator.service import CURSOR_LAG, MAX_REPLY_BYTES, SWEEP_DELAY
+from querator.storage.engine import SortedRowsStore
 from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
 
 if TYPE_CHECKING:
@@ -247,6 +248,11 @@ def test_a_straggler_written_below_the_cursor_is_found_by_the_sweep(service, clo
         ],
         now=clock.now(),
     )
+    if isinstance(store, SortedRowsStore):
+        # The embedded stores pull the cursor back in the write's own transaction: leased at once
+        # (tests/contract/test_late_writes.py); only DynamoDB needs the sweep.
+        assert payloads(service.lease("jobs", batch_size=5, client_id="c").items) == [b"late"]
+        return
     with pytest.raises(NothingToLeaseError):  # behind the cursor, out of every lease's sight
         service.lease("jobs", batch_size=5, client_id="c")
 
