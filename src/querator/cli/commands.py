@@ -14,6 +14,7 @@ import binascii
 import csv
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -785,6 +786,27 @@ def _partition_hint(
         )
 
 
+#: How older servers word a per-id failure: "N id(s) not applied, the others were: <the failed ids>",
+#: which reads as if the listed ids were the applied ones.
+_OLD_FAILURE_WORDING: Final = re.compile(r"\b\d+ id\(s\) not applied, the others were: ")
+
+
+def _name_failures(error: ItemNotLeasedError, ids: list[str]) -> None:
+    """Make a per-id failure from an older server read as today's do: how many of the ids sent
+    failed, each failed id with its reason, then how many were applied. Today's wording is kept."""
+    match = _OLD_FAILURE_WORDING.search(error.message)
+    if match is None:
+        return
+    sent = len(dict.fromkeys(ids))
+    failed = len(dict.fromkeys(error.failed_ids))
+    applied = max(sent - failed, 0)
+    error.message = (
+        f"{error.message[: match.start()]}{failed} of {sent} id(s) failed and were not applied: "
+        f"{error.message[match.end() :]}; "
+        + (f"the other {applied} were applied" if applied else "none was applied")
+    )
+
+
 def _ids(args: argparse.Namespace) -> list[str]:
     ids = [i for i in args.ids if i != "-"]
     if not args.ids or "-" in args.ids:
@@ -810,6 +832,7 @@ def _complete(args: argparse.Namespace) -> int:
         try:
             client.complete(args.queue_name, ids, partition=_partition(args))
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             raise
     return _done(args, "completed", ids)
@@ -846,6 +869,7 @@ def _retry(args: argparse.Namespace) -> int:
                 partition=_partition(args),
             )
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             raise
     if args.dead:
@@ -861,6 +885,7 @@ def _renew(args: argparse.Namespace) -> int:
                 args.queue_name, ids, partition=_partition(args), lease_timeout=args.lease_timeout
             )
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             raise
     rows = [[r.id, r.lease_deadline] for r in renewal.items]
@@ -916,6 +941,7 @@ def _reprioritize(args: argparse.Namespace) -> int:
         try:
             moved = client.reprioritize(args.queue_name, ids, args.priority, partition=partition)
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             applied = len(set(ids) - set(exc.failed_ids))
             if exc.failed_ids and applied:
