@@ -33,6 +33,7 @@ from querator.cli.output import (
     key_values,
     preview,
     print_json,
+    shown,
     table,
     utf8_or_none,
 )
@@ -386,7 +387,7 @@ def _queues_delete(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({"deleted": args.queue_name})
     else:
-        print(f"deleted queue {args.queue_name}")  # noqa: T201
+        print(f"deleted queue {shown(args.queue_name)}")  # noqa: T201
     return ExitCode.OK
 
 
@@ -491,7 +492,7 @@ def _produce(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({"queue_name": args.queue_name, "produced": produced, "batches": batches})
     else:
-        print(f"produced {produced} item(s) to {args.queue_name} in {batches} request(s)")  # noqa: T201
+        print(f"produced {produced} item(s) to {shown(args.queue_name)} in {batches} request(s)")  # noqa: T201
     return ExitCode.OK
 
 
@@ -675,11 +676,11 @@ def _lease(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json(_lease_json(lease))
     elif lease.items:
-        print(f"queue {lease.queue_name}, partition {lease.partition}")  # noqa: T201
+        print(f"queue {shown(lease.queue_name)}, partition {lease.partition}")  # noqa: T201
         rows = [[i.id, i.attempts, i.priority, i.lease_deadline, preview(i.payload)] for i in lease.items]
         print(table(["ID", "ATTEMPTS", "PRIORITY", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
     if not lease.items:
-        print(f"querator lease: nothing to lease in {args.queue_name}", file=sys.stderr)  # noqa: T201
+        print(f"querator lease: nothing to lease in {shown(args.queue_name)}", file=sys.stderr)  # noqa: T201
         return ExitCode.TRY_AGAIN
     return ExitCode.OK
 
@@ -822,7 +823,7 @@ def _done(args: argparse.Namespace, verb: str, ids: list[str], *, dead_queue: st
         print_json({**body, "dead_queue": dead_queue} if dead_queue else body)
     else:
         to = f" to {dead_queue}" if dead_queue else ""
-        print(f"{verb} {len(ids)} item(s) of {args.queue_name}{to}")  # noqa: T201
+        print(f"{verb} {len(ids)} item(s) of {shown(args.queue_name)}{to}")  # noqa: T201
     return ExitCode.OK
 
 
@@ -1051,7 +1052,7 @@ def _watch(args: argparse.Namespace) -> int:
                     if redraw:
                         # Home and clear: the table replaces itself instead of scrolling.
                         sys.stdout.write("\x1b[H\x1b[2J")
-                    print(f"{args.queue_name} at {stamp} (every {args.interval}, Ctrl-C to stop)")  # noqa: T201
+                    print(f"{shown(args.queue_name)} at {stamp} (every {args.interval}, Ctrl-C to stop)")  # noqa: T201
                     print(stats_table(stats))  # noqa: T201
                     if not redraw:
                         print()  # noqa: T201
@@ -1103,7 +1104,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json(_items_json(dead_info.queue_name, items))
     else:
-        print(f"dead-letter queue {dead_info.queue_name}: {len(items)} item(s)")  # noqa: T201
+        print(f"dead-letter queue {shown(dead_info.queue_name)}: {len(items)} item(s)")  # noqa: T201
         rows = [
             [p, i.id, i.source_id, i.attempts, i.priority, i.created_at, i.reference, preview(i.payload, 40)]
             for p, i in items
@@ -1160,7 +1161,7 @@ def _redrive(args: argparse.Namespace) -> int:
             {"queue_name": args.queue_name, "moved": moved, "remaining": remaining, "stranded": stranded}
         )
         return ExitCode.OK
-    print(f"moved {moved} item(s) out of {args.queue_name}")  # noqa: T201
+    print(f"moved {moved} item(s) out of {shown(args.queue_name)}")  # noqa: T201
     if stranded:
         print(  # noqa: T201
             f"{stranded} item(s) stay: the queue they came from no longer exists (move them with --to QUEUE)"
@@ -1243,7 +1244,7 @@ def _peek(args: argparse.Namespace) -> int:
         print_json(_items_json(args.queue_name, items))
         return ExitCode.OK
     kind = "scheduled item(s)" if args.scheduled else "item(s)"
-    print(f"{args.queue_name}: first {len(items)} {kind}")  # noqa: T201
+    print(f"{shown(args.queue_name)}: first {len(items)} {kind}")  # noqa: T201
     rows = [
         [
             p,
@@ -1299,5 +1300,5 @@ def _clear(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({"queue_name": args.queue_name, "cleared": what})
     else:
-        print(f"cleared the {', '.join(what)} items of {args.queue_name}")  # noqa: T201
+        print(f"cleared the {', '.join(what)} items of {shown(args.queue_name)}")  # noqa: T201
     return ExitCode.OK
