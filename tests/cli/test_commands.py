@@ -395,6 +395,18 @@ def test_a_partial_failure_lists_the_failed_ids_as_failed_and_counts_the_applied
     assert client.stats(queue_name).total == 0
 
 
+def test_renew_past_the_queues_expire_timeout_exits_3_and_keeps_the_lease(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name, "--lease-timeout", "30s", "--expire-timeout", "1h")
+    run("produce", queue_name, "a")
+    (item,) = _lease(run, queue_name, 1)["items"]
+
+    result = run("renew", queue_name, item["id"], "--lease-timeout", "2562047h")
+
+    assert result.code == ExitCode.BAD_REQUEST
+    assert "lease_timeout may not be longer than the queue's expire_timeout" in result.err
+    assert run("renew", queue_name, item["id"], "--lease-timeout", "1h").code == ExitCode.OK
+
+
 def test_a_partial_failure_worded_by_an_older_server_reads_the_same() -> None:
     # Older servers said "N id(s) not applied, the others were: <failed ids>": the failed ids read
     # as the applied ones.

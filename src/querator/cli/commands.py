@@ -751,7 +751,8 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Set each lease's deadline to now + --lease-timeout (default: the queue's lease timeout).\n"
             "Counted from now, not added to the old deadline, so a short --lease-timeout can shorten a\n"
-            "lease (as SQS's ChangeMessageVisibility does). A lost lease exits 3 naming it."
+            "lease (as SQS's ChangeMessageVisibility does); one longer than the queue's expire timeout\n"
+            "is refused (exit 3, nothing renewed). A lost lease exits 3 naming it."
         ),
     )
     renew.add_argument("queue_name", metavar="QUEUE")
