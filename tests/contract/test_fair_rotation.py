@@ -18,6 +18,7 @@ import pytest
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.groups import group_lane
 from querator.domain.model import NewItem
+from querator.service.tuning import MAX_LANES_PER_LEASE
 from querator.testing import memory_service, sqlite_service
 from tests.contract.helpers import make_queue
 
@@ -157,3 +158,29 @@ def test_a_batch_larger_than_a_lanes_first_read_reads_the_lane_on_in_turn(
 
     for _ in range(3):
         assert lease(service, 1000) == model.lease(1000)
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_lease_that_finds_its_most_lanes_empty_moves_the_ring_past_them(
+    store: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A lease reads at most ``MAX_LANES_PER_LEASE`` lanes; when all of them were empty the next
+    lease must read the lanes after them, not the same empty ones for as long as they stay registered."""
+    service = (
+        memory_service(clock=clock)
+        if store == "memory"
+        else sqlite_service(tmp_path / "querator.db", clock=clock)
+    )
+    make_queue(service, delivery="fair")
+    groups = sorted((f"T{n:03d}" for n in range(MAX_LANES_PER_LEASE + 20)), key=group_lane)
+    service.produce("jobs", [NewItem(payload=g.encode(), group=g) for g in groups])
+    for _ in range(2):  # a lease reads at most that many lanes: two take them all
+        held = service.lease("jobs", batch_size=len(groups), client_id="c", timeout=timedelta(0)).items
+        service.complete("jobs", 0, [item.id for item in held])
+    # The ring is at the last group's lane; the rotation goes on with the items without a group (its
+    # first lane), then the groups from the first: the first lane past a lease's reach is this one's.
+    beyond = groups[MAX_LANES_PER_LEASE - 1]
+    service.produce("jobs", [NewItem(payload=b"beyond", group=beyond)])
+
+    assert lease(service, 1) == []
+    assert lease(service, 1) == [b"beyond"]
