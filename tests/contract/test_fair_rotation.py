@@ -184,3 +184,21 @@ def test_a_lease_that_finds_its_most_lanes_empty_moves_the_ring_past_them(
 
     assert lease(service, 1) == []
     assert lease(service, 1) == [b"beyond"]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_band_of_exactly_the_most_lanes_a_lease_reads_still_gets_further_turns(
+    store: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    service = (
+        memory_service(clock=clock)
+        if store == "memory"
+        else sqlite_service(tmp_path / "querator.db", clock=clock)
+    )
+    make_queue(service, delivery="fair")
+    model = RoundRobin()
+    # With the band's own lane (items without a group), the band holds exactly that many lanes.
+    for n in range(MAX_LANES_PER_LEASE - 1):
+        produce(service, model, f"T{n:03d}", 3)
+
+    assert lease(service, 250) == model.lease(250)

@@ -255,6 +255,9 @@ class Leaser:
             claimed += won
             if stopped:
                 break
+        if not (came_round or stopped) and len(claimed) < batch_size and len(lanes) >= MAX_LANES_PER_LEASE:
+            # Read its most lanes: when they were all of the band's, further turns may serve them.
+            came_round = next(rotation, None) is None
         # Further turns, once every lane has been read: round-robin over those with items left.
         while came_round and not stopped and len(claimed) < batch_size and self._clock.now() < stop_at:
             pool = self._next_turns(queue, partition, lanes, batch_size - len(claimed), now, stop_at)
