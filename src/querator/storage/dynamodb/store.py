@@ -724,11 +724,19 @@ class DynamoDBItemStore:
         # a scheduled item is among them), as a delete reads it; the pass counts only items never
         # leased, so an item is taken off once (but for a pass whose read and write both fall
         # between a claim and this read: drift that the recount heals).
-        scheduled = any(item.enqueue_at is not None for item in items)
-        mark = self.heads(queue, [partition])[0].schedule_mark if scheduled else ""
+        mark: str | None = ""
+        if any(item.enqueue_at is not None for item in items):
+            try:
+                mark = self.heads(queue, [partition])[0].schedule_mark
+            except QueratorError as exc:
+                # The items are leased already: a failed read costs the count (the recount heals it),
+                # never the reply. They stay counted as scheduled until the recount.
+                log.warning("schedule mark of %s~%d not read after lease: %s", queue, partition, exc)
+                mark = None
         counts = CounterDeltas()
         for item in items:
-            counts.lease(item.created_at, was_scheduled=scheduled_until_claimed(item, mark))
+            was_scheduled = mark is not None and scheduled_until_claimed(item, mark)
+            counts.lease(item.created_at, was_scheduled=was_scheduled)
         in_lane = cursor is not None and is_group_lane(lane_of(cursor))
         # A band's cursor and the ring go with the counters; a group lane's cursor is on its row.
         writes: list[Callable[[], None]] = [
