@@ -3,7 +3,8 @@ store and on a SQLite file.
 
 A model of what the queue must hold is kept beside the service; after every step the service's
 storage must agree with it: nothing lost, nothing doubled, no item under two live leases, attempts
-never going down, priority-then-oldest-first leasing, every item at the priority the model expects.
+never going down, priority-then-oldest-first leasing, every item at the priority the model expects,
+and counters (``queue.stats``) that agree with the items and never show an impossible state.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo, RetryRequest
 from querator.service import QueueService
+from querator.storage.counters import still_scheduled
 from querator.testing import FakeClock, memory_service, sqlite_service
 
 LEASE = timedelta(seconds=30)
@@ -80,6 +82,11 @@ class QueueMachine(RuleBasedStateMachine):
         self.priority: dict[bytes, int] = {}  # payload -> its priority
         self.next_priority: dict[bytes, int] = {}  # payload -> given while leased, taken when back
 
+    def teardown(self) -> None:
+        # The reaper visits every queue of the shared catalog: leave it as the example found it.
+        self.service.delete_queue(self.q)
+        self.service.delete_queue(self.dlq)
+
     def _live_holds(self) -> dict[bytes, tuple[str, datetime]]:
         now = self.clock.now()
         return {p: h for p, h in self.held.items() if h[1] > now}
@@ -104,6 +111,22 @@ class QueueMachine(RuleBasedStateMachine):
         self.service.produce(self.q, [NewItem(payload=p, priority=priority) for p in batch])
         self.alive.update(batch)
         self.priority.update(dict.fromkeys(batch, priority))
+
+    @rule(count=st.integers(1, 3), delay=st.sampled_from([5, 20, 45]))
+    def produce_scheduled(self, count, delay):
+        batch = []
+        for _ in range(count):
+            self.counter += 1
+            batch.append(f"item-{self.counter}".encode())
+        later = self.clock.now() + timedelta(seconds=delay)
+        self.service.produce(self.q, [NewItem(payload=p, enqueue_at=later) for p in batch])
+        self.alive.update(batch)
+        self.priority.update(dict.fromkeys(batch, 5))
+
+    @rule()
+    def reap(self):
+        # Recovers expired leases and passes the schedule mark (scheduled items that came due).
+        self.service.reap(self.clock.now(), timedelta(seconds=30))
 
     @rule(batch=st.integers(1, 5))
     def lease(self, batch):
@@ -143,11 +166,19 @@ class QueueMachine(RuleBasedStateMachine):
             self.done.add(payload)
 
     @precondition(lambda self: self.held)
-    @rule(data=st.data(), dead=st.booleans(), priority=st.none() | st.integers(0, 9))
-    def retry(self, data, dead, priority):
+    @rule(
+        data=st.data(),
+        dead=st.booleans(),
+        priority=st.none() | st.integers(0, 9),
+        later=st.sampled_from([None, 5, 20]),
+    )
+    def retry(self, data, dead, priority, later):
         payload = data.draw(st.sampled_from(sorted(self.held)))
         item_id, deadline = self.held.pop(payload)
-        outcome = self.service.retry(self.q, 0, [RetryRequest(id=item_id, dead=dead, priority=priority)])
+        retry_at = None if later is None else self.clock.now() + timedelta(seconds=later)
+        outcome = self.service.retry(
+            self.q, 0, [RetryRequest(id=item_id, dead=dead, priority=priority, retry_at=retry_at)]
+        )
         applied = deadline > self.clock.now()
         assert (outcome.applied == [item_id]) == applied
         if applied and not dead:
@@ -179,7 +210,9 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_lost_or_doubled(self):
-        in_queue = [i.payload for i in self.service.list_items(self.q, 0)]
+        in_queue = [
+            i.payload for i in self.service.list_items(self.q, 0) + self.service.list_scheduled(self.q, 0)
+        ]
         dead = [i.payload for i in self.service.list_items(self.dlq, 0)]
         assert len(in_queue) == len(set(in_queue)), "an item is stored twice"
         assert not set(in_queue) & set(dead)
@@ -190,6 +223,22 @@ class QueueMachine(RuleBasedStateMachine):
     def every_item_has_the_priority_it_should(self):
         for item in self.service.list_items(self.q, 0):
             assert item.priority in self._allowed(item.payload), (item.payload, item.priority)
+
+    @invariant()
+    def the_counters_agree_with_the_items_and_show_a_possible_state(self):
+        store = self.service.store
+        for name in (self.q, self.dlq):
+            (head,) = store.heads(name, [0])
+            stored = list(store.iter_items(name, 0))
+            # Each item in one state: leased, scheduled (until the schedule pass or its claim), or ready.
+            assert head.leased >= 0 and head.scheduled >= 0
+            assert head.leased + head.scheduled <= head.items, (head.items, head.leased, head.scheduled)
+            leased = sum(i.lease_deadline is not None for i in stored)
+            scheduled = sum(still_scheduled(i, head.schedule_mark) for i in stored)
+            assert (head.items, head.leased, head.scheduled) == (len(stored), leased, scheduled)
+            (stats,) = self.service.stats(name)
+            assert 0 <= stats.total_leased <= stats.total
+            assert stats.total + stats.scheduled == len(stored)
 
     @invariant()
     def attempts_stay_within_max(self):

@@ -169,7 +169,9 @@ class QueueAdmin:
 
         Counts are exact while no write of the queue failed between its items and its counters;
         ``scheduled`` counts items whose time had not come at the reaper's last pass (so an item
-        that came due since then counts as scheduled until the next pass), ages are to the second.
+        that came due since then counts as scheduled until the next pass, or until a lease moves it
+        to the leased count), ages are to the second. Each item counts in one state: scheduled,
+        leased or ready.
         """
         queue = self._queues.live(queue_name)
         now = self._clock.now()
@@ -235,15 +237,20 @@ class QueueAdmin:
 
 def partition_stats(partition: int, head: PartitionHead, now: datetime) -> PartitionStats:
     now_s = timestamp_us(now) // 1_000_000
-    total = max(head.items - head.scheduled, 0)
-    leased = max(head.leased, 0)
+    # The counters keep each item in one state, so these bounds hold but for drift (a lost counter
+    # write, a lease and a schedule pass racing on DynamoDB) until the recount: the reply never shows
+    # more leased than stored or a negative count, whatever drift there is.
+    items = max(head.items, 0)
+    scheduled = min(max(head.scheduled, 0), items)
+    total = items - scheduled
+    leased = min(max(head.leased, 0), total)
     age = now_s * total - (head.created_sum - head.scheduled_created_sum)
     leased_age = now_s * leased - head.leased_created_sum
     return PartitionStats(
         partition=partition,
         total=total,
         total_leased=leased,
-        scheduled=max(head.scheduled, 0),
+        scheduled=scheduled,
         average_age=timedelta(seconds=max(age, 0) / total) if total else timedelta(0),
         average_leased_age=timedelta(seconds=max(leased_age, 0) / leased) if leased else timedelta(0),
         produced=head.produced,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from querator.domain import lifecycle
@@ -361,81 +361,163 @@ class Leaser:
         now: datetime,
         stop_at: datetime,
     ) -> tuple[list[Item], int, bool]:
-        """Claim up to ``batch_size`` items of ``band``'s lanes, one per lane per turn, going on to
-        further lanes while the batch is not full; returns the items, the reply's bytes so far, and
-        whether every lane was read to its end with nothing leasable left."""
+        """Claim up to ``batch_size`` items of ``band``'s lanes, one per lane per turn in the
+        rotation's order; returns the items, the reply's bytes so far, and whether every lane was
+        read to its end with nothing leasable left.
+
+        The first turn walks the rotation a few lanes at a time, taking the oldest item of each lane
+        that has one, until the batch is full. Only once the walk has come round (every lane of the
+        band read) do further turns start, over the lanes read, from the first lane after the ring
+        again: a second item of a lane never comes before the first item of a lane not yet read,
+        whatever the batch and the number of lanes. The ring is then the lane of the last item, so
+        the next call goes on from the lane after it (the turn carries over).
+        """
         rotation = self._rotation(queue, partition, head, band)
+        lanes: list[_LaneRead] = []
         claimed: list[Item] = []
-        drained = True
-        visited = 0
-        while len(claimed) < batch_size and visited < MAX_LANES_PER_LEASE and self._clock.now() < stop_at:
+        came_round = stopped = False
+        # The first turn: on along the rotation, until as many lanes offered an item as are wanted.
+        while len(claimed) < batch_size and len(lanes) < MAX_LANES_PER_LEASE and self._clock.now() < stop_at:
             want = batch_size - len(claimed)
-            lanes = list(itertools.islice(rotation, min(want, LANES_PER_TURN, MAX_LANES_PER_LEASE - visited)))
-            if not lanes:
-                return claimed, reply_bytes, drained
-            visited += len(lanes)
-            won, reply_bytes, lanes_drained, contended = self._serve_lanes(
-                queue, partition, band, lanes, want, reply_bytes, now, stop_at
+            asked = min(want, LANES_PER_TURN, MAX_LANES_PER_LEASE - len(lanes))
+            turn = list(itertools.islice(rotation, asked))
+            came_round = len(turn) < asked
+            share = -(-want // max(len(turn), 1))
+            limit = min(PAGE_MAX, max(2 * share, 2))
+            read = [
+                self._read_lane(queue, partition, lane, cursor, limit, now, stop_at) for lane, cursor in turn
+            ]
+            lanes += read
+            if came_round or not read:
+                break  # the further turns below serve these lanes' first items with the others'
+            offered = [lane.candidates[0] for lane in read if lane.candidates]
+            for lane in read:
+                lane.taken = min(1, len(lane.candidates))
+            won, reply_bytes, stopped = self._claim_turns(
+                queue, partition, offered, want, reply_bytes, now, stop_at
             )
             claimed += won
-            drained = drained and lanes_drained
-            if contended:
-                return claimed, reply_bytes, False
-        # Stopped with the batch full or the lanes or time of this call spent: the rest may hold items.
-        return claimed, reply_bytes, False
+            if stopped:
+                break
+        if not (came_round or stopped) and len(claimed) < batch_size and len(lanes) >= MAX_LANES_PER_LEASE:
+            # Read its most lanes: when they were all of the band's, further turns may serve them.
+            came_round = next(rotation, None) is None
+        # Further turns, once every lane has been read: round-robin over those with items left.
+        while came_round and not stopped and len(claimed) < batch_size and self._clock.now() < stop_at:
+            pool = self._next_turns(queue, partition, lanes, batch_size - len(claimed), now, stop_at)
+            if not pool:
+                break
+            won, reply_bytes, stopped = self._claim_turns(
+                queue, partition, pool, batch_size - len(claimed), reply_bytes, now, stop_at
+            )
+            claimed += won
+            stopped = stopped or not won  # lost to competitors, or every group with items is capped
+        emptied = self._note_lanes(queue, partition, band, lanes, claimed, now)
+        return claimed, reply_bytes, came_round and not stopped and emptied
 
-    def _serve_lanes(
+    def _next_turns(
         self,
         queue: QueueInfo,
         partition: int,
-        band: str,
-        lanes: list[tuple[str, str]],
-        batch_size: int,
+        lanes: list[_LaneRead],
+        wanted: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> list[ItemState]:
+        """The candidates of the next turns over ``lanes`` (all of the band's, in rotation order),
+        one of each lane per turn, enough for ``wanted``: a lane read to fewer candidates than those
+        turns need is read on first. Marks them taken (offered to a claim)."""
+        live = [lane for lane in lanes if lane.taken < len(lane.candidates) or not lane.ended]
+        if not live:
+            return []
+        share = -(-wanted // len(live))
+        for lane in live:
+            if not lane.ended and len(lane.candidates) < lane.taken + share:
+                lane.read_on(
+                    self._read_lane(queue, partition, lane.lane, lane.read_to, 2 * share, now, stop_at)
+                )
+        # A turn is complete only where every lane that may hold more was read that far.
+        turns = min(
+            (len(lane.candidates) for lane in live if not lane.ended),
+            default=max(len(lane.candidates) for lane in live),
+        )
+        first = min(lane.taken for lane in live)
+        pool = [
+            lane.candidates[turn]
+            for turn in range(first, turns)
+            for lane in live
+            if lane.taken <= turn < len(lane.candidates)
+        ]
+        for lane in live:
+            lane.taken = max(lane.taken, min(turns, len(lane.candidates)))
+        return pool
+
+    def _claim_turns(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        pool: list[ItemState],
+        wanted: int,
         reply_bytes: int,
         now: datetime,
         stop_at: datetime,
-    ) -> tuple[list[Item], int, bool, bool]:
-        """Read each lane from its cursor (a few items each), claim round-robin across them, move
-        their cursors and the band's ring. Returns the items, the reply's bytes, whether every lane
-        was read to its end with nothing left, and whether claims lost races."""
-        share = -(-batch_size // len(lanes))
-        limit = min(PAGE_MAX, max(2 * share, 2))
-        found: list[tuple[str, str, list[ItemState], str, str | None, bool, int]] = []
-        for lane, cursor in lanes:
-            found.append(self._read_lane(queue, partition, lane, cursor, limit, now, stop_at))
-        # The pool: round-robin across lanes, one item of each per turn.
-        pool: list[ItemState] = []
-        for turn in range(limit):
-            pool += [candidates[turn] for _, _, candidates, *_ in found if turn < len(candidates)]
-        won: list[Item] = []
+    ) -> tuple[list[Item], int, bool]:
+        """Claim up to ``wanted`` of ``pool`` (in rotation order, which alone they are won in);
+        returns the items in that order, the reply's bytes, and whether the lease must stop here
+        (claims lost races, or the reply is full)."""
+        if not pool:
+            return [], reply_bytes, False
+        first = reply_size(pool[0])
+        room = MAX_REPLY_BYTES - reply_bytes if reply_bytes else max(MAX_REPLY_BYTES, first)
         contended = False
-        if pool:
-            first = reply_size(pool[0])
-            room = MAX_REPLY_BYTES - reply_bytes if reply_bytes else max(MAX_REPLY_BYTES, first)
-            if queue.max_leased_per_group:
-                won = self._claim_capped(queue, partition, pool, batch_size, room, now, stop_at)
-            else:
-                won, _, contended = self._claim(
-                    queue, partition, pool, batch_size, room, now + queue.lease_timeout, now, stop_at
-                )
+        if queue.max_leased_per_group:
+            won = self._claim_capped(queue, partition, pool, wanted, room, now, stop_at)
+        else:
+            won, _, contended = self._claim(
+                queue, partition, pool, wanted, room, now + queue.lease_timeout, now, stop_at
+            )
         won_ids = {item.id for item in won}
         reply_bytes += sum(reply_size(s) for s in pool if s.id in won_ids)
         order = {s.id: n for n, s in enumerate(pool)}
         won.sort(key=lambda item: order[item.id])
+        # An item left that would not fit means the reply is full: a later, smaller one must not
+        # jump its turn (the claims stop at the first that does not fit, in order).
+        full = any(reply_size(s) > MAX_REPLY_BYTES - reply_bytes for s in pool if s.id not in won_ids)
+        return won, reply_bytes, contended or (len(won) < wanted and full)
+
+    def _note_lanes(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        band: str,
+        lanes: list[_LaneRead],
+        claimed: list[Item],
+        now: datetime,
+    ) -> bool:
+        """Move the cursors of the lanes read and the band's ring (the lane of the last item, which
+        is the last lane served in rotation order), and count the items leased; returns whether
+        every lane was read to its end with nothing left."""
+        won_ids = {item.id for item in claimed}
         cursor_cap = visible_bound(now - CURSOR_LAG)
-        drained = not contended
-        for lane, cursor, candidates, read_to, skipped, done, evaluated in found:
+        drained = True
+        for lane in lanes:
             # The oldest item of the lane this call saw and left: the lane's cursor stops there.
-            left = [s.id for s in candidates if s.id not in won_ids] + ([skipped] if skipped else [])
+            left = [s.id for s in lane.candidates if s.id not in won_ids] + (
+                [lane.skipped] if lane.skipped else []
+            )
             open_at = min(left) if left else None
-            drained = drained and done and open_at is None
-            new = min(read_to, lane + cursor_cap, *([open_at] if open_at else []))
-            if new > cursor and evaluated > 0:
+            drained = drained and lane.done and open_at is None
+            new = min(lane.read_to, lane.lane + cursor_cap, *([open_at] if open_at else []))
+            if new > lane.cursor and lane.evaluated > 0:
                 self._store.note_leased(queue.name, partition, [], cursor=new)
-        ring = (band, lane_of(won[-1].id)) if won else None
-        if won:
-            self._store.note_leased(queue.name, partition, won, cursor=None, ring=ring)
-        return won, reply_bytes, drained, contended
+        ring = (band, lane_of(claimed[-1].id)) if claimed else None
+        if ring is None and len(lanes) >= MAX_LANES_PER_LEASE and drained:
+            # A call that read its most lanes and found them all empty moves the ring past them, so
+            # the next call reads the lanes after them rather than the same empty ones again.
+            ring = (band, lanes[-1].lane)
+        if claimed or ring is not None:
+            self._store.note_leased(queue.name, partition, claimed, cursor=None, ring=ring)
+        return drained
 
     def _read_lane(
         self,
@@ -446,12 +528,10 @@ class Leaser:
         wanted: int,
         now: datetime,
         stop_at: datetime,
-    ) -> tuple[str, str, list[ItemState], str, str | None, bool, int]:
-        """Up to ``wanted`` leasable items of one lane from its cursor, settling what it finds
+    ) -> _LaneRead:
+        """Up to ``wanted`` leasable items of one lane from ``cursor``, settling what it finds
         expired or dead on the way; reads on past the few valid leases above the cursor (claimed
-        since it last moved) like a band's lease does. Returns the lane, its cursor, the candidates,
-        where the read stopped, the first id left by a skipped settle, whether the lane ended, and
-        how many ids were evaluated."""
+        since it last moved) like a band's lease does."""
         candidates: list[ItemState] = []
         skipped: str | None = None
         start, limit, evaluated = cursor, wanted, 0
@@ -469,7 +549,7 @@ class Leaser:
             skipped = skipped or left
             evaluated += page.evaluated
             if len(candidates) >= wanted or page.done or skipped or self._clock.now() >= stop_at:
-                return lane, cursor, candidates, page.read_to, skipped, page.done, evaluated
+                return _LaneRead(lane, cursor, candidates, page.read_to, skipped, page.done, evaluated)
             start, limit = page.read_to, PAGE_MAX
 
     def _sort_page(
@@ -727,6 +807,33 @@ class Leaser:
             wave = 1
             at = self._rng.randrange(len(pending)) if pending else 0
         return won, set(pending), False
+
+
+@dataclass(slots=True)
+class _LaneRead:
+    """What a fair lease read of one lane: its cursor, the candidates, where the read stopped, the
+    first id a skipped settle left (where the cursor must stop), whether the lane ended, how many
+    ids were evaluated, and how many candidates were offered to claims (its turns taken)."""
+
+    lane: str
+    cursor: str
+    candidates: list[ItemState]
+    read_to: str
+    skipped: str | None
+    done: bool
+    evaluated: int
+    taken: int = 0
+
+    @property
+    def ended(self) -> bool:
+        """Nothing more to read in this call: the lane's end, or an item a settle had to leave."""
+        return self.done or self.skipped is not None
+
+    def read_on(self, more: _LaneRead) -> None:
+        """Add a further read of the lane, from where this one stopped."""
+        self.candidates += more.candidates
+        self.read_to, self.skipped, self.done = more.read_to, more.skipped, more.done
+        self.evaluated += more.evaluated
 
 
 def reply_size(state: ItemState) -> int:

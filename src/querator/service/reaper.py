@@ -318,7 +318,13 @@ class Reaper:
                 if state.lease_deadline is not None:
                     totals["leased"] += 1
                     totals["leased_created_sum"] += created
-                if state.enqueue_at is not None and unbanded(state.id) >= head.schedule_mark:
+                # As the stores count (storage.counters.still_scheduled): a claim took a leased
+                # item off the scheduled count, so each item is counted in one state.
+                if (
+                    state.enqueue_at is not None
+                    and state.lease_deadline is None
+                    and unbanded(state.id) >= head.schedule_mark
+                ):
                     totals["scheduled"] += 1
                     totals["scheduled_created_sum"] += created
             report.scanned += len(page.items)

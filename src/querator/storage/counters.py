@@ -44,6 +44,16 @@ class CounterDeltas:
             self.scheduled += sign
             self.scheduled_created += sign * seconds
 
+    def lease(self, item_created: datetime, *, was_scheduled: bool) -> None:
+        """Count a claimed item as leased; one still counted as scheduled (it came due since the
+        last schedule pass) leaves that count in the same step, so it is never in both."""
+        seconds = timestamp_us(item_created) // 1_000_000
+        self.leased += 1
+        self.leased_created += seconds
+        if was_scheduled:
+            self.scheduled -= 1
+            self.scheduled_created -= seconds
+
     def changed(self) -> bool:
         return any(
             (
@@ -74,15 +84,24 @@ class CounterDeltas:
 
 
 def scheduled_when_written(item: Item, now: datetime) -> bool:
-    """Counted as scheduled when written: produced or retried for a time still ahead."""
-    return item.enqueue_at is not None and item.enqueue_at > now
+    """Counted as scheduled when written: produced or retried for a time still ahead, and not
+    leased (an imported lease counts as leased only: an item is counted in one state)."""
+    return item.enqueue_at is not None and item.enqueue_at > now and item.lease_deadline is None
 
 
 def still_scheduled(state: ItemState | Item, schedule_mark: str) -> bool:
-    """Still counted as scheduled: the schedule pass has not reached its id yet (the mark is a
-    time, ``visible_bound``, so it is compared with the id's digits, whatever its band).
+    """Still counted as scheduled: never leased under this id (a claim takes an item off the
+    scheduled count, ``CounterDeltas.lease``), and the schedule pass has not reached its id yet
+    (the mark is a time, ``visible_bound``, so it is compared with the id's digits, whatever its
+    band).
 
     By the mark the store read, never by the caller's clock: a pass with a later clock may have
     taken the item off the count already.
     """
-    return state.enqueue_at is not None and unbanded(state.id) >= schedule_mark
+    return state.lease_deadline is None and scheduled_until_claimed(state, schedule_mark)
+
+
+def scheduled_until_claimed(item: ItemState | Item, schedule_mark: str) -> bool:
+    """A claimed item was still counted as scheduled just before its claim (which needs an item
+    never leased): it was scheduled and the schedule pass had not reached its id."""
+    return item.enqueue_at is not None and unbanded(item.id) >= schedule_mark

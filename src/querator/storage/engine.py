@@ -28,7 +28,12 @@ from querator.ports import (
     PartitionHead,
     Recount,
 )
-from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
+from querator.storage.counters import (
+    CounterDeltas,
+    scheduled_until_claimed,
+    scheduled_when_written,
+    still_scheduled,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -386,14 +391,15 @@ class SortedRowsStore:
         cursor: str | None,
         ring: tuple[str, str] | None = None,
     ) -> None:
-        counts = CounterDeltas()
-        for item in items:
-            counts.add(item.created_at, sign=1, leased=True, scheduled=False)
-        counts.items = counts.created = 0
         if not items and cursor is None and ring is None:
             return
         with self._write() as rows:
-            head = counts.applied(rows.head(queue, partition))
+            head = rows.head(queue, partition)
+            counts = CounterDeltas()
+            for item in items:
+                # By the mark in this transaction: a schedule pass counts only items never leased.
+                counts.lease(item.created_at, was_scheduled=scheduled_until_claimed(item, head.schedule_mark))
+            head = counts.applied(head)
             if cursor is not None:
                 head = _with_cursor(head, _open_before(rows, queue, partition, head, cursor))
             if ring is not None:
@@ -622,7 +628,8 @@ class SortedRowsStore:
                 while start < end:
                     read = rows.states(queue, partition, start, end, 1000)
                     for state in read:
-                        if state.enqueue_at is not None:
+                        # A leased one left the scheduled count when it was claimed (note_leased).
+                        if state.enqueue_at is not None and state.lease_deadline is None:
                             came.add(state.created_at, sign=-1, leased=False, scheduled=True)
                     if len(read) < 1000:
                         break

@@ -55,7 +55,12 @@ from querator.ports import (
     PartitionHead,
     Recount,
 )
-from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
+from querator.storage.counters import (
+    CounterDeltas,
+    scheduled_until_claimed,
+    scheduled_when_written,
+    still_scheduled,
+)
 from querator.storage.dynamodb import codec, expressions, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 
@@ -754,11 +759,25 @@ class DynamoDBItemStore:
         cursor: str | None,
         ring: tuple[str, str] | None = None,
     ) -> None:
+        # Only the leased counters (the items were counted when they were written), and the
+        # scheduled ones of items that came due since the last schedule pass: each leaves the
+        # scheduled count as it enters the leased one. The mark is read after the claims (only when
+        # a scheduled item is among them), as a delete reads it; the pass counts only items never
+        # leased, so an item is taken off once (but for a pass whose read and write both fall
+        # between a claim and this read: drift that the recount heals).
+        mark: str | None = ""
+        if any(item.enqueue_at is not None for item in items):
+            try:
+                mark = self.heads(queue, [partition])[0].schedule_mark
+            except QueratorError as exc:
+                # The items are leased already: a failed read costs the count (the recount heals it),
+                # never the reply. They stay counted as scheduled until the recount.
+                log.warning("schedule mark of %s~%d not read after lease: %s", queue, partition, exc)
+                mark = None
         counts = CounterDeltas()
         for item in items:
-            counts.add(item.created_at, sign=1, leased=True, scheduled=False)
-        # Only the leased counters: the items were already counted when they were written.
-        counts.items = counts.created = 0
+            was_scheduled = mark is not None and scheduled_until_claimed(item, mark)
+            counts.lease(item.created_at, was_scheduled=was_scheduled)
         in_lane = cursor is not None and is_group_lane(lane_of(cursor))
         # A band's cursor and the ring go with the counters; a group lane's cursor is on its row.
         writes: list[Callable[[], None]] = [
@@ -1182,7 +1201,16 @@ class DynamoDBItemStore:
         for band in bands:
             start, end = band + old_mark, band + new_mark
             while True:
-                page = self.scan(queue, partition, start=start, end=end, limit=1000, scheduled_only=True)
+                # A leased one left the scheduled count when it was claimed (note_leased).
+                page = self.scan(
+                    queue,
+                    partition,
+                    start=start,
+                    end=end,
+                    limit=1000,
+                    scheduled_only=True,
+                    never_leased=True,
+                )
                 for state in page.items:
                     counts.add(state.created_at, sign=-1, leased=False, scheduled=True)
                 if page.done:
