@@ -468,3 +468,38 @@ def test_an_item_whose_lease_ran_out_keeps_the_priority_it_was_last_given(servic
     assert moved.failed == [] and held.id in moved.ids
     (again,) = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
     assert (again.payload, again.priority, again.attempts) == (b"a", 1, 2)
+
+
+def test_reprioritize_of_an_item_whose_last_lease_ran_out_dead_letters_it(service, clock):
+    """Moving it would give it a lease past max_attempts: it goes where the next lease would send it."""
+    make_queue(service, "dead")
+    make_queue(service, dead_queue="dead", max_attempts=1)
+    service.produce("jobs", items("last-try"))
+    (item,) = service.lease("jobs", batch_size=1, client_id="w").items
+    clock.advance(LEASE + timedelta(seconds=1))
+
+    outcome = service.reprioritize("jobs", 0, [item.id], 1)
+
+    assert [f.id for f in outcome.failed] == [item.id] and outcome.ids == {}
+    assert service.list_items("jobs", 0) == []
+    assert [(i.payload, i.attempts) for i in service.list_items("dead", 0)] == [(b"last-try", 1)]
+
+
+def test_reprioritize_of_an_expired_lease_to_its_coming_priority_moves_it(service, clock):
+    """A priority given while leased, asked again after the lease ran out: the item goes back with it
+    now (it used to stay in its old band, leased by nobody, until a lease put it back)."""
+    make_queue(service)
+    service.produce(
+        "jobs",
+        items("a"),
+    )
+    (item,) = service.lease("jobs", batch_size=1, client_id="w").items
+    service.reprioritize("jobs", 0, [item.id], 2)
+    clock.advance(LEASE + timedelta(seconds=1))
+
+    outcome = service.reprioritize("jobs", 0, [item.id], 2)
+
+    assert outcome.failed == [] and outcome.ids[item.id] != item.id
+    assert [(i.payload, i.priority, i.lease_deadline) for i in service.list_items("jobs", 0)] == [
+        (b"a", 2, None)
+    ]

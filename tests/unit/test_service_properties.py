@@ -192,7 +192,15 @@ class QueueMachine(RuleBasedStateMachine):
         if not stored:
             return
         item = data.draw(st.sampled_from(stored))
+        now = self.clock.now()
+        # Its lease ran out on its last attempt and nobody settled it yet: it is dead, not moved.
+        dead = item.lease_deadline is not None and not item.is_leased(now) and item.attempts >= 3
         outcome = self.service.reprioritize(self.q, 0, [item.id], priority)
+        if dead:
+            assert [f.id for f in outcome.failed] == [item.id] and outcome.ids == {}
+            self.held.pop(item.payload, None)
+            self.next_priority.pop(item.payload, None)
+            return
         assert outcome.failed == []
         if item.is_leased(self.clock.now()):
             assert outcome.ids == {item.id: item.id}, "a leased item keeps its id"

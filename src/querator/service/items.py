@@ -176,7 +176,15 @@ class ItemCalls:
                 failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
             elif item.is_leased(now):
                 leased.append(item_id)
-            elif item.returning_priority == priority:
+            elif (
+                decision := lifecycle.decide_for_lease(item.state(), queue, now)
+            ).action is Action.DEAD_LETTER:
+                # Its lease ran out on its last attempt (or its time is up) and nobody has settled it
+                # yet: moving it would give it attempts past max_attempts. It goes where the next
+                # lease would send it, and the id fails: the item is no longer in the queue.
+                self._settler.settle(queue, partition, [(item.state(), decision)], now)
+                failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
+            elif item.lease_deadline is None and item.priority == priority:
                 result[item_id] = item_id
             else:
                 # At its scheduled time if it has one still ahead, else at the tail of its new priority
