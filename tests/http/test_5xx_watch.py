@@ -7,7 +7,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-PLANTED = '''
+PLANTED = """
 import pytest
 
 from querator.api.gateway import FunctionApp
@@ -30,15 +30,15 @@ def test_a_planted_500():
 @pytest.mark.allow_5xx
 def test_a_500_it_asked_for():
     assert _call()["statusCode"] == 500
-'''
+"""
 
-WATCH = '''
+WATCH = """
 from tests.conftest import ALLOW_5XX, pytest_runtest_call  # noqa: F401 - the hook under test
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{ALLOW_5XX}: provokes 5xx on purpose")
-'''
+"""
 
 
 # The inner run's planted 500 is logged in this process too: this test asks for it.

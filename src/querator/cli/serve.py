@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from querator.config import ConfigurationError, StoreKind, parse_store
+from querator.config import SERVICE_NAME, ConfigurationError, StoreKind, parse_store
 from querator.localserver import DEFAULT_PORT, REQUEST_LOGGER, LocalServer
 from querator.localstore import LOOPBACK
 
@@ -88,12 +88,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    _print_errors()
     where = _describe(store, embedded=server.embedded_dynamodb)
     print(f"querator serve: {where}", file=sys.stderr, flush=True)  # noqa: T201
     try:
         # The first line of stdout is the URL, so scripts and tests can start it with --port 0.
         print(f"Querator listening on {server.url}", flush=True)  # noqa: T201
         stopping.wait()
+        print("querator serve: stopping (requests under way get their replies)", file=sys.stderr, flush=True)  # noqa: T201
     finally:
         server.stop()
     print("Querator stopped", file=sys.stderr, flush=True)  # noqa: T201
@@ -133,3 +135,20 @@ def _log_requests(*, quiet: bool) -> None:
     # Not through the Powertools logger of the handlers ("querator"), whose JSON lines are ~400 bytes.
     requests.propagate = False
     requests.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def _print_errors() -> None:
+    """Errors (every 5xx among them) as plain lines with their traceback, not as JSON.
+
+    The handlers log through the Powertools logger (``querator``), one JSON line per record with the
+    traceback escaped inside, and with the Lambda context of whichever request set it last (the
+    server's threads share it); the message of a 5xx names its own request id. Records below error
+    level stay as they were (``POWERTOOLS_LOG_LEVEL`` shows them).
+    """
+    service_logger = logging.getLogger(SERVICE_NAME)
+    for handler in service_logger.handlers:
+        handler.addFilter(lambda record: record.levelno < logging.ERROR)
+    plain = logging.StreamHandler(sys.stderr)
+    plain.setLevel(logging.ERROR)
+    plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
+    service_logger.addHandler(plain)
