@@ -47,6 +47,19 @@ class Guard(enum.Enum):
 Applied = TypeVar("Applied")
 
 
+class ClaimInterruptedError(Exception):
+    """A ``claim`` that failed after some of its ids were claimed: ``claimed`` are leased to the
+    caller, who must give them back (or return them); the failure is the ``__cause__``.
+
+    A store whose claim is one transaction (memory, SQLite) never raises it: it claims all or none.
+    The DynamoDB store claims concurrently, so one write can fail while others applied.
+    """
+
+    def __init__(self, claimed: Sequence[Item]) -> None:
+        super().__init__(f"claim failed after {len(claimed)} item(s) were claimed")
+        self.claimed = list(claimed)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchResult(Generic[Applied]):
     """What a batch write did, one shape for every batch method of the port: ``applied`` (ids, or the
@@ -315,7 +328,8 @@ class ItemStore(Protocol):
         """Lease each item that was never leased and has not expired; applied: the items won, in order.
 
         Claims run concurrently (bounded); counters are not touched: ``note_leased`` does that once
-        per lease call.
+        per lease call. A failure after some ids were claimed raises ``ClaimInterruptedError`` with
+        them (its cause is the failure), so the caller knows what it holds.
         """
         ...
 

@@ -38,6 +38,9 @@ class Call:
     idempotency_key: str | None = None
     #: Headers the endpoint adds to a successful reply.
     reply_headers: dict[str, str] = field(default_factory=dict)
+    #: What undoes the endpoint's effect when its reply cannot be built: a lease gives its items back
+    #: (a lease holds nothing it did not return). Set by the endpoint, run by the gateway.
+    undo: list[Callable[[], object]] = field(default_factory=list)
 
 
 #: On a produce with an ``Idempotency-Key``: ``true`` when an earlier request with that key stored the
@@ -117,6 +120,8 @@ def lease(service: QueueService, request: schemas.LeaseRequest, call: Call) -> s
     except NothingToLeaseError:
         count(Metric.LEASE_EMPTY, 1)
         raise
+    ids = [item.id for item in leased.items]
+    call.undo.append(lambda: service.give_back(leased.queue_name, leased.partition, ids))
     count(Metric.ITEMS_LEASED, len(leased.items))
     return schemas.LeaseResponse.from_domain(leased)
 

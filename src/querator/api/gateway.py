@@ -173,10 +173,24 @@ def _bind(
             wait_limit=_wait_limit(settings(), request.context),
             idempotency_key=idempotency_key(request.headers) if route is routes.PRODUCE else None,
         )
-        reply = endpoint(service(), parsed, call)
-        return _json(200, reply.to_wire(), call.reply_headers)
+        try:
+            reply = endpoint(service(), parsed, call)
+            return _json(200, reply.to_wire(), call.reply_headers)
+        except BaseException:
+            # The endpoint acted but its reply cannot be built (or the invocation is interrupted):
+            # undo what nobody will hear of, then let the error become the 500 it is.
+            for undo in call.undo:
+                _undo_quietly(undo, request)
+            raise
 
     return serve
+
+
+def _undo_quietly(undo: Callable[[], object], request: Request) -> None:
+    try:
+        undo()
+    except Exception:  # the reply's own failure is the one reported; this one is only logged
+        logger.exception("could not undo a call whose reply failed", extra={"path": request.path})
 
 
 def _raw_body(event: dict[str, Any]) -> bytes:

@@ -165,6 +165,12 @@ class QueueService:
         later ones do not wait. The local server calls it on SIGTERM; a Lambda never needs it."""
         self._leaser.stop_waiting()
 
+    def give_back(self, queue_name: str, partition: int, ids: Sequence[str]) -> int:
+        """Put leased items back at once, their attempt not spent, for a lease whose reply could
+        not be written; at the tail, under new ids. Returns how many went back (ids no longer
+        validly leased are left alone)."""
+        return self._leaser.give_back(queue_name, partition, ids)
+
     def complete(self, queue_name: str, partition: int, ids: Sequence[str]) -> BatchOutcome:
         """Delete leased items; ids that are unknown, stale or not leased are reported as failed."""
         return self._items.complete(queue_name, partition, ids)

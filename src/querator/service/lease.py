@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
 
 from querator.domain import lifecycle
 from querator.domain.errors import DuplicateClientError, InvalidRequestError, NothingToLeaseError
@@ -12,7 +14,7 @@ from querator.domain.ids import visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
 from querator.domain.priority import is_group_lane, lane_of, ledger_group
-from querator.ports import GroupLedger
+from querator.ports import ClaimInterruptedError, GroupLedger, Guard, Move
 from querator.service.tuning import (
     CURSOR_LAG,
     FIRST_PAGE_MIN,
@@ -34,18 +36,76 @@ from querator.service.tuning import (
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
     from datetime import datetime, timedelta
 
     from querator.domain.model import Item, ItemState, QueueInfo
-    from querator.ports import Clock, ItemStore, Page, PartitionHead
+    from querator.ports import BatchResult, Clock, ItemStore, Page, PartitionHead
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
+
+log = logging.getLogger("querator.service")
+
+
+class _Holdings(threading.local):
+    """What the calling thread's lease call holds so far: the items it claimed and which of them
+    ``note_leased`` counted. A lease that fails midway gives exactly these back."""
+
+    def __init__(self) -> None:
+        #: By (partition, id): a lease tries partitions in turn, and ids are a partition's.
+        self.claimed: dict[tuple[int, str], Item] = {}
+        self.counted: set[tuple[int, str]] = set()
+
+    def clear(self) -> None:
+        self.claimed.clear()
+        self.counted.clear()
+
+
+class _HoldingStore:
+    """The item store as the leaser sees it: every claim and every count also lands in the calling
+    thread's ``_Holdings``, so no claim site (band, lane, capped group) has to report its own."""
+
+    def __init__(self, store: ItemStore, holdings: _Holdings) -> None:
+        self._store = store
+        self._holdings = holdings
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def claim(
+        self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
+    ) -> BatchResult[Item]:
+        try:
+            result = self._store.claim(queue, partition, ids, lease_deadline=lease_deadline, now=now)
+        except ClaimInterruptedError as exc:
+            self._hold(partition, exc.claimed)
+            # What applied is held now; the rest of the service knows the failure itself.
+            raise (exc.__cause__ or exc) from None
+        self._hold(partition, result.applied)
+        return result
+
+    def claim_in_group(self, queue: str, partition: int, item_id: str, **kwargs: Any) -> Item | None:
+        item = self._store.claim_in_group(queue, partition, item_id, **kwargs)
+        if item is not None:
+            self._hold(partition, [item])
+        return item
+
+    def note_leased(self, queue: str, partition: int, items: Sequence[Item], **kwargs: Any) -> None:
+        self._store.note_leased(queue, partition, items, **kwargs)
+        self._holdings.counted.update((partition, item.id) for item in items)
+
+    def _hold(self, partition: int, items: Sequence[Item]) -> None:
+        self._holdings.claimed.update(((partition, item.id), item) for item in items)
 
 
 class Leaser:
     """Leases items; owns the waiting clients (one waiting lease per client id and queue) and the
-    partition rotation (which partition this process tries first)."""
+    partition rotation (which partition this process tries first).
+
+    A lease holds nothing it did not return: when any step fails after items were claimed (a store
+    error on a claim, a count, a read), the items are given back before the error goes on, at the
+    tail and with their attempt not spent (``give_back``), on every store.
+    """
 
     def __init__(
         self,
@@ -56,7 +116,9 @@ class Leaser:
         rng: random.Random,
         claim_budget: timedelta,
     ) -> None:
-        self._store = store
+        self._holdings = _Holdings()
+        # Typed as the port: the wrapper adds bookkeeping to three of its methods, nothing else.
+        self._store = cast("ItemStore", _HoldingStore(store, self._holdings))
         self._queues = queues
         self._settler = settler
         self._clock = clock
@@ -113,7 +175,77 @@ class Leaser:
             with self._lock:
                 self._waiting.discard(waiter)
 
+    def give_back(self, queue_name: str, partition: int, ids: Sequence[str]) -> int:
+        """Put validly leased items back at once, their attempt not spent: for a lease whose reply
+        could not be written. At the tail, as a lease that ran out would go (new ids; a stale holder
+        of the old ids can no longer act). Returns how many went back."""
+        queue = self._queues.queue(queue_name)
+        now = self._clock.now()
+        found = self._store.get_many(queue.name, partition, list(ids))
+        return self._put_back(queue, partition, [item for item in found.values() if item.is_leased(now)], now)
+
+    def _put_back(self, queue: QueueInfo, partition: int, items: Sequence[Item], now: datetime) -> int:
+        moves = [
+            Move(
+                item=item,
+                target_queue=queue.name,
+                target_partition=partition,
+                # The claim counted an attempt that never reached a consumer: it is not spent.
+                replacement=replace(
+                    self._settler.requeued(queue, item, now), attempts=max(item.attempts - 1, 0)
+                ),
+            )
+            for item in items
+        ]
+        if not moves:
+            return 0
+        moved = self._store.move(queue.name, partition, moves, guard=Guard.LEASE_VALID, now=now).applied
+        if queue.max_leased_per_group and moved:
+            self._store.forget_leases(queue.name, partition, moved)
+        return len(moved)
+
     def _lease_once(self, queue: QueueInfo, batch_size: int, now: datetime) -> Lease:
+        self._holdings.clear()
+        try:
+            return self._lease_partitions(queue, batch_size, now)
+        except BaseException:
+            self._give_back_holdings(queue, now)
+            raise
+        finally:
+            self._holdings.clear()
+
+    def _give_back_holdings(self, queue: QueueInfo, now: datetime) -> None:
+        """After a failure midway: count what was claimed but not yet counted (so the move that
+        gives it back keeps the counters true), then put it all back. Best effort: whatever cannot
+        be given back now (the store still failing) returns when its lease record falls due."""
+        by_partition: dict[int, list[Item]] = {}
+        for (partition, _), item in self._holdings.claimed.items():
+            by_partition.setdefault(partition, []).append(item)
+        counted = set(self._holdings.counted)
+        for partition, items in by_partition.items():
+            try:
+                uncounted = [item for item in items if (partition, item.id) not in counted]
+                if uncounted:
+                    self._store.note_leased(queue.name, partition, uncounted, cursor=None)
+                given = self._put_back(queue, partition, items, now)
+            except Exception:  # the original failure goes on; this one is only logged
+                log.exception(
+                    "a failed lease of %s could not give back %d item(s) of partition %d; they return"
+                    " when their lease runs out",
+                    queue.name,
+                    len(items),
+                    partition,
+                )
+                continue
+            log.warning(
+                "a failed lease of %s gave back %d of %d claimed item(s) of partition %d",
+                queue.name,
+                given,
+                len(items),
+                partition,
+            )
+
+    def _lease_partitions(self, queue: QueueInfo, batch_size: int, now: datetime) -> Lease:
         with self._lock:
             # Rotate the first partition tried, so one consumer drains every partition in turn.
             start = self._lease_turn.get(queue.name, self._rng.randrange(queue.partitions))

@@ -45,6 +45,7 @@ from querator.domain.ids import ITEMS_END, key_after, visible_bound
 from querator.domain.priority import band_end, band_of, is_group_lane, lane_of, ledger_group
 from querator.ports import (
     BatchResult,
+    ClaimInterruptedError,
     GroupLedger,
     Guard,
     IdempotencyRecord,
@@ -170,6 +171,42 @@ class DynamoDBItemStore:
         if error is not None:
             raise error
         return results
+
+    def _each_settled(
+        self, function: Callable[[T], R], values: Sequence[T]
+    ) -> tuple[list[R], Exception | None]:
+        """``function`` over ``values`` like ``_each``, for callers that must know what applied
+        beside a failure: the results of the calls that returned (in order) and the first error.
+
+        Run one at a time, the calls after a failure are not made; run concurrently, every call
+        ends before this returns. An interrupt (a ``BaseException``, such as a Lambda timeout) is
+        raised as ``_each`` raises it: nothing after it may run.
+        """
+        results: list[R] = []
+        if len(values) <= 1 or self._concurrency <= 1:
+            for value in values:
+                try:
+                    results.append(function(value))
+                except Exception as exc:  # returned to the caller with what applied before it
+                    return results, exc
+            return results, None
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="querator-store")
+            pool = self._pool
+        futures = [pool.submit(function, v) for v in values]
+        error: Exception | None = None
+        interrupt: BaseException | None = None
+        for future in futures:
+            try:
+                results.append(future.result())
+            except Exception as exc:  # returned to the caller, once every call has ended
+                error = error or exc
+            except BaseException as exc:  # re-raised below, once every call has ended
+                interrupt = interrupt or exc
+        if interrupt is not None:
+            raise interrupt
+        return results, error
 
     # -- the head row ------------------------------------------------------------------------------
 
@@ -698,7 +735,11 @@ class DynamoDBItemStore:
                 raise translate(exc, "lease") from exc
             return codec.decode_item(reply["Attributes"])
 
-        claimed = self._each(claim_one, list(ids))
+        claimed, error = self._each_settled(claim_one, list(ids))
+        if error is not None:
+            # The claims that applied beside the failure are the caller's: it must know them, or
+            # they would stay leased to nobody until their deadline (their attempt spent).
+            raise ClaimInterruptedError([item for item in claimed if item is not None]) from error
         return BatchResult(
             applied=[item for item in claimed if item is not None],
             rejected=[item_id for item_id, item in zip(ids, claimed, strict=True) if item is None],
