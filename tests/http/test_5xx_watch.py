@@ -3,7 +3,17 @@ fails with the logged cause, unless it is marked ``allow_5xx``."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+from typing import TYPE_CHECKING
+
 import pytest
+
+from tests.conftest import SERVE_LOGS, watched_serve
+from tests.http.conftest import Http
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytest_plugins = ["pytester"]
 
@@ -57,5 +67,61 @@ def test_a_logged_500_fails_its_test_with_the_cause_unless_the_test_allows_it(
             "*POST /v1/boom failed with 500; request id req-planted*",
             "Traceback (most recent call last):*",
             "RuntimeError: planted for the watch",
+        ]
+    )
+
+
+def _break_the_store(url: str, database: Path) -> str:
+    """A 500 from the server at ``url``: its store loses a table under it; the reply's request id."""
+    api = Http(url)
+    api.ok("/v1/queues.create", {"queue_name": "jobs", "lease_timeout": "1m", "expire_timeout": "1h"})
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        connection.execute("DROP TABLE lease_records")
+        connection.commit()
+    reply = api.post("/v1/queue.lease", {"queue_name": "jobs", "batch_size": 1, "client_id": "c"})
+    assert reply.status == 500, reply.body
+    return str(reply.body["message"]).removeprefix("Internal error; request id ")
+
+
+# The watch of this test's own server sees the 500 too; the test reads it first, directly.
+@pytest.mark.allow_5xx
+def test_a_500_of_a_watched_serve_child_is_read_from_its_stderr_with_the_traceback(tmp_path: Path) -> None:
+    database = tmp_path / "querator.db"
+    with watched_serve("--store", f"sqlite:{database}", directory=tmp_path) as url:
+        [log] = [log for log in SERVE_LOGS if log.path.parent == tmp_path]
+        assert log.new_5xx() == []
+        request_id = _break_the_store(url, database)
+        [record] = log.new_5xx()
+    first, *rest = record.splitlines()
+    assert first.endswith(f" ERROR POST /v1/queue.lease failed with 500; request id {request_id}")
+    assert rest[0] == "Traceback (most recent call last):"
+    assert (
+        rest[-1] == "querator.domain.errors.StoreUnavailableError: store failed: no such table: lease_records"
+    )
+
+
+CHILD = """
+from tests.conftest import watched_serve
+from tests.http.test_5xx_watch import _break_the_store
+
+
+def test_a_500_in_a_child_server(tmp_path):
+    with watched_serve("--store", f"sqlite:{tmp_path / 'q.db'}", directory=tmp_path) as url:
+        _break_the_store(url, tmp_path / "q.db")
+"""
+
+
+@pytest.mark.allow_5xx
+def test_a_500_a_watched_child_server_prints_fails_its_test(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(WATCH)
+    pytester.makepyfile(test_child=CHILD)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 5xx logged during the test*",
+            "*ERROR POST /v1/queue.lease failed with 500; request id *",
+            "Traceback (most recent call last):",
+            "*StoreUnavailableError: store failed: no such table: lease_records",
         ]
     )
