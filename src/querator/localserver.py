@@ -228,10 +228,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 request_id,
                 extra={"status": HTTPStatus.INTERNAL_SERVER_ERROR, "request_id": request_id},
             )
-            if self._status:  # the reply had begun: the connection cannot carry another
-                self.close_connection = True
-                return
             self.close_connection = True
+            if self._status:  # the reply had begun: the connection cannot carry another
+                return
             reply = error_response(RuntimeError(), request_id=request_id)
             self._reply(reply.status, {"Content-Type": "application/json"}, json.dumps(reply.body).encode())
             logged = False

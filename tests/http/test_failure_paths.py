@@ -208,3 +208,19 @@ def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http
     assert replies == [454] * len(waiting)
     # A waiting lease checks between polls, at most 0.5 s apart; far below its 20 s.
     assert stopped < 2.5, stopped
+
+
+@pytest.mark.allow_5xx
+def test_a_fault_of_the_local_server_itself_is_a_logged_500_not_a_dropped_connection(
+    server: LocalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with mock.patch("querator.localserver.proxy_event", side_effect=KeyError("planted")):
+        status, body, _ = _raw(server, _post("/v1/queues.list", LIST))
+    assert status == 500
+    request_id = body["message"].removeprefix("Internal error; request id ")
+    [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.name == "querator.localserver"
+    assert getattr(record, "request_id", None) == request_id
+    assert getattr(record, "status", None) == 500
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], KeyError)
