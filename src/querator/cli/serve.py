@@ -62,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
     stopping = threading.Event()
 
     def stop(signum: int, frame: object) -> None:
+        if stopping.is_set():
+            # A second signal while requests under way finish (up to LocalServer.stop's grace): the
+            # user wants out now. A SQLite store survives this (its write-ahead log).
+            print("querator serve: stopped at once (second signal)", file=sys.stderr, flush=True)  # noqa: T201
+            os._exit(1)
         stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
@@ -95,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
         # The first line of stdout is the URL, so scripts and tests can start it with --port 0.
         print(f"Querator listening on {server.url}", flush=True)  # noqa: T201
         stopping.wait()
-        print("querator serve: stopping (requests under way get their replies)", file=sys.stderr, flush=True)  # noqa: T201
+        print(  # noqa: T201
+            "querator serve: stopping; requests under way get their replies (signal again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
     finally:
         server.stop()
     print("Querator stopped", file=sys.stderr, flush=True)  # noqa: T201
