@@ -3,7 +3,8 @@
 Run ``uv run python -m benchmarks.local_stores`` (``--quick`` for a smaller run; ``--depths
 0,10000,100000`` for the deep case; ``--idle 600`` for the issue's ten idle minutes).
 
-For each store (``sqlite`` in a temporary file, ``memory``, ``dynamodb`` = the embedded
+For each store (``sqlite`` in a temporary file, ``sqlite-full`` the same with ``?sync=full``,
+``memory``, ``dynamodb`` = the embedded
 single-threaded moto server) one ``querator serve`` child process, driven over HTTP by the Python
 client from one thread. For each depth, a fresh queue is filled with ``depth`` items of 100 B (in
 produce calls of 1,000), then:
@@ -54,7 +55,11 @@ class Row:
 @contextlib.contextmanager
 def serve(store: str, workdir: Path) -> Iterator[tuple[str, int]]:
     """``querator serve --store`` in a child process; yields its URL and PID, then SIGTERM by PID."""
-    url_arg = f"sqlite:{workdir / 'bench.db'}" if store == "sqlite" else store
+    url_arg = {
+        "sqlite": f"sqlite:{workdir / 'bench.db'}",
+        # Every commit flushed to disk: what a 200 survives an OS crash or a power cut with.
+        "sqlite-full": f"sqlite:{workdir / 'bench.db'}?sync=full",
+    }.get(store, store)
     child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
         [sys.executable, "-m", "querator.cli", "serve", "--port", "0", "--quiet", "--store", url_arg],
         stdout=subprocess.PIPE,
@@ -156,7 +161,9 @@ def report(results: list[tuple[list[Row], float, float]], idle: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_COUNT} items per run")
-    parser.add_argument("--stores", default=",".join(STORES), help="comma-separated: sqlite,memory,dynamodb")
+    parser.add_argument(
+        "--stores", default=",".join(STORES), help="comma-separated: sqlite,sqlite-full,memory,dynamodb"
+    )
     parser.add_argument("--depths", default=",".join(map(str, DEPTHS)), help="items already queued")
     parser.add_argument("--idle", type=float, default=IDLE_SECONDS, metavar="SECONDS")
     args = parser.parse_args(argv)

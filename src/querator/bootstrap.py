@@ -17,7 +17,7 @@ import botocore.session
 from botocore.config import Config
 
 from querator.clock import SystemClock
-from querator.config import ConfigurationError, StoreKind, load_settings, parse_store
+from querator.config import ConfigurationError, StoreKind, load_settings, parse_store, sqlite_sync
 from querator.service import QueueService
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import DynamoDBItemStore
@@ -106,7 +106,7 @@ def open_stores(url: str, settings: Settings | None = None) -> Stores:
         )
 
         try:
-            database = SQLiteDatabase(path)
+            database = SQLiteDatabase(path, sync=sqlite_sync(url))
         except DatabaseFileError as exc:
             raise ConfigurationError(str(exc)) from exc
         return Stores(SQLiteQueueCatalog(database), SQLiteItemStore(database), database.close)

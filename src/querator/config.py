@@ -132,9 +132,33 @@ def parse_store(url: str) -> tuple[str, str]:
     """
     if url in (StoreKind.DYNAMODB, StoreKind.MEMORY):
         return url, ""
-    if url.startswith(f"{StoreKind.SQLITE}:") and url.removeprefix(f"{StoreKind.SQLITE}:").strip():
-        return StoreKind.SQLITE, url.removeprefix(f"{StoreKind.SQLITE}:")
-    raise ConfigurationError(f"unsupported store {url!r}: use sqlite:PATH, memory or dynamodb")
+    if url.startswith(f"{StoreKind.SQLITE}:"):
+        path, _ = _sqlite_parts(url)
+        if path.strip():
+            return StoreKind.SQLITE, path
+    raise ConfigurationError(
+        f"unsupported store {url!r}: use sqlite:PATH (or sqlite:PATH?sync=full), memory or dynamodb"
+    )
+
+
+#: How a SQLite store commits (``sqlite:PATH?sync=MODE``): ``normal`` (the default) survives the
+#: process being killed; ``full`` also an OS crash or a power cut, at one disk flush per commit.
+SQLITE_SYNC_MODES: Final = ("normal", "full")
+
+
+def sqlite_sync(url: str) -> str:
+    """The commit mode a ``sqlite:`` store URL asks for (``normal`` unless ``?sync=full``)."""
+    return _sqlite_parts(url)[1]
+
+
+def _sqlite_parts(url: str) -> tuple[str, str]:
+    rest = url.removeprefix(f"{StoreKind.SQLITE}:")
+    path, marker, mode = rest.rpartition("?sync=")
+    if not marker:
+        return rest, SQLITE_SYNC_MODES[0]
+    if mode not in SQLITE_SYNC_MODES:
+        raise ConfigurationError(f"unsupported sync={mode!r} in store {url!r}: use sync=normal or sync=full")
+    return path, mode
 
 
 #: The longest table name DynamoDB takes.

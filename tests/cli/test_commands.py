@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from querator.cli import main
-from querator.cli.commands import _stored_items
+from querator.cli.commands import _name_failures, _stored_items
 from querator.cli.output import ExitCode, Progress, Waiting, table
-from querator.client import QueueInfo
+from querator.client import ItemNotLeasedError, QueueInfo
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -375,6 +375,53 @@ def test_stale_id_exits_3_naming_it_and_the_others_apply(run: Run, client: Clien
         again = run(verb, queue_name, items[0]["id"])
         assert again.code == ExitCode.BAD_REQUEST, verb
         assert items[0]["id"] in again.err
+
+
+def test_a_partial_failure_lists_the_failed_ids_as_failed_and_counts_the_applied_ones(
+    run: Run, client: Client, queue_name: str
+) -> None:
+    run("queues", "create", queue_name)
+    run("produce", queue_name, "a", "b")
+    good = [i["id"] for i in _lease(run, queue_name, 2)["items"]]
+    bad = "0" * 30
+
+    result = run("complete", queue_name, *good, bad)
+
+    assert result.code == ExitCode.BAD_REQUEST
+    assert result.err.rstrip() == (
+        f"querator complete: 400 Bad Request: Item id is unknown, stale or not leased; 1 of 3 id(s) failed "
+        f"and were not applied: '{bad}' (item is unknown, stale or not leased); the other 2 were applied"
+    )
+    assert client.stats(queue_name).total == 0
+
+
+def test_renew_past_the_queues_expire_timeout_exits_3_and_keeps_the_lease(run: Run, queue_name: str) -> None:
+    run("queues", "create", queue_name, "--lease-timeout", "30s", "--expire-timeout", "1h")
+    run("produce", queue_name, "a")
+    (item,) = _lease(run, queue_name, 1)["items"]
+
+    result = run("renew", queue_name, item["id"], "--lease-timeout", "2562047h")
+
+    assert result.code == ExitCode.BAD_REQUEST
+    assert "lease_timeout may not be longer than the queue's expire_timeout" in result.err
+    assert run("renew", queue_name, item["id"], "--lease-timeout", "1h").code == ExitCode.OK
+
+
+def test_a_partial_failure_worded_by_an_older_server_reads_the_same() -> None:
+    # Older servers said "N id(s) not applied, the others were: <failed ids>": the failed ids read
+    # as the applied ones.
+    old = "Item id is unknown, stale or not leased; 1 id(s) not applied, the others were: 'c' (gone)"
+    error = ItemNotLeasedError(400, "Bad Request", old, failed_ids=("c",))
+
+    _name_failures(error, ["a", "b", "c", "a"])
+
+    assert error.message == (
+        "Item id is unknown, stale or not leased; 1 of 3 id(s) failed and were not applied: 'c' (gone); "
+        "the other 2 were applied"
+    )
+    every = ItemNotLeasedError(400, "Bad Request", old, failed_ids=("c",))
+    _name_failures(every, ["c"])
+    assert every.message.endswith("1 of 1 id(s) failed and were not applied: 'c' (gone); none was applied")
 
 
 def test_complete_without_ids_is_a_usage_error(run: Run, queue_name: str) -> None:

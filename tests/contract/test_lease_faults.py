@@ -205,3 +205,45 @@ def test_a_dynamodb_claim_that_fails_midway_names_what_it_claimed(
     assert leased == {item.id for item in raised.value.claimed}
     # One at a time, the claims after the failure are not made; concurrently, all but it apply.
     assert len(leased) == (2 if concurrency == 1 else 5)
+
+
+class FailingMoves:
+    """The store, but every ``move`` (the put-back of expired leases, a retry) fails while armed."""
+
+    def __init__(self, store: ItemStore) -> None:
+        self._store = store
+        self.armed = False
+        self.failed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def move(self, *args: Any, **kwargs: Any) -> Any:
+        if self.armed:
+            self.failed += 1
+            raise StoreUnavailableError("injected: the store timed out on the move")
+        return self._store.move(*args, **kwargs)
+
+
+def test_a_lease_whose_put_back_of_expired_leases_fails_still_leases(
+    service: QueueService, clock: FakeClock
+) -> None:
+    """Putting back expired leases is upkeep: when the store fails it (the 500 a deployed stack gave
+    when moto's transaction outran the functions' read timeout), the lease leases what it can and
+    the expired item comes back on a later call."""
+    make_queue(service, lease_timeout=timedelta(seconds=5))
+    service.produce("jobs", items("expires"))
+    service.lease("jobs", batch_size=1, client_id="gone")
+    clock.advance(timedelta(seconds=6))
+    service.produce("jobs", items("fresh"))
+    store = FailingMoves(service.store)
+    flaky = QueueService(catalog=service.catalog, store=store, clock=clock)  # type: ignore[arg-type]
+
+    store.armed = True
+    lease = flaky.lease("jobs", batch_size=5, client_id="w")
+    store.armed = False
+
+    assert store.failed >= 1
+    assert [item.payload for item in lease.items] == [b"fresh"]
+    again = flaky.lease("jobs", batch_size=5, client_id="w")
+    assert [(item.payload, item.attempts) for item in again.items] == [(b"expires", 2)]

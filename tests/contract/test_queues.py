@@ -33,6 +33,42 @@ def test_create_refuses_bad_names(service, name):
         make_queue(service, name)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["nul\x00q", "esc\x1b[31mq", "bel\x07q", "del\x7fq", "c1\x80q", "csi\x9bq", "apc\x9fq"],
+    ids=["NUL", "ESC", "BEL", "DEL", "C1-PAD", "C1-CSI", "C1-APC"],
+)
+def test_create_refuses_a_name_with_control_characters_as_a_group_does(service, name):
+    with pytest.raises(InvalidRequestError, match="queue_name may not hold control characters"):
+        make_queue(service, name)
+    assert service.list_queues() == []
+
+
+@pytest.mark.parametrize("name", ["nel\x85q", "sep\u2028q", "tab\tq"])
+def test_control_characters_that_are_whitespace_keep_the_whitespace_message(service, name):
+    with pytest.raises(InvalidRequestError, match="may not contain whitespace"):
+        make_queue(service, name)
+
+
+def test_a_name_with_emoji_and_other_scripts_is_taken(service):
+    make_queue(service, "訂單-👩\u200d💻")  # the zero-width joiner is a format character, not a control
+    assert [q.name for q in service.list_queues()] == ["訂單-👩\u200d💻"]
+
+
+def test_a_queue_stored_before_the_rule_can_still_be_used_and_deleted(service, clock):
+    # A name the old rules let through: created straight in the catalog, as an older version did.
+    old = "old\x1bq"
+    service.catalog.create(
+        replace(make_queue(service, "template"), name=old, created_at=clock.now(), updated_at=clock.now())
+    )
+    service.produce(old, items("a"))
+    assert service.get_queue(old).name == old
+    assert old in [q.name for q in service.list_queues()]
+    service.delete_queue(old)
+    with pytest.raises(QueueNotFoundError):
+        service.get_queue(old)
+
+
 def test_dead_queue_must_exist_differ_and_have_no_dead_queue_of_its_own(service):
     make_queue(service, "dlq")
     make_queue(service, "work", dead_queue="dlq")

@@ -22,10 +22,12 @@ def test_reaper_dead_letters_expired_and_exhausted_items_and_keeps_valid_leases(
     service.produce("jobs", items("exhausted", "held", "expired"))
     service.produce("plain", items("deleted"))
     exhausted, held = service.lease("jobs", batch_size=2, client_id="c").items
-    service.renew("jobs", 0, [held.id], lease_timeout=timedelta(minutes=30))
+    # Renewed as a consumer does, each time for at most expire_timeout, past the item's expiry.
+    service.renew("jobs", 0, [held.id], lease_timeout=timedelta(minutes=10))
     clock.advance(timedelta(minutes=2))  # the lease of "exhausted" ran out with its one attempt used
 
     first = service.reap(clock.now(), timedelta(seconds=30))
+    service.renew("jobs", 0, [held.id], lease_timeout=timedelta(minutes=10))
     clock.advance(timedelta(minutes=9))  # everything is past expire_timeout; "held" is still leased
     second = service.reap(clock.now(), timedelta(seconds=30))
 

@@ -20,7 +20,7 @@ PRODUCE_LIMIT = 5_000_000
 
 # (name, method, body, expected status)
 CASES: list[tuple[str, str, Any, int]] = [
-    ("empty body", "queue.produce", b"", 400),
+    ("empty body", "queue.produce", b"", 455),
     ("body is not JSON", "queue.produce", b"queue_name=fuzz", 455),
     (
         "invalid UTF-8 in the body",
@@ -33,6 +33,24 @@ CASES: list[tuple[str, str, Any, int]] = [
     ("deeply nested value", "queue.produce", '{"queue_name":' + "[" * 5000 + "]" * 5000 + "}", 455),
     ("a key the message does not define", "queue.produce", {"queue_name": QUEUE, "items": [], "x": 1}, 455),
     ("JSON array body", "queue.produce", [1, 2, 3], 455),
+    (
+        "a key given twice",
+        "queue.produce",
+        '{"queue_name":"' + QUEUE + '","queue_name":"other","items":[{"utf8":"x"}]}',
+        400,
+    ),
+    (
+        "a key given twice in an item",
+        "queue.produce",
+        '{"queue_name":"' + QUEUE + '","items":[{"utf8":"x","utf8":"y"}]}',
+        400,
+    ),
+    (
+        "queue name with ESC",
+        "queues.create",
+        {"queue_name": "esc\x1b[2Jq", "lease_timeout": "30s", "expire_timeout": "1h"},
+        400,
+    ),
     ("empty item list", "queue.produce", {"queue_name": QUEUE, "items": []}, 400),
     ("1001 items", "queue.produce", {"queue_name": QUEUE, "items": [{"utf8": "x"}] * 1001}, 400),
     ("invalid base64", "queue.produce", {"queue_name": QUEUE, "items": [{"bytes": "!!not base64"}]}, 400),

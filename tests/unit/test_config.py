@@ -14,6 +14,7 @@ from querator.config import (
     load_settings,
     parse_store,
     settings_from,
+    sqlite_sync,
 )
 
 TABLES = {EnvVar.ITEMS_TABLE: "items-prod", EnvVar.CATALOG_TABLE: "queues-prod"}
@@ -51,7 +52,15 @@ def test_a_store_url_is_parsed_and_other_stores_need_no_table_names():
     assert parse_store("memory") == (StoreKind.MEMORY, "")
     assert parse_store("dynamodb") == (StoreKind.DYNAMODB, "")
     assert parse_store("sqlite:/srv/q.db") == (StoreKind.SQLITE, "/srv/q.db")
-    for bad in ("postgres://localhost/q", "sqlite:", "sqlite", "MEMORY", ""):
+    assert parse_store("sqlite:/srv/q.db?sync=full") == (StoreKind.SQLITE, "/srv/q.db")
+    assert [sqlite_sync(u) for u in ("sqlite:q.db", "sqlite:q.db?sync=normal", "sqlite:q.db?sync=full")] == [
+        "normal",
+        "normal",
+        "full",
+    ]
+    with pytest.raises(ConfigurationError, match="sync=normal or sync=full"):
+        parse_store("sqlite:q.db?sync=off")
+    for bad in ("postgres://localhost/q", "sqlite:", "sqlite", "MEMORY", "", "sqlite:?sync=full"):
         with pytest.raises(ConfigurationError, match="unsupported store"):
             parse_store(bad)
     assert settings_from({EnvVar.STORE: "sqlite:q.db"}).store == "sqlite:q.db"

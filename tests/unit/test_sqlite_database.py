@@ -197,3 +197,26 @@ def test_processes_and_threads_sharing_one_file_never_lease_an_item_twice(tmp_pa
     won = [line for out in outputs for line in out.splitlines() if line]
     assert len(won) == len(set(won)), "an item was leased twice"
     assert set(won) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "pragma"), [("sqlite:{}", 1), ("sqlite:{}?sync=full", 2)], ids=["default", "full"]
+)
+def test_the_store_url_chooses_how_every_commit_is_synced(tmp_path, url, pragma):
+    """``synchronous`` is 1 (NORMAL: survives a killed process) by default and 2 (FULL: also an OS
+    crash or a power cut) with ``?sync=full``, on every connection the store opens."""
+    from querator.bootstrap import open_stores  # noqa: PLC0415 - the URL's way in, as serve uses it
+
+    path = tmp_path / "q.db"
+    stores = open_stores(url.format(path))
+    try:
+        database = stores.store._db  # type: ignore[attr-defined]
+        with database.transaction(write=False) as first, database.transaction(write=False) as second:
+            assert first is not second
+            assert [c.execute("PRAGMA synchronous").fetchone()[0] for c in (first, second)] == [
+                pragma,
+                pragma,
+            ]
+        assert path.exists() and not (tmp_path / "q.db?sync=full").exists()
+    finally:
+        stores.close()

@@ -59,7 +59,7 @@ def _ok() -> schemas.OkResponse:
 def _applied(outcome: BatchOutcome) -> schemas.OkResponse:
     """200 when every id was applied; otherwise 400 naming the failed ids (the others stay applied)."""
     if outcome.failed:
-        raise failed_ids_error(outcome.failed)
+        raise failed_ids_error(outcome.failed, applied=len(outcome.applied))
     return _ok()
 
 
@@ -141,7 +141,7 @@ def renew(service: QueueService, request: schemas.RenewRequest, call: Call) -> s
         request.queue_name, request.partition, request.ids, lease_timeout=request.lease_timeout
     )
     if outcome.failed:
-        raise failed_ids_error(outcome.failed)
+        raise failed_ids_error(outcome.failed, applied=len(outcome.items))
     return schemas.RenewResponse.from_domain(outcome)
 
 
@@ -150,7 +150,7 @@ def reprioritize(
 ) -> schemas.WireResponse:
     outcome = service.reprioritize(request.queue_name, request.partition, request.ids, request.priority)
     if outcome.failed:
-        raise failed_ids_error(outcome.failed)
+        raise failed_ids_error(outcome.failed, applied=len(outcome.ids))
     return schemas.ReprioritizeResponse.from_domain(request.queue_name, request.partition, outcome)
 
 

@@ -175,12 +175,22 @@ def body_too_large(size: int, limit: int) -> PayloadTooLargeError:
     return PayloadTooLargeError(f"body is {size} bytes; this endpoint takes at most {limit}", limit=limit)
 
 
-def failed_ids_error(failed: Sequence[IdFailure]) -> ItemNotLeasedError:
-    """400 naming every id of a complete / retry / renew request that was not applied.
+def failed_ids_error(failed: Sequence[IdFailure], *, applied: int) -> ItemNotLeasedError:
+    """400 naming every id of a complete / retry / renew / reprioritize request that failed.
 
-    The other ids were applied already; the message says so, so a client does not resend them.
+    ``applied`` ids of the request were applied already: the message says how many, after the
+    failed ones, so a client does not resend them and nobody reads the list as the applied ids
+    (it once said "N id(s) not applied, the others were: <the failed ids>"). The Python client
+    reads the ids back from the ``'<id>' (<reason>)`` pairs.
     """
     listed = ", ".join(f"'{f.id}' ({f.reason})" for f in failed)
     return ItemNotLeasedError(
-        f"{len(failed)} id(s) not applied, the others were: {listed}", ids=[f.id for f in failed]
+        f"{len(failed)} of {len(failed) + applied} id(s) failed and were not applied: {listed}; "
+        f"{applied_text(applied)}",
+        ids=[f.id for f in failed],
     )
+
+
+def applied_text(applied: int) -> str:
+    """How many ids of a request with failed ids were applied, as the failure message ends."""
+    return f"the other {applied} were applied" if applied else "none was applied"

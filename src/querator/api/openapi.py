@@ -32,7 +32,9 @@ _ERROR_MEANING: Final = {
     PAYLOAD_TOO_LARGE: "Body over the endpoint's size limit.",
     REQUEST_FAILED: "Valid request that cannot succeed now (queue being deleted, dead-letter queue missing).",
     RETRY_REQUEST: "Try again: nothing to lease before the timeout, or throttled by the store.",
-    UNSUPPORTED_CONTENT: "Body not JSON, a key the message does not define, or a non-JSON Content-Type.",
+    UNSUPPORTED_CONTENT: (
+        "Body empty or not JSON, a key the message does not define, or a non-JSON Content-Type."
+    ),
     INTERNAL_ERROR: "Unexpected; the message is generic and the details are in the service log.",
 }
 #: A real message of each status ("<stable class>; <details>"), for the examples.

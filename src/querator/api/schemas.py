@@ -73,6 +73,9 @@ TEXT: Final = Text()
 UTF8: Final = Text(check=_encodable)
 ID: Final = Text(min_length=1)
 QUEUE_NAME: Final = Text(check=domain.validate_queue_name)
+#: The name of a queue to create: no control characters either (queues created before that rule
+#: keep theirs, so lookups use ``QUEUE_NAME``).
+NEW_QUEUE_NAME: Final = Text(check=domain.validate_new_queue_name)
 GROUP: Final = Text(check=validate_group)
 COUNT: Final = Integer()
 FLAG: Final = Boolean()
@@ -113,7 +116,7 @@ ModelT = TypeVar("ModelT", bound=WireRequest)
 class CreateQueueRequest(WireRequest):
     """``queues.create``: a ``QueueInfo``; ``lease_timeout`` and ``expire_timeout`` are required."""
 
-    queue_name: str = field(QUEUE_NAME)
+    queue_name: str = field(NEW_QUEUE_NAME)
     lease_timeout: timedelta = field(DURATION)
     expire_timeout: timedelta = field(DURATION)
     max_attempts: int = field(COUNT, default=0)
@@ -730,8 +733,8 @@ def parse_request(
 ) -> ModelT:
     """Decode a request body into ``model``, applying the contract's wire rules in order.
 
-    An empty body is ``{}`` (all defaults). Raises ``WireError`` (455) when the content type is not
-    JSON, the body is not a JSON object, or it has a key the message does not define;
+    Raises ``WireError`` (455) when the content type is not JSON, the body is empty or not a JSON
+    object, or it has a key the message does not define;
     ``PayloadTooLargeError`` (413) when it is over ``limit`` bytes; ``InvalidRequestError`` (400) for
     a wrong value, naming the field(s).
     """
@@ -741,7 +744,8 @@ def parse_request(
     if limit is not None and len(raw) > limit:
         raise body_too_large(len(raw), limit)
     if not raw or raw.isspace():  # not raw.strip(): that copies a body of up to 5 MB
-        raw = b"{}"
+        # Not JSON, so a 455 as the contract says of any such body; "all defaults" is spelled {}.
+        raise unsupported_content("the body is empty: send a JSON object ({} for all defaults)")
     try:
         return model.from_json(raw)
     except BodyError as exc:

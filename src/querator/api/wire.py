@@ -50,6 +50,32 @@ _FALSE_TEXT: Final = frozenset({"0", "off", "f", "false", "n", "no"})
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
+class _RepeatedKeys(dict):  # type: ignore[type-arg]
+    """A JSON object that gave a key more than once: its last values, and which keys repeated.
+
+    ``json.loads`` keeps the last value silently, so a body naming two queues would go to the second;
+    ``Message.validate`` refuses one of these (400, naming each key where it is in the body).
+    """
+
+    repeated: tuple[str, ...] = ()
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads' object_pairs_hook: the C decoder hands each object's pairs over as a list.
+    data = dict(pairs)
+    if len(data) == len(pairs):
+        return data
+    seen: set[str] = set()
+    twice: dict[str, None] = {}
+    for key, _ in pairs:
+        if key in seen:
+            twice[key] = None
+        seen.add(key)
+    repeated = _RepeatedKeys(data)
+    repeated.repeated = tuple(twice)
+    return repeated
+
+
 class _Missing:
     def __repr__(self) -> str:
         return "MISSING"
@@ -494,10 +520,12 @@ class Message:
     @classmethod
     def validate(cls, data: object, loc: Loc, problems: list[Problem]) -> Self | Any:
         """The message of a decoded JSON value, or ``MISSING`` with what is wrong in ``problems``."""
-        if type(data) is not dict:
-            problems.append(Problem(loc, NOT_AN_OBJECT, "Input should be an object"))
-            return MISSING
         before = len(problems)
+        if type(data) is not dict:
+            if type(data) is not _RepeatedKeys:
+                problems.append(Problem(loc, NOT_AN_OBJECT, "Input should be an object"))
+                return MISSING
+            problems.extend(Problem((*loc, k), INVALID, "key given more than once") for k in data.repeated)
         keys = cls.keys
         given: dict[str, object] = {}
         for key, raw in data.items():
@@ -548,7 +576,9 @@ class Message:
             The body is not JSON, or is not this message (each problem named).
         """
         try:
-            data = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+            data = json.loads(
+                body.decode("utf-8"), parse_constant=_refuse_constant, object_pairs_hook=_object
+            )
         except ValueError as exc:  # also UnicodeDecodeError
             raise BodyError((), f"invalid JSON: {exc}") from exc
         except RecursionError as exc:

@@ -14,6 +14,7 @@ import binascii
 import csv
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -32,6 +33,7 @@ from querator.cli.output import (
     key_values,
     preview,
     print_json,
+    shown,
     table,
     utf8_or_none,
 )
@@ -385,7 +387,7 @@ def _queues_delete(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({"deleted": args.queue_name})
     else:
-        print(f"deleted queue {args.queue_name}")  # noqa: T201
+        print(f"deleted queue {shown(args.queue_name)}")  # noqa: T201
     return ExitCode.OK
 
 
@@ -490,7 +492,7 @@ def _produce(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({"queue_name": args.queue_name, "produced": produced, "batches": batches})
     else:
-        print(f"produced {produced} item(s) to {args.queue_name} in {batches} request(s)")  # noqa: T201
+        print(f"produced {produced} item(s) to {shown(args.queue_name)} in {batches} request(s)")  # noqa: T201
     return ExitCode.OK
 
 
@@ -674,11 +676,11 @@ def _lease(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json(_lease_json(lease))
     elif lease.items:
-        print(f"queue {lease.queue_name}, partition {lease.partition}")  # noqa: T201
+        print(f"queue {shown(lease.queue_name)}, partition {lease.partition}")  # noqa: T201
         rows = [[i.id, i.attempts, i.priority, i.lease_deadline, preview(i.payload)] for i in lease.items]
         print(table(["ID", "ATTEMPTS", "PRIORITY", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
     if not lease.items:
-        print(f"querator lease: nothing to lease in {args.queue_name}", file=sys.stderr)  # noqa: T201
+        print(f"querator lease: nothing to lease in {shown(args.queue_name)}", file=sys.stderr)  # noqa: T201
         return ExitCode.TRY_AGAIN
     return ExitCode.OK
 
@@ -749,7 +751,8 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Set each lease's deadline to now + --lease-timeout (default: the queue's lease timeout).\n"
             "Counted from now, not added to the old deadline, so a short --lease-timeout can shorten a\n"
-            "lease (as SQS's ChangeMessageVisibility does). A lost lease exits 3 naming it."
+            "lease (as SQS's ChangeMessageVisibility does); one longer than the queue's expire timeout\n"
+            "is refused (exit 3, nothing renewed). A lost lease exits 3 naming it."
         ),
     )
     renew.add_argument("queue_name", metavar="QUEUE")
@@ -785,6 +788,27 @@ def _partition_hint(
         )
 
 
+#: How older servers word a per-id failure: "N id(s) not applied, the others were: <the failed ids>",
+#: which reads as if the listed ids were the applied ones.
+_OLD_FAILURE_WORDING: Final = re.compile(r"\b\d+ id\(s\) not applied, the others were: ")
+
+
+def _name_failures(error: ItemNotLeasedError, ids: list[str]) -> None:
+    """Make a per-id failure from an older server read as today's do: how many of the ids sent
+    failed, each failed id with its reason, then how many were applied. Today's wording is kept."""
+    match = _OLD_FAILURE_WORDING.search(error.message)
+    if match is None:
+        return
+    sent = len(dict.fromkeys(ids))
+    failed = len(dict.fromkeys(error.failed_ids))
+    applied = max(sent - failed, 0)
+    error.message = (
+        f"{error.message[: match.start()]}{failed} of {sent} id(s) failed and were not applied: "
+        f"{error.message[match.end() :]}; "
+        + (f"the other {applied} were applied" if applied else "none was applied")
+    )
+
+
 def _ids(args: argparse.Namespace) -> list[str]:
     ids = [i for i in args.ids if i != "-"]
     if not args.ids or "-" in args.ids:
@@ -800,7 +824,7 @@ def _done(args: argparse.Namespace, verb: str, ids: list[str], *, dead_queue: st
         print_json({**body, "dead_queue": dead_queue} if dead_queue else body)
     else:
         to = f" to {dead_queue}" if dead_queue else ""
-        print(f"{verb} {len(ids)} item(s) of {args.queue_name}{to}")  # noqa: T201
+        print(f"{verb} {len(ids)} item(s) of {shown(args.queue_name)}{to}")  # noqa: T201
     return ExitCode.OK
 
 
@@ -810,6 +834,7 @@ def _complete(args: argparse.Namespace) -> int:
         try:
             client.complete(args.queue_name, ids, partition=_partition(args))
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             raise
     return _done(args, "completed", ids)
@@ -846,6 +871,7 @@ def _retry(args: argparse.Namespace) -> int:
                 partition=_partition(args),
             )
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             raise
     if args.dead:
@@ -861,6 +887,7 @@ def _renew(args: argparse.Namespace) -> int:
                 args.queue_name, ids, partition=_partition(args), lease_timeout=args.lease_timeout
             )
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             raise
     rows = [[r.id, r.lease_deadline] for r in renewal.items]
@@ -916,6 +943,7 @@ def _reprioritize(args: argparse.Namespace) -> int:
         try:
             moved = client.reprioritize(args.queue_name, ids, args.priority, partition=partition)
         except ItemNotLeasedError as exc:
+            _name_failures(exc, ids)
             _partition_hint(args, client, exc, ids)
             applied = len(set(ids) - set(exc.failed_ids))
             if exc.failed_ids and applied:
@@ -1025,7 +1053,7 @@ def _watch(args: argparse.Namespace) -> int:
                     if redraw:
                         # Home and clear: the table replaces itself instead of scrolling.
                         sys.stdout.write("\x1b[H\x1b[2J")
-                    print(f"{args.queue_name} at {stamp} (every {args.interval}, Ctrl-C to stop)")  # noqa: T201
+                    print(f"{shown(args.queue_name)} at {stamp} (every {args.interval}, Ctrl-C to stop)")  # noqa: T201
                     print(stats_table(stats))  # noqa: T201
                     if not redraw:
                         print()  # noqa: T201
@@ -1077,7 +1105,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json(_items_json(dead_info.queue_name, items))
     else:
-        print(f"dead-letter queue {dead_info.queue_name}: {len(items)} item(s)")  # noqa: T201
+        print(f"dead-letter queue {shown(dead_info.queue_name)}: {len(items)} item(s)")  # noqa: T201
         rows = [
             [p, i.id, i.source_id, i.attempts, i.priority, i.created_at, i.reference, preview(i.payload, 40)]
             for p, i in items
@@ -1134,7 +1162,7 @@ def _redrive(args: argparse.Namespace) -> int:
             {"queue_name": args.queue_name, "moved": moved, "remaining": remaining, "stranded": stranded}
         )
         return ExitCode.OK
-    print(f"moved {moved} item(s) out of {args.queue_name}")  # noqa: T201
+    print(f"moved {moved} item(s) out of {shown(args.queue_name)}")  # noqa: T201
     if stranded:
         print(  # noqa: T201
             f"{stranded} item(s) stay: the queue they came from no longer exists (move them with --to QUEUE)"
@@ -1217,7 +1245,7 @@ def _peek(args: argparse.Namespace) -> int:
         print_json(_items_json(args.queue_name, items))
         return ExitCode.OK
     kind = "scheduled item(s)" if args.scheduled else "item(s)"
-    print(f"{args.queue_name}: first {len(items)} {kind}")  # noqa: T201
+    print(f"{shown(args.queue_name)}: first {len(items)} {kind}")  # noqa: T201
     rows = [
         [
             p,
@@ -1273,5 +1301,5 @@ def _clear(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json({"queue_name": args.queue_name, "cleared": what})
     else:
-        print(f"cleared the {', '.join(what)} items of {args.queue_name}")  # noqa: T201
+        print(f"cleared the {', '.join(what)} items of {shown(args.queue_name)}")  # noqa: T201
     return ExitCode.OK

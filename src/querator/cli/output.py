@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import threading
 import time
@@ -65,6 +66,31 @@ class CliError(Exception):
         self.code = code
 
 
+#: What a terminal acts on instead of showing: C0 controls (ESC, BEL, NUL, newline), DEL, C1 controls
+#: (CSI is one), lone surrogates, line and paragraph separators, and the bidirectional marks,
+#: embeddings, overrides and isolates that reorder what follows them ("Trojan Source").
+_RAW: Final = re.compile(
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]"
+)
+#: The same, less what ``json.dumps`` escapes itself (C0 controls; it writes the rest as they are).
+_RAW_IN_JSON: Final = re.compile(
+    "[\x7f-\x9f\ud800-\udfff\u2028\u2029\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(text: str) -> str:
+    """``text`` with every character a terminal would act on written as an escape (``\\x1b``,
+    ``\\u202e``). Whatever came from the server or a user (queue names, groups, references, payload
+    previews, error messages) goes through it before it is printed, so it shows as text and never
+    moves the cursor, rings, clears the screen or reorders the line."""
+    return text if text.isprintable() else _RAW.sub(_escape, text)
+
+
 def exit_code_for(error: ApiError) -> int:
     if isinstance(error, RetryError):
         return ExitCode.TRY_AGAIN
@@ -89,13 +115,13 @@ def guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
             return run(args)
         except ApiError as exc:
             # The whole envelope: scripts may grep the stable class, people read the details.
-            print(f"{prog}: {exc.code} {exc.code_text}: {exc.message}", file=sys.stderr)  # noqa: T201
+            print(f"{prog}: {exc.code} {shown(exc.code_text)}: {shown(exc.message)}", file=sys.stderr)  # noqa: T201
             return exit_code_for(exc)
         except ConnectionFailedError as exc:
             print(f"{prog}: {exc}{connection_hint(args, exc)}", file=sys.stderr)  # noqa: T201
             return ExitCode.CANNOT_CONNECT
         except CliError as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)  # noqa: T201
+            print(f"{prog}: {shown(str(exc))}", file=sys.stderr)  # noqa: T201
             return exc.code
         except KeyboardInterrupt:
             print(f"{prog}: interrupted", file=sys.stderr)  # noqa: T201
@@ -143,7 +169,13 @@ def jsonable(value: Any) -> Any:
 
 
 def print_json(data: Any, out: IO[str] | None = None) -> None:
-    print(json.dumps(jsonable(data), ensure_ascii=False), file=out or sys.stdout)
+    # Such characters can only be inside JSON strings, where their JSON escape means the same.
+    text = _RAW_IN_JSON.sub(_json_escape, json.dumps(jsonable(data), ensure_ascii=False))
+    print(text, file=out or sys.stdout)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def cell(value: Any) -> str:
@@ -155,7 +187,7 @@ def cell(value: Any) -> str:
         return format_timestamp(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return shown(str(value))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -208,7 +240,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.enabled = force or self.stream.isatty()
         self.total = total
-        self.label = label
+        self.label = shown(label)  # it may hold a queue name
         self.done = 0
         self.items = 0
         self._drawn_at = 0.0
@@ -247,7 +279,7 @@ class Waiting:
     def __init__(self, label: str, *, stream: IO[str] | None = None, force: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.enabled = force or self.stream.isatty()
-        self.label = label
+        self.label = shown(label)  # it may hold a queue name
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._width = 0

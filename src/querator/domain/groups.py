@@ -8,23 +8,19 @@ Fair delivery across groups is the next step (docs/adr/0080-priority-fair-redriv
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 
 from querator.domain.errors import InvalidRequestError
+from querator.domain.text import check_printable
 
 MAX_GROUP_BYTES = 128
-
-#: Control characters, surrogates and line or paragraph separators: a group is shown in logs,
-#: listings and the console on one line. Format characters (the zero-width joiner of emoji) are allowed.
-_NOT_PRINTABLE = frozenset({"Cc", "Cs", "Zl", "Zp"})
 
 
 def validate_group(value: object, what: str = "group") -> str:
     """``value`` as a group, or ``InvalidRequestError`` naming ``what``."""
     if not isinstance(value, str):
         raise InvalidRequestError(f"{what} must be a string", field=what)
-    if any(unicodedata.category(c) in _NOT_PRINTABLE for c in value):
-        raise InvalidRequestError(f"{what} may not hold control characters", field=what)
+    # Shown in logs, listings and the console on one line, as queue names are.
+    check_printable(value, what)
     if len(value.encode()) > MAX_GROUP_BYTES:
         raise InvalidRequestError(f"{what} is longer than {MAX_GROUP_BYTES} bytes", field=what)
     return value

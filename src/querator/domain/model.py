@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from querator.domain.errors import InvalidRequestError
 from querator.domain.groups import group_lane, validate_group
 from querator.domain.priority import DEFAULT_PRIORITY, priority_of, validate_priority
+from querator.domain.text import check_printable
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -64,6 +65,16 @@ def validate_queue_name(name: str) -> str:
             "queue_name may not contain whitespace or '~'", field="queue_name", value=name
         )
     return name
+
+
+def validate_new_queue_name(name: str) -> str:
+    """``validate_queue_name``, and no control characters (as a group): the name a new queue takes.
+
+    A queue name is shown in listings, logs and the console. Names that already exist are not
+    checked for it (``validate_queue_name`` alone): a queue created before the rule must stay
+    readable and deletable, and a lookup of a name nobody could create just finds no queue.
+    """
+    return check_printable(validate_queue_name(name), "queue_name")
 
 
 FIFO = "fifo"

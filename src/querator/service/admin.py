@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 from querator.domain.errors import ConflictError, InvalidRequestError, QueueNotFoundError, RetryLaterError
 from querator.domain.ids import visible_bound
-from querator.domain.model import MAX_BATCH, ClearScope, PartitionStats, timestamp_us, validate_queue_name
+from querator.domain.model import (
+    MAX_BATCH,
+    ClearScope,
+    PartitionStats,
+    timestamp_us,
+    validate_new_queue_name,
+    validate_queue_name,
+)
 from querator.domain.priority import band_end, band_start
 from querator.ports import Guard
 from querator.service.tuning import PAGE_MAX, RECORDS_PER_CALL, UPDATE_RETRIES
@@ -45,6 +52,7 @@ class QueueAdmin:
 
     def create_queue(self, info: QueueInfo) -> QueueInfo:
         """Create a queue. Raises ``QueueAlreadyExistsError``, ``InvalidRequestError``."""
+        validate_new_queue_name(info.name)
         now = self._clock.now()
         info = replace(info, created_at=now, updated_at=now, deleting=False)
         self._check_dead_queue(info)

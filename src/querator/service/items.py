@@ -118,11 +118,27 @@ class ItemCalls:
 
         A lease record is filed under the new deadline first, so a renewed lease that later runs
         out is found like any other.
+
+        Raises
+        ------
+        InvalidRequestError
+            ``lease_timeout`` is not above zero, or is longer than the queue's ``expire_timeout``
+            (nothing is renewed).
         """
         queue, valid, failed = self._leased_ids(queue_name, partition, ids)
         timeout = queue.lease_timeout if lease_timeout is None else lease_timeout
         if timeout <= timedelta(0):
             raise InvalidRequestError("lease_timeout must be greater than zero", field="lease_timeout")
+        if timeout > queue.expire_timeout:
+            # The rule a queue's own lease_timeout obeys. Refused, not capped (SQS's
+            # ChangeMessageVisibility refuses past its 12 h too): a consumer that asked for more
+            # than it gets would work on past its lease. Without it "2562047h" leased an item
+            # until the year 2319, out of the reach of expire_timeout and dead-lettering.
+            raise InvalidRequestError(
+                f"lease_timeout may not be longer than the queue's expire_timeout "
+                f"({_seconds(timeout)} > {_seconds(queue.expire_timeout)})",
+                field="lease_timeout",
+            )
         now = self._clock.now()
         deadline = now + timeout
         if valid:
@@ -327,3 +343,9 @@ class ItemCalls:
         if failed:
             raise InvalidRequestError(f"'{failed[0].id}' is not an item id", id=failed[0].id)
         self._store.delete(queue.name, partition, valid, guard=Guard.ANY, now=self._clock.now())
+
+
+def _seconds(value: timedelta) -> str:
+    """``90s``: a duration in the one unit every client reads (the domain has no Go formatting)."""
+    seconds = value.total_seconds()
+    return f"{seconds:.0f}s" if seconds == int(seconds) else f"{seconds}s"

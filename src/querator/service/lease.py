@@ -9,7 +9,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from querator.domain import lifecycle
-from querator.domain.errors import DuplicateClientError, InvalidRequestError, NothingToLeaseError
+from querator.domain.errors import (
+    DuplicateClientError,
+    InvalidRequestError,
+    NothingToLeaseError,
+    StoreThrottledError,
+    StoreUnavailableError,
+)
 from querator.domain.ids import visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
@@ -271,11 +277,18 @@ class Leaser:
         head, due = self._store.head(queue.name, partition, now=now, records=RECORDS_PER_CALL)
         if due:
             # Expired leases go back to the tail (new ids above the cursor) before this lease reads.
-            recovered = self._settler.recover(queue, partition, due, now)
-            if recovered.entered_bands - head.bands - {""}:
-                # A priority given while leased put an item in a band this head row did not name:
-                # read the head again, or a lower priority would be leased before it.
-                head, _ = self._store.head(queue.name, partition, now=now)
+            try:
+                recovered = self._settler.recover(queue, partition, due, now)
+            except (StoreUnavailableError, StoreThrottledError) as exc:
+                # Putting back others' expired leases is upkeep (the reaper's too), not this call's
+                # work: a store that fails it (a slow transaction, a throttle) must not fail the
+                # lease. The records stay due, so the next lease or reaper run tries again.
+                log.warning("lease of %s: expired leases not put back yet (%s)", queue.name, exc)
+            else:
+                if recovered.entered_bands - head.bands - {""}:
+                    # A priority given while leased put an item in a band this head row did not
+                    # name: read the head again, or a lower priority would be leased before it.
+                    head, _ = self._store.head(queue.name, partition, now=now)
         stop_at = now + self._claim_budget
         if queue.fair or head.has_lanes:
             return self._lease_fair(queue, partition, head, batch_size, now, stop_at)
@@ -481,9 +494,16 @@ class Leaser:
                 candidates.append(state)
             elif decision.action is not Action.KEEP:
                 settle.append((state, decision))
-        if settle and self._settler.settle(queue, partition, settle, now).skipped:
-            return candidates, settle[0][0].id
-        return candidates, None
+        if not settle:
+            return candidates, None
+        try:
+            skipped = self._settler.settle(queue, partition, settle, now).skipped
+        except (StoreUnavailableError, StoreThrottledError) as exc:
+            # Upkeep on the way, like the put-back of expired leases: a failure leaves these items
+            # for a later call (the cursor stops at the first), and the lease goes on.
+            log.warning("lease of %s: %d item(s) not settled yet (%s)", queue.name, len(settle), exc)
+            skipped = len(settle)
+        return candidates, settle[0][0].id if skipped else None
 
     def _claim_capped(
         self,

@@ -131,11 +131,59 @@ def _with_cursor(head: PartitionHead, cursor: str) -> PartitionHead:
     return replace(head, band_cursors={**head.band_cursors, lane: cursor})
 
 
+def _lane_cursor(head: PartitionHead, lane: str) -> str:
+    """The cursor of ``lane`` as stored (``""``: it never moved)."""
+    return head.cursor if lane == "" else head.band_cursors.get(lane, "")
+
+
+def _admitting(head: PartitionHead, ids: Iterable[str]) -> PartitionHead:
+    """``head`` with each lane's cursor pulled back to the oldest of ``ids`` written below it.
+
+    Ids are minted before the write transaction begins; one that waited for the write lock (another
+    writer of the same file held it) can land below a cursor that a lease moved meanwhile, where no
+    lease would read it until the sweep, two minutes later. Pulled back in the same transaction as
+    the write, the cursor keeps its promise (every id below it is leased, being settled or gone) and
+    the late item is the next one leased, in FIFO order. The next lease re-reads what lies between
+    (what was claimed while the writer waited).
+    """
+    oldest: dict[str, str] = {}
+    for item_id in ids:
+        lane = lane_of(item_id)
+        if item_id < oldest.get(lane, ITEMS_END):
+            oldest[lane] = item_id
+    for lane, item_id in oldest.items():
+        if item_id < _lane_cursor(head, lane):
+            head = _with_cursor(head, item_id)
+    return head
+
+
 def _with_sweep(head: PartitionHead, mark: str) -> PartitionHead:
     lane = lane_of(mark)
     if lane == "":
         return replace(head, sweep=mark)
     return replace(head, band_sweeps={**head.band_sweeps, lane: mark})
+
+
+#: Most ids a cursor move checks for a never-leased item it would pass; it stops after them.
+_CURSOR_CHECK = 1000
+
+
+def _open_before(rows: Rows, queue: str, partition: int, head: PartitionHead, cursor: str) -> str:
+    """Where a lease may move its lane's cursor to, at most ``cursor``: not past a never-leased item.
+
+    The lease chose ``cursor`` from what it read, but a write that waited for the lock may have landed
+    in that range since (its cursor pull-back then undone by this move): checked here, in the move's
+    own transaction, over the ids the lease just read past, O(what it read).
+    """
+    lane = lane_of(cursor)
+    start = max(_lane_cursor(head, lane), band_start(band_of(lane)), lane)
+    if cursor <= start:
+        return cursor
+    passed = rows.states(queue, partition, start, cursor, _CURSOR_CHECK)
+    for state in passed:
+        if state.lease_deadline is None:
+            return state.id
+    return cursor if len(passed) < _CURSOR_CHECK else passed[-1].id
 
 
 class SortedRowsStore:
@@ -193,10 +241,13 @@ class SortedRowsStore:
             rows.write_head(
                 queue,
                 partition,
-                _with_bands(
-                    replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted),
+                _admitting(
+                    _with_bands(
+                        replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted),
+                        (item.id for item in items),
+                        now,
+                    ),
                     (item.id for item in items),
-                    now,
                 ),
             )
 
@@ -344,7 +395,7 @@ class SortedRowsStore:
         with self._write() as rows:
             head = counts.applied(rows.head(queue, partition))
             if cursor is not None:
-                head = _with_cursor(head, cursor)
+                head = _with_cursor(head, _open_before(rows, queue, partition, head, cursor))
             if ring is not None:
                 head = replace(head, rings={**head.rings, ring[0]: ring[1]})
             rows.write_head(queue, partition, head)
@@ -539,7 +590,8 @@ class SortedRowsStore:
                 head = counts.applied(rows.head(target_queue, target_partition))
                 if (target_queue, target_partition) != (queue, partition) and not head.schedule_mark:
                     head = replace(head, schedule_mark=visible_bound(now))
-                head = _with_bands(head, arrived.get((target_queue, target_partition), []), now)
+                came = arrived.get((target_queue, target_partition), [])
+                head = _admitting(_with_bands(head, came, now), came)
                 rows.write_head(target_queue, target_partition, head)
         return result
 

@@ -11,8 +11,12 @@ from the ``ItemStore`` port or the DynamoDB reference:
   on a pooled connection of its own) or another one on the machine (the file lock).
   ``busy_timeout`` makes a writer wait for the lock instead of failing. WAL lets readers run beside
   the writer.
-- ``synchronous=NORMAL`` in WAL mode: a committed write survives the process being killed; the last
-  writes before a power cut may be lost (this is a development and embedded store).
+- Durability is the store URL's choice (``sqlite:PATH?sync=full``): ``synchronous=NORMAL`` in WAL
+  mode by default, where a committed write survives the process being killed but the last writes
+  before an OS crash or a power cut may be lost; ``FULL`` flushes the log to disk at every commit,
+  so an acknowledged write survives those too. On this project's machines FULL cost one disk flush
+  (about 4 ms) per commit: a commit of one 100 B row went from 18,000-33,000 a second to 240-270,
+  of 100 rows from 167,000 rows a second to 24,000 (docs/adr/0060-embedded-stores.md).
 - The file is identified by ``PRAGMA application_id`` and carries its schema version in
   ``querator_meta``. ``SQLiteDatabase`` checks both on a read-only connection before writing
   anything, so a file that is not a Querator database, or one from a newer Querator, is refused and
@@ -230,8 +234,12 @@ class SQLiteDatabase:
     database, or its schema is newer than this code's; the file is then left untouched.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, sync: str = "normal") -> None:
         self.path = Path(path).expanduser()
+        if sync not in ("normal", "full"):
+            raise ValueError(f"sync must be 'normal' or 'full', not {sync!r}")
+        #: ``PRAGMA synchronous`` of every connection: NORMAL or FULL (the module's docstring).
+        self.synchronous = sync.upper()
         self._lock = threading.Lock()
         #: Connections not in a transaction. A pool rather than one per thread: the local server runs
         #: each HTTP connection on a new thread, and per-thread connections would pile up.
@@ -328,7 +336,7 @@ class SQLiteDatabase:
         # one transaction at a time, in whichever thread took it from the pool.
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        connection.execute("PRAGMA synchronous = NORMAL")
+        connection.execute(f"PRAGMA synchronous = {self.synchronous}")
         return connection
 
     def _checkout(self) -> sqlite3.Connection:

@@ -152,7 +152,8 @@ def test_failed_ids_error_names_each_id() -> None:
         [
             IdFailure(id="abc", reason="item is unknown, stale or not leased"),
             IdFailure(id="def", reason="bad id"),
-        ]
+        ],
+        applied=0,
     )
     response = error_response(error)
     assert response.status == 400
@@ -160,6 +161,38 @@ def test_failed_ids_error_names_each_id() -> None:
     assert "'abc'" in response.body["message"]
     assert "'def' (bad id)" in response.body["message"]
     assert error.context["ids"] == ["abc", "def"]
+
+
+def test_failed_ids_error_lists_the_failed_ids_as_failed_then_counts_the_applied_ones() -> None:
+    # It once read "1 id(s) not applied, the others were: 'bad' (...)": the failed id read as applied.
+    error = errors.failed_ids_error(
+        [IdFailure(id="bad", reason="item is unknown, stale or not leased")], applied=2
+    )
+    assert error_response(error).body["message"] == (
+        "Item id is unknown, stale or not leased; 1 of 3 id(s) failed and were not applied: "
+        "'bad' (item is unknown, stale or not leased); the other 2 were applied"
+    )
+
+
+def test_failed_ids_error_says_when_none_was_applied() -> None:
+    error = errors.failed_ids_error([IdFailure(id="a", reason="x"), IdFailure(id="b", reason="y")], applied=0)
+    assert str(error) == "2 of 2 id(s) failed and were not applied: 'a' (x), 'b' (y); none was applied"
+
+
+def test_the_client_reads_the_failed_ids_back_from_the_message() -> None:
+    # The Python client ships without the server: it parses the ids out of the message text.
+    from querator.client.errors import ItemNotLeasedError, error_for  # noqa: PLC0415
+
+    failures = [
+        IdFailure(id="a" * 30, reason="item is unknown, stale or not leased"),
+        IdFailure(
+            id="b" * 30, reason="item is unknown or gone (completed, moved to a new id, or never produced)"
+        ),
+    ]
+    response = error_response(errors.failed_ids_error(failures, applied=5))
+    parsed = error_for(response.status, response.body)
+    assert isinstance(parsed, ItemNotLeasedError)
+    assert parsed.failed_ids == ("a" * 30, "b" * 30)
 
 
 def test_error_body_model_matches_envelope() -> None:

@@ -117,9 +117,60 @@ def test_json_content_types_are_accepted(content_type: str | None) -> None:
 
 
 @pytest.mark.parametrize("body", [None, "", b"", "  \n"])
-def test_empty_body_means_all_defaults(body: str | bytes | None) -> None:
-    request = parse_request(schemas.ListQueuesRequest, body)
+def test_an_empty_body_is_not_json_so_455(body: str | bytes | None) -> None:
+    # The contract: a body that is not JSON is a 455; "all defaults" is spelled {}.
+    assert "the body is empty" in unsupported(schemas.ListQueuesRequest, body)
+    assert "the body is empty" in unsupported(schemas.ProduceRequest, body)
+
+
+def test_an_empty_object_means_all_defaults() -> None:
+    request = parse_request(schemas.ListQueuesRequest, "{}")
     assert (request.pivot, request.limit) == ("", schemas.DEFAULT_QUEUES_LIMIT)
+
+
+# -- keys given twice -------------------------------------------------------------------------------
+
+
+def test_a_key_given_twice_at_the_top_level_is_400_naming_it() -> None:
+    # json.loads would keep the last value: this produce would have gone to queue "b".
+    body = '{"queue_name": "a", "queue_name": "b", "items": [{"utf8": "x"}]}'
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(schemas.ProduceRequest, body)
+    assert status_for(caught.value) == 400
+    assert str(caught.value) == "queue_name: key given more than once"
+
+
+def test_a_key_given_twice_inside_an_item_is_400_naming_its_place() -> None:
+    body = '{"queue_name": "q", "items": [{"utf8": "x"}, {"utf8": "x", "priority": 1, "priority": 9}]}'
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(schemas.ProduceRequest, body)
+    assert str(caught.value) == "items[1].priority: key given more than once"
+
+
+def test_each_key_given_twice_is_named_once() -> None:
+    body = '{"queue_name": "q", "ids": ["a"], "ids": ["b"], "ids": ["c"], "partition": 0, "partition": 1}'
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(schemas.CompleteRequest, body)
+    assert str(caught.value) == "ids: key given more than once; partition: key given more than once"
+
+
+def test_a_key_given_twice_deeper_than_a_message_is_still_refused() -> None:
+    # A retry item's keys are a message too; an object where a string belongs is a wrong value.
+    body = '{"queue_name": "q", "items": [{"id": "x", "dead": true, "dead": false}]}'
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(schemas.RetryRequest, body)
+    assert "items[0].dead: key given more than once" in str(caught.value)
+
+
+def test_an_unknown_key_given_twice_is_still_455() -> None:
+    # Not understanding the body comes first, as for any unknown key.
+    assert "x: unknown key" in unsupported(schemas.StatsRequest, '{"queue_name": "q", "x": 1, "x": 2}')
+
+
+def test_the_same_value_twice_is_refused_too() -> None:
+    # Which one was meant cannot matter to the rule: a body with a repeated key is ambiguous.
+    with pytest.raises(InvalidRequestError, match="queue_name: key given more than once"):
+        parse_request(schemas.StatsRequest, '{"queue_name": "q", "queue_name": "q"}')
 
 
 def test_body_over_the_limit_is_413() -> None:
@@ -809,3 +860,18 @@ def test_a_455_names_only_what_was_not_understood() -> None:
     body = json.dumps({"queue_name": "q", "items": [5, {"utf8": "x", "colour": 1}], "extra": True})
     message = unsupported(schemas.ProduceRequest, body)
     assert message == "Unsupported content; extra: unknown key; items[1].colour: unknown key"
+
+
+# -- queue names --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "a\x1b[2Jb", "a\x07b", "a\x7fb", "a\x80b", "a\x9bb"])
+def test_a_queue_to_create_may_not_hold_control_characters(name: str) -> None:
+    body = {"queue_name": name, "lease_timeout": "30s", "expire_timeout": "1h"}
+    message = invalid(schemas.CreateQueueRequest, body)
+    assert message == "queue_name: queue_name may not hold control characters"
+
+
+def test_a_lookup_takes_any_name_a_queue_could_have_been_created_with() -> None:
+    # Queues created before the rule keep their names; a lookup of one nobody could create finds none.
+    assert parse(schemas.DeleteQueueRequest, {"queue_name": "old\x1bq"}).queue_name == "old\x1bq"

@@ -29,7 +29,7 @@ from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.errors import THROTTLING_CODES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
     from datetime import datetime
 
     import botocore.session
@@ -90,6 +90,22 @@ def _raise_store_error(exc: PynamoDBException, operation: str) -> NoReturn:
     if code in THROTTLING_CODES:
         raise StoreThrottledError(f"the store is throttling {operation}; retry", store_code=code) from exc
     raise StoreUnavailableError(f"{operation} failed: {code or exc}", store_code=code) from exc
+
+
+def _each_once(records: Iterable[_CatalogRecord]) -> Iterator[_CatalogRecord]:
+    """The records of one catalog Query, each once.
+
+    A Query returns names in ascending order. A DynamoDB-compatible store that ends its last page
+    with ``LastEvaluatedKey: {}`` instead of leaving the key out makes PynamoDB query again from
+    the start (an empty start key is no start key), so the reaper's walk would never end: a name
+    that is not after the one before means the query came round again.
+    """
+    previous: str | None = None
+    for record in records:
+        if previous is not None and record.name <= previous:
+            return
+        previous = record.name
+        yield record
 
 
 class DynamoDBQueueCatalog:
@@ -183,11 +199,13 @@ class DynamoDBQueueCatalog:
         try:
             return [
                 self._to_info(record)
-                for record in self._model.query(
-                    schema.CATALOG_QUEUE_KIND,
-                    range_key_condition=condition,
-                    limit=limit,
-                    consistent_read=True,
+                for record in _each_once(
+                    self._model.query(
+                        schema.CATALOG_QUEUE_KIND,
+                        range_key_condition=condition,
+                        limit=limit,
+                        consistent_read=True,
+                    )
                 )
             ]
         except QueryError as exc:
@@ -196,7 +214,7 @@ class DynamoDBQueueCatalog:
 
     def iterate(self) -> Iterator[QueueInfo]:
         try:
-            for record in self._model.query(schema.CATALOG_QUEUE_KIND, consistent_read=True):
+            for record in _each_once(self._model.query(schema.CATALOG_QUEUE_KIND, consistent_read=True)):
                 yield self._to_info(record)
         except QueryError as exc:
             _raise_store_error(exc, "queues.list")

@@ -15,9 +15,47 @@ from querator.ports import GroupLedger, IdempotencyRecord, Lane, LeaseRecord, Pa
 from querator.storage.dynamodb import schema
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from datetime import datetime
 
 AttributeMap = dict[str, Any]
+
+
+# -- replies: what a DynamoDB-compatible store returns for "nothing" ---------------------------------
+#
+# AWS and moto leave a key out of a reply when there is nothing under it; other stores that speak
+# DynamoDB's API send it empty instead: LocalStack's DynamoDB returns ``Attributes: {}`` for
+# ``ReturnValues=ALL_OLD`` on a new item, and ``{}`` or ``[]`` spellings of ``Item``, ``Items``,
+# ``Responses``, ``UnprocessedItems``, ``UnprocessedKeys`` and ``LastEvaluatedKey`` are as valid to
+# botocore's parser. Every read of a reply goes through these, so each spelling means "nothing".
+# A stored row always has its key attributes, so an empty map is never a row.
+
+
+def returned(reply: Mapping[str, Any], key: str) -> AttributeMap | None:
+    """The row a reply returned under ``key`` (``Attributes``, ``Item``); ``None``: no row."""
+    return reply.get(key) or None
+
+
+def rows(reply: Mapping[str, Any], key: str = "Items") -> list[AttributeMap]:
+    """The rows of a Query or Scan reply (``Items``); absent or ``null`` is none."""
+    return list(reply.get(key) or ())
+
+
+def last_key(reply: Mapping[str, Any]) -> AttributeMap | None:
+    """Where a Query or Scan stopped (``LastEvaluatedKey``); ``None`` (also for ``{}``): it read to
+    the end. An empty key passed back as ``ExclusiveStartKey`` would be refused, or read forever."""
+    return reply.get("LastEvaluatedKey") or None
+
+
+def table_part(reply: Mapping[str, Any], key: str, table: str) -> list[Any]:
+    """``reply[key][table]`` of a batch reply (``Responses``, ``UnprocessedItems``); none when the
+    key or the table is absent, ``null`` or empty."""
+    return list((reply.get(key) or {}).get(table) or ())
+
+
+def unprocessed_keys(reply: Mapping[str, Any], table: str) -> list[AttributeMap]:
+    """The keys of ``table`` a ``BatchGetItem`` left unread (``UnprocessedKeys``)."""
+    return list(((reply.get("UnprocessedKeys") or {}).get(table) or {}).get("Keys") or ())
 
 
 def num(value: datetime) -> dict[str, str]:
@@ -113,7 +151,7 @@ def _int(attrs: AttributeMap, name: str) -> int:
 
 
 def decode_head(attrs: AttributeMap | None) -> PartitionHead:
-    if attrs is None:
+    if not attrs:
         return PartitionHead()
     return PartitionHead(
         cursor=_str(attrs, schema.HEAD_CURSOR),
@@ -184,7 +222,7 @@ def encode_recount(recount: Recount) -> AttributeMap:
 
 
 def decode_recount(value: AttributeMap | None) -> Recount | None:
-    if value is None:
+    if not value or not value.get("M"):
         return None
     fields = value["M"]
     numbers = {name: int(fields[name]["N"]) for name in _RECOUNT_NUMBERS if name in fields}
@@ -238,7 +276,10 @@ def encode_idempotency(queue: str, record: IdempotencyRecord, expires_at: dateti
     }
 
 
-def decode_idempotency(key: str, attrs: AttributeMap) -> IdempotencyRecord:
+def decode_idempotency(key: str, attrs: AttributeMap | None) -> IdempotencyRecord | None:
+    """The idempotency record stored for ``key``; ``None`` for no row (``None`` or ``{}``)."""
+    if not attrs:
+        return None
     return IdempotencyRecord(
         key=key,
         partition=int(attrs[schema.IDEM_PARTITION]["N"]),
@@ -281,7 +322,7 @@ def decode_lane(attrs: AttributeMap) -> Lane:
 
 
 def decode_ledger(attrs: AttributeMap | None) -> GroupLedger:
-    if attrs is None:
+    if not attrs:
         return GroupLedger()
     prefix = schema.LEDGER_ENTRY_PREFIX
     return GroupLedger(

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
+from querator.storage.dynamodb import codec
 from querator.storage.dynamodb.errors import error_code
 
 if TYPE_CHECKING:
@@ -158,8 +159,7 @@ def _subscription(row: Mapping[str, Any]) -> Subscription:
 def _old_row(error: ClientError) -> Mapping[str, Any]:
     """The row as it was when a conditional write failed (asked for with ``ALL_OLD``); empty when
     there was none."""
-    item: Mapping[str, Any] = error.response.get("Item", {})  # type: ignore[assignment]
-    return item
+    return codec.returned(error.response, "Item") or {}
 
 
 def _has_entry(row: Mapping[str, Any], attribute: str, token: str) -> bool:
@@ -208,7 +208,7 @@ class DynamoDBConnections:
         reply = self._client.get_item(
             TableName=self._table, Key={CONNECTION_ID: {"S": connection_id}}, ConsistentRead=True
         )
-        row = reply.get("Item")
+        row = codec.returned(reply, "Item")
         return _subscription(row) if row else None
 
     def subscribers(self, queue_name: str) -> Iterator[Subscription]:
@@ -226,8 +226,8 @@ class DynamoDBConnections:
             if start:
                 kwargs["ExclusiveStartKey"] = start
             reply = self._client.query(**kwargs)
-            yield from (_subscription(row) for row in reply.get("Items", []))
-            start = reply.get("LastEvaluatedKey")
+            yield from (_subscription(row) for row in codec.rows(reply))
+            start = codec.last_key(reply)
             if not start:
                 return
 
@@ -239,8 +239,8 @@ class DynamoDBConnections:
             if start:
                 kwargs["ExclusiveStartKey"] = start
             reply = self._client.scan(**kwargs)
-            yield from (_subscription(row) for row in reply.get("Items", []) if QUEUE in row)
-            start = reply.get("LastEvaluatedKey")
+            yield from (_subscription(row) for row in codec.rows(reply) if QUEUE in row)
+            start = codec.last_key(reply)
             if not start:
                 return
 

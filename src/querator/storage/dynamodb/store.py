@@ -275,7 +275,7 @@ class DynamoDBItemStore:
             raise translate(exc, "lease") from exc
         head_attrs = None
         found: list[LeaseRecord] = []
-        for attrs in reply.get("Items", []):
+        for attrs in codec.rows(reply):
             if attrs[schema.SK]["S"] == schema.HEAD_SK:
                 head_attrs = attrs
             elif len(found) < records:
@@ -310,8 +310,8 @@ class DynamoDBItemStore:
                     reply: Any = self._client.batch_get_item(RequestItems={self._table: request})  # type: ignore[dict-item]
                 except ClientError as exc:
                     raise translate(exc, operation) from exc
-                found.extend(reply.get("Responses", {}).get(self._table, []))
-                pending = list(reply.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", []))
+                found.extend(codec.table_part(reply, "Responses", self._table))
+                pending = codec.unprocessed_keys(reply, self._table)
                 if not pending:
                     break
                 if attempt == _UNPROCESSED_RETRIES:
@@ -495,7 +495,7 @@ class DynamoDBItemStore:
                     reply = self._client.batch_write_item(RequestItems={self._table: pending})
                 except ClientError as exc:
                     raise translate(exc, operation) from exc
-                pending = list(reply.get("UnprocessedItems", {}).get(self._table, []))
+                pending = codec.table_part(reply, "UnprocessedItems", self._table)
                 if not pending:
                     break
                 if attempt == _UNPROCESSED_RETRIES:
@@ -558,9 +558,9 @@ class DynamoDBItemStore:
             reply = self._client.query(**kwargs)
         except ClientError as exc:
             raise translate(exc, "scan") from exc
-        last = reply.get("LastEvaluatedKey")
+        last = codec.last_key(reply)
         return Page(
-            items=[codec.decode_state(attrs) for attrs in reply.get("Items", [])],
+            items=[codec.decode_state(attrs) for attrs in codec.rows(reply)],
             read_to=end if last is None else key_after(str(last[schema.SK]["S"])),
             done=last is None,
             # What the key range held before the filter (DynamoDB's ScannedCount).
@@ -618,13 +618,13 @@ class DynamoDBItemStore:
                 reply = self._client.query(**kwargs)
             except ClientError as exc:
                 raise translate(exc, "list") from exc
-            for attrs in reply.get("Items", []):
+            for attrs in codec.rows(reply):
                 item = codec.decode_item(attrs)
                 size += len(item.payload)
                 if max_bytes is not None and items and size > max_bytes:
                     return items
                 items.append(item)
-            start_key = reply.get("LastEvaluatedKey")
+            start_key = codec.last_key(reply)
             if start_key is None:
                 break
         return items
@@ -645,7 +645,7 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             raise translate(exc, "get") from exc
-        attrs = reply.get("Item")
+        attrs = codec.returned(reply, "Item")
         return None if attrs is None else codec.decode_item(attrs)
 
     def source_ids(self, queue: str, partition: int) -> set[str]:
@@ -671,8 +671,8 @@ class DynamoDBItemStore:
                 reply = self._client.query(**kwargs)
             except ClientError as exc:
                 raise translate(exc, operation) from exc
-            yield from reply.get("Items", [])
-            last = reply.get("LastEvaluatedKey")
+            yield from codec.rows(reply)
+            last = codec.last_key(reply)
             if last is None:
                 return
             kwargs = {**kwargs, "ExclusiveStartKey": last}
@@ -726,7 +726,7 @@ class DynamoDBItemStore:
                 )
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
-                    current: codec.AttributeMap | None = exc.response.get("Item")  # type: ignore[assignment]
+                    current = codec.returned(exc.response, "Item")
                     if current is not None and current.get(schema.CLAIM_TOKEN, {}).get("B") == token:
                         # botocore retried this claim after its reply was lost, and the first attempt
                         # had applied: the lease is this caller's, not a competitor's.
@@ -828,7 +828,7 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             raise translate(exc, "lease") from exc
-        return [codec.decode_lane(attrs) for attrs in reply.get("Items", [])]
+        return [codec.decode_lane(attrs) for attrs in codec.rows(reply)]
 
     def with_lanes(self, queue: str, partition: int, head: PartitionHead) -> PartitionHead:
         if not head.has_lanes:
@@ -1037,7 +1037,7 @@ class DynamoDBItemStore:
                 if error_code(exc) == CONDITION_FAILED:
                     return item_id, None, False
                 raise translate(exc, "delete") from exc
-            return item_id, reply.get("Attributes"), True
+            return item_id, codec.returned(reply, "Attributes"), True
 
         results = self._each(delete_one, list(dict.fromkeys(ids)))
         removed = [codec.decode_state(attrs) for _, attrs, ok in results if ok and attrs]
@@ -1161,7 +1161,7 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             raise translate(exc, "purge") from exc
-        keys = [{"DeleteRequest": {"Key": attrs}} for attrs in reply.get("Items", [])]
+        keys = [{"DeleteRequest": {"Key": attrs}} for attrs in codec.rows(reply)]
         # Deleted rows are gone from the next Query: the partition itself is the bookmark.
         self._batch_write(keys, "purge")
         return len(keys)
@@ -1315,9 +1315,8 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             if error_code(exc) == CONDITION_FAILED:
-                returned: codec.AttributeMap | None = exc.response.get("Item")  # type: ignore[assignment]
-                old = returned or self._get_idempotency(queue, record.key)
-                found = None if old is None else codec.decode_idempotency(record.key, old)
+                old = codec.returned(exc.response, "Item") or self._get_idempotency(queue, record.key)
+                found = codec.decode_idempotency(record.key, old)
                 if found is not None and not found.done and found.ids == record.ids:
                     # Our own record (ids are unique to the request that minted them): botocore
                     # retried this put after its reply was lost. What it replaced, if anything, went
@@ -1325,8 +1324,8 @@ class DynamoDBItemStore:
                     return True, None
                 return False, found
             raise translate(exc, "produce") from exc
-        previous = reply.get("Attributes")
-        return True, None if previous is None else codec.decode_idempotency(record.key, previous)
+        # A new record replaced nothing: AWS and moto leave Attributes out, LocalStack sends {}.
+        return True, codec.decode_idempotency(record.key, codec.returned(reply, "Attributes"))
 
     def _get_idempotency(self, queue: str, key: str) -> codec.AttributeMap | None:
         try:
@@ -1337,7 +1336,7 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             raise translate(exc, "produce") from exc
-        return reply.get("Item")
+        return codec.returned(reply, "Item")
 
     def finish_idempotent(self, queue: str, key: str, *, partition: int, ids: Sequence[str]) -> None:
         try:
