@@ -1,7 +1,8 @@
 """Shared fixtures: fake AWS credentials (never real ones), a fake clock, and the stores under test.
 
-Also the watch on 5xx replies: a test during which the handlers (or the local server, in this
-process) log a 5xx fails, showing the logged cause, unless it is marked ``allow_5xx``.
+Also the watch on 5xx replies: a test during which the handlers or the local server log a 5xx (in
+this process, or in a ``querator serve`` child started by ``watched_serve``, such as ``served_url``)
+fails, showing the logged cause, unless it is marked ``allow_5xx``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from querator import bootstrap
+from querator.clock import SystemClock
 from querator.config import load_settings
 from querator.domain.errors import StoreUnavailableError
 from querator.localserver import REQUEST_LOGGER, LocalServer
@@ -80,11 +81,28 @@ def _post(path: str, body: bytes, *, length: str | None = None, extra: str = "")
 LIST = b"{}"
 
 
-def _is_waiting(http: Http, queue_name: str, client_id: str) -> bool:
-    """True when a lease of ``client_id`` waits on the queue: another with its id is refused."""
-    body = {"queue_name": queue_name, "batch_size": 1, "client_id": client_id, "request_timeout": "0s"}
-    reply = http.post("/v1/queue.lease", body)
-    return reply.status == 400 and "already has a waiting lease" in reply.body["message"]
+class Waits:
+    """The threads of this process that have waited on the service's clock: a lease that sleeps
+    between polls is waiting (a probe lease would take the waiter's place for a moment)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.threads: set[int] = set()
+
+    def sleep(self, clock: SystemClock, seconds: float) -> None:
+        with self._lock:
+            self.threads.add(threading.get_ident())
+        _SLEEP(clock, seconds)
+
+
+_SLEEP = SystemClock.sleep
+
+
+@pytest.fixture
+def waits() -> Iterator[Waits]:
+    watch = Waits()
+    with mock.patch.object(SystemClock, "sleep", autospec=True, side_effect=watch.sleep):
+        yield watch
 
 
 @pytest.mark.parametrize(
@@ -142,7 +160,7 @@ def test_a_body_cut_short_by_the_client_is_a_400(server: LocalServer) -> None:
 
 
 def test_a_lease_reply_nobody_can_receive_gives_its_items_back(
-    server: LocalServer, http: Http, caplog: pytest.LogCaptureFixture
+    server: LocalServer, http: Http, caplog: pytest.LogCaptureFixture, waits: Waits
 ) -> None:
     caplog.set_level(logging.INFO, logger=REQUEST_LOGGER)
     http.ok("/v1/queues.create", {"queue_name": "jobs", "lease_timeout": "5m", "expire_timeout": "1h"})
@@ -151,7 +169,7 @@ def test_a_lease_reply_nobody_can_receive_gives_its_items_back(
     sock.sendall(_post("/v1/queue.lease", json.dumps(lease).encode()))
     # The lease waits on the empty queue; its client hangs up; then an item arrives, which the
     # waiting lease (the only one) claims for 5 minutes.
-    eventually(lambda: _is_waiting(http, "jobs", "gone"))
+    eventually(lambda: waits.threads)
     sock.close()
     http.ok("/v1/queue.produce", {"queue_name": "jobs", "items": [{"utf8": "a"}]})
     eventually(lambda: any(r.getMessage().startswith("POST /v1/queue.lease 200") for r in caplog.records))
@@ -187,7 +205,7 @@ def test_a_5xx_is_logged_at_error_level_with_its_request_id_and_traceback(
     assert "Traceback" in logging.Formatter().format(record)
 
 
-def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http) -> None:
+def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http, waits: Waits) -> None:
     http.ok("/v1/queues.create", {"queue_name": "empty", "lease_timeout": "1m", "expire_timeout": "1h"})
     replies: list[int] = []
 
@@ -198,8 +216,7 @@ def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http
     waiting = [threading.Thread(target=wait, name=f"waiter-{n}") for n in range(4)]
     for thread in waiting:
         thread.start()
-    for thread in waiting:
-        eventually(lambda name=thread.name: _is_waiting(http, "empty", name))
+    eventually(lambda: len(waits.threads) == len(waiting))
     started = time.monotonic()
     server.stop()
     stopped = time.monotonic() - started
