@@ -117,8 +117,8 @@ def test_a_second_signal_stops_at_once_when_a_request_holds_the_first(server) ->
         )
         assert child.stderr is not None
         child.send_signal(signal.SIGTERM)
-        while "stopping" not in child.stderr.readline():
-            pass
+        while "stopping" not in (line := child.stderr.readline()):
+            assert line, "querator serve ended before it said it was stopping"
         started = time.monotonic()
         child.send_signal(signal.SIGTERM)
         assert child.wait(timeout=10) == 1
