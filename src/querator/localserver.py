@@ -12,10 +12,13 @@ when set, otherwise an embedded single-threaded moto server (``querator.localsto
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import json
 import logging
 import os
+import select
+import socket
 import sys
 import threading
 import time
@@ -29,10 +32,10 @@ from urllib.parse import parse_qsl
 
 from querator import bootstrap
 from querator.api import routes
-from querator.api.errors import body_too_large, error_response, unknown_path
+from querator.api.errors import WireError, body_too_large, error_response, unknown_path
 from querator.config import EnvVar, StoreKind, load_settings, parse_store
 from querator.console import assets as console_assets
-from querator.domain.errors import InvalidRequestError
+from querator.domain.errors import InvalidRequestError, QueratorError
 from querator.localstore import LOOPBACK
 from querator.storage.dynamodb import schema
 from querator.stream import local as stream
@@ -56,6 +59,14 @@ _WAKES_STREAMS: Final = frozenset({"/v1/queue.produce", "/v1/queue.retry", "/v1/
 _REAPER_SECONDS = 60.0
 #: How long the handlers wait for the embedded store's reply: as long as an invocation may run.
 _EMBEDDED_STORE_READ_TIMEOUT = _INVOCATION_SECONDS
+#: How long a request body may go without a byte arriving before the server answers 408 (API
+#: Gateway's own limit is not documented; a client that stops sending must not hold a thread).
+BODY_READ_TIMEOUT = 10.0
+#: How long ``stop`` lets requests under way finish (waiting leases answer at once) before it
+#: closes the store anyway.
+STOP_GRACE = 5.0
+#: The status of a request whose body did not arrive in time.
+_REQUEST_TIMEOUT = 408
 
 log = logging.getLogger(__name__)
 #: One short line per request (``querator serve`` gives it a plain format and ``--quiet`` silences it).
@@ -169,7 +180,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
     handlers: ClassVar[dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]]] = {}
     #: Stream connections subscribed to a queue, woken when a call puts ready items into it.
     wakeups: ClassVar[stream.Wakeups] = stream.Wakeups()
-    #: Set when the server stops: open streams close (1001) instead of holding their threads.
+    #: The server's ``stopping`` (set by ``LocalServer.stop``): open streams close (1001) instead of
+    #: holding their threads.
     stopping: ClassVar[threading.Event] = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
@@ -181,40 +193,167 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return self._serve
         raise AttributeError(name)
 
+    server: _HTTPServer
+
+    def parse_request(self) -> bool:
+        # The request line has arrived: from here until its reply this connection is under way, and
+        # ``stop`` waits for it rather than close it.
+        self.server.mark_busy(self.connection, busy=True)
+        ok = super().parse_request()
+        if self.server.stopping.is_set():
+            # The reply says "Connection: close", so the client does not send another request here.
+            self.close_connection = True
+        return ok
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.mark_busy(self.connection, busy=False)
+
     def _serve(self) -> None:
         started = time.perf_counter()
-        path, _, query = self.path.partition("?")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > _READ_LIMIT:
-            # Read and discard a moderately oversized body so the client sees the 413 rather than a
-            # broken pipe; past the drain limit just answer and drop the connection.
-            self._drain(min(length, _DRAIN_LIMIT))
+        self._status: int = 0
+        path = self.path.partition("?")[0]
+        try:
+            logged = self._serve_request()
+        except Exception:
+            # A fault of the local server itself (the handlers answer every error of theirs): logged
+            # like a handler's 5xx, under the id the reply quotes, instead of a dropped connection.
+            request_id = str(uuid.uuid4())
+            log.exception(
+                "%s %s failed in the local server; request id %s",
+                self.command,
+                path,
+                request_id,
+                extra={"status": HTTPStatus.INTERNAL_SERVER_ERROR, "request_id": request_id},
+            )
             self.close_connection = True
-            self._reply(*_envelope(body_too_large(length, _READ_LIMIT)))
-            return
-        body = self.rfile.read(length) if length else b""
+            if self._status:  # the reply had begun: the connection cannot carry another
+                return
+            reply = error_response(RuntimeError(), request_id=request_id)
+            self._reply(reply.status, {"Content-Type": "application/json"}, json.dumps(reply.body).encode())
+            logged = False
+        if not logged:
+            request_log.info(
+                "%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000
+            )
+
+    def _serve_request(self) -> bool:
+        """Read the body, call the route's handler, write its reply; True when a line was logged."""
+        path, _, query = self.path.partition("?")
+        body = self._read_body()
+        if body is None:
+            return False  # refused (bad framing, too large, too slow); the reply is written
         if console_assets.is_console_path(path):
             self._serve_console(path)
-            return
+            return True
         if path == stream.PATH:
             self._serve_stream()
-            return
+            return True
         route = routes.by_path(path)
         if route is None:
             # API Gateway has no resource for it either; the contract says 501.
             self._reply(*_envelope(unknown_path(self.command, path)))
-        else:
-            headers = dict(self.headers.items())
-            event = proxy_event(self.command, path, headers, body, self.client_address[0], query)
-            context = LocalContext(function_name=route.function, timeout_seconds=_INVOCATION_SECONDS)
-            result = self.handlers[route.function](event, context)
-            payload = result.get("body") or ""
-            raw = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
-            self._reply(int(result["statusCode"]), response_headers(result), raw)
-            if self._status == HTTPStatus.OK and route.path in _WAKES_STREAMS:
-                self.wakeups.notify(_queue_name(body))
-        request_log.info(
-            "%s %s %s %.1fms", self.command, path, self._status, (time.perf_counter() - started) * 1000
+            return False
+        headers = dict(self.headers.items())
+        event = proxy_event(self.command, path, headers, body, self.client_address[0], query)
+        context = LocalContext(function_name=route.function, timeout_seconds=_INVOCATION_SECONDS)
+        result = self.handlers[route.function](event, context)
+        payload = result.get("body") or ""
+        raw = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
+        status = int(result["statusCode"])
+        lease = route is routes.LEASE and status == HTTPStatus.OK
+        if lease and self._client_gone():
+            # Nobody to read it: the items go back now rather than stay leased to nobody until their
+            # lease times out.
+            self._status = status
+            self.close_connection = True
+            self._give_back(raw, "the client closed the connection before the reply")
+            return False
+        written = self._reply(status, response_headers(result), raw)
+        if lease and not written:
+            self._give_back(raw, "the reply could not be written")
+        if self._status == HTTPStatus.OK and route.path in _WAKES_STREAMS:
+            self.wakeups.notify(_queue_name(body))
+        return False
+
+    def _read_body(self) -> bytes | None:
+        """The request's body, or None after answering a body the server will not read.
+
+        Only ``Content-Length`` framing, as a digit string: a negative, non-numeric or repeated length,
+        or a ``Transfer-Encoding`` (which the local server does not decode, and which together with
+        a length is how requests get smuggled), is a 400 and the connection closes, since where the
+        next request would start is unknown. A body that stops arriving for ``body_timeout`` seconds
+        is a 408.
+        """
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or []}
+        text = next(iter(lengths), "0")
+        problem = None
+        if self.headers.get("Transfer-Encoding") is not None:
+            problem = "Transfer-Encoding is not supported; send the body with a Content-Length"
+        elif len(lengths) > 1:
+            problem = "the request has more than one Content-Length"
+        elif not (text.isascii() and text.isdigit()):
+            problem = f"Content-Length must be a number of bytes, not {text[:40]!r}"
+        if problem is not None:
+            self.close_connection = True
+            self._reply(*_envelope(InvalidRequestError(problem)))
+            return None
+        length = int(text)
+        if length > _READ_LIMIT:
+            # Read and discard a moderately oversized body so the client sees the 413 rather than a
+            # broken pipe; past the drain limit just answer and drop the connection.
+            self.close_connection = True
+            self._read(min(length, _DRAIN_LIMIT), keep=False)
+            self._reply(*_envelope(body_too_large(length, _READ_LIMIT)))
+            return None
+        body = self._read(length, keep=True)
+        if body is None or len(body) < length:
+            self.close_connection = True
+            if body is None:
+                error: BaseException = WireError(
+                    _REQUEST_TIMEOUT,
+                    "Request timeout",
+                    f"the body stopped arriving for {self.server.body_timeout:g} s",
+                )
+            else:
+                error = InvalidRequestError(f"the body ended after {len(body)} of {length} bytes")
+            self._reply(*_envelope(error))
+            return None
+        return body
+
+    def _client_gone(self) -> bool:
+        """True when the client has closed its end: a reply now would be written to nobody."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            # Readable with nothing to read is the end of the stream; bytes would be a next request.
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except OSError:
+            return True
+
+    def _give_back(self, raw: bytes, why: str) -> None:
+        """Put the items of a lease reply nobody received back at once, their attempt not spent."""
+        reply = json.loads(raw)
+        ids = [str(item["id"]) for item in reply.get("items", [])]
+        try:
+            given = bootstrap.get_service().give_back(reply["queue_name"], int(reply["partition"]), ids)
+        except QueratorError:
+            log.exception(
+                "%s: %d leased item(s) of '%s' could not be given back; they return when their lease"
+                " times out",
+                why,
+                len(ids),
+                reply["queue_name"],
+            )
+            return
+        request_log.warning(
+            "%s %s 200 not delivered (%s): %d of %d leased item(s) given back",
+            self.command,
+            self.path,
+            why,
+            given,
+            len(ids),
         )
 
     def _serve_stream(self) -> None:
@@ -223,7 +362,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if problem is not None:
             self._reply(*_envelope(InvalidRequestError(problem)))
             return
-        self._status: int = HTTPStatus.SWITCHING_PROTOCOLS
+        self._status = HTTPStatus.SWITCHING_PROTOCOLS
         self.send_response(HTTPStatus.SWITCHING_PROTOCOLS)
         self.send_header("Upgrade", "websocket")
         self.send_header("Connection", "Upgrade")
@@ -271,15 +410,33 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._reply(200, asset.headers(), asset.body)
         request_log.info("%s %s %s", self.command, path, self._status)
 
-    def _drain(self, length: int) -> None:
-        while length > 0:
-            chunk = self.rfile.read(min(length, 1 << 16))
-            if not chunk:
-                return
-            length -= len(chunk)
+    def _read(self, length: int, *, keep: bool) -> bytes | None:
+        """Read ``length`` bytes of body (kept, or dropped a chunk at a time); fewer when the client
+        closed early, None when nothing arrived for ``body_timeout`` seconds."""
+        if not length:
+            return b""
+        chunks: list[bytes] = []
+        # A timeout per read of the socket: a body may take long, as long as it keeps coming.
+        self.connection.settimeout(self.server.body_timeout)
+        try:
+            while length > 0:
+                chunk = self.rfile.read(length if keep else min(length, 1 << 16))
+                if not chunk:
+                    break
+                length -= len(chunk)
+                if keep:
+                    chunks.append(chunk)
+        except TimeoutError:
+            return None
+        finally:
+            self.connection.settimeout(None)
+        return b"".join(chunks)
 
-    def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
+    def _reply(self, status: int, headers: dict[str, str], body: bytes) -> bool:
+        """Write the reply; False when the client closed the connection before it."""
         self._status = status
+        if self.server.stopping.is_set():
+            self.close_connection = True
         self.send_response(status)
         for name, value in headers.items():
             if name.lower() not in {"content-length", "connection"}:
@@ -297,19 +454,93 @@ class _RequestHandler(BaseHTTPRequestHandler):
             request_log.warning(
                 "%s %s %s: the client closed the connection before the reply", self.command, self.path, status
             )
+            return False
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:
         """Requests are logged once, with their timing, by ``_serve``."""
 
 
 class _HTTPServer(ThreadingHTTPServer):
+    """The threading server, knowing its open connections, so that stopping waits for those under
+    way and closes the idle ones instead of dropping both."""
+
     daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], *, body_timeout: float) -> None:
+        super().__init__(address, _RequestHandler)
+        self.body_timeout = body_timeout
+        #: Set when the server stops: replies say "Connection: close", streams close.
+        self.stopping = threading.Event()
+        self._changed = threading.Condition()
+        #: Each open connection and whether a request on it is under way (read, not yet answered).
+        self._connections: dict[socket.socket, bool] = {}
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Known from the moment it is accepted, before its thread runs: ``stop`` must not miss it.
+        with self._changed:
+            self._connections[request] = False
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._changed:
+            self._connections.pop(request, None)
+            self._changed.notify_all()
+        super().shutdown_request(request)
+
+    def mark_busy(self, connection: socket.socket, *, busy: bool) -> None:
+        with self._changed:
+            if connection in self._connections:
+                self._connections[connection] = busy
+            self._changed.notify_all()
+
+    def accept_waiting(self) -> None:
+        """Serve the connections the kernel accepted but ``serve_forever`` had not taken yet: their
+        clients may have sent a request already, which must get an answer, not a reset."""
+        self.socket.setblocking(False)
+        while True:
+            try:
+                request, address = self.socket.accept()
+            except OSError:  # BlockingIOError: none left
+                return
+            request.setblocking(True)
+            self.process_request(request, address)
+
+    def finish_requests(self, grace: float) -> int:
+        """Close the idle connections and wait up to ``grace`` seconds for those under way to reply
+        (each reply closes its connection); the number still under way when it gave up."""
+        deadline = time.monotonic() + grace
+        with self._changed:
+            while True:
+                for connection, busy in self._connections.items():
+                    if not busy and not _pending(connection):
+                        # Idle between requests (or not yet sent one): its thread is reading a
+                        # request line, which now ends (EOF), and the thread with it. One with bytes
+                        # waiting is a request about to be read: it is answered like the others.
+                        _shut(connection)
+                remaining = deadline - time.monotonic()
+                if not self._connections or remaining <= 0:
+                    return len(self._connections)
+                self._changed.wait(min(remaining, 0.05))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that drops a keep-alive connection (or gives up waiting) is normal: no traceback.
         if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
             return
         super().handle_error(request, client_address)
+
+
+def _pending(connection: socket.socket) -> bool:
+    """True when bytes from the client wait to be read (not when it closed its end)."""
+    try:
+        return bool(connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # BlockingIOError: nothing yet; others: the connection is gone
+        return False
+
+
+def _shut(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed by its thread
+        connection.shutdown(socket.SHUT_RDWR)
 
 
 def _queue_name(body: bytes) -> str:
@@ -343,12 +574,14 @@ class LocalServer:
         port: int = DEFAULT_PORT,
         reaper_interval: float = 1.0,
         store: str = StoreKind.DYNAMODB,
+        body_timeout: float = BODY_READ_TIMEOUT,
     ) -> None:
         self._host, self._port, self._reaper_interval = host, port, reaper_interval
+        self._body_timeout = body_timeout
         #: The store URL the handlers use.
         self.store_url = store
         self._store: Any = None
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _HTTPServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -376,10 +609,10 @@ class LocalServer:
             The store URL is not one, or its file cannot be a Querator database (left untouched).
         """
         # Bound first: a busy port fails before the embedded store starts.
-        self._httpd = _HTTPServer((self._host, self._port), _RequestHandler)
+        self._httpd = _HTTPServer((self._host, self._port), body_timeout=self._body_timeout)
         try:
             self._configure_store()
-            _RequestHandler.stopping = threading.Event()
+            _RequestHandler.stopping = self._httpd.stopping
             _RequestHandler.handlers = {
                 function: load_handler(function) for function in {route.function for route in routes.ROUTES}
             }
@@ -441,12 +674,24 @@ class LocalServer:
                 # The reaper runs again next interval; one failed run must not end the thread.
                 log.exception("reaper run failed")
 
-    def stop(self) -> None:
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """Stop without dropping a request: stop accepting, answer the waiting leases now (with what
+        they find, or nothing to lease), let requests under way reply for up to ``grace`` seconds
+        (a lease reply nobody can receive gives its items back), then close the store."""
+        if self._stop.is_set():
+            return  # stopped already
         self._stop.set()
-        _RequestHandler.stopping.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
+        httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.stopping.set()
+            # A lease that starts or waits from now on answers at once.
+            bootstrap.get_service().stop_waiting()
+            httpd.shutdown()  # no more accepting: serve_forever returns
+            httpd.accept_waiting()
+            httpd.server_close()
+            left = httpd.finish_requests(grace)
+            if left:
+                log.warning("stopped with %d request(s) still under way after %g s", left, grace)
         for thread in self._threads:
             thread.join(timeout=10)
         if self._store is not None:

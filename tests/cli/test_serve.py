@@ -1,5 +1,6 @@
 """``querator serve`` as a user meets it: one short line per request, one clear line (not a traceback)
-when the port is taken, and no traceback when a client hangs up."""
+when the port is taken, no traceback when a client hangs up, and a second signal that stops it at once
+while a request holds the first."""
 
 from __future__ import annotations
 
@@ -102,3 +103,24 @@ def test_a_client_that_hangs_up_leaves_no_traceback(server) -> None:
     err = _stop(child)
     assert "Traceback" not in err
     assert "Querator stopped" in err
+
+
+def test_a_second_signal_stops_at_once_when_a_request_holds_the_first(server) -> None:
+    child, url = server
+    host, port = url.removeprefix("http://").split(":")
+    # A request under way that will not finish soon: its body stops after one byte of two (the
+    # server waits 10 s for the rest, longer than the 5 s it gives requests under way).
+    with socket.create_connection((host, int(port)), timeout=10) as stuck:
+        stuck.sendall(
+            b"POST /v1/queues.list HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 2\r\n\r\n{"
+        )
+        assert child.stderr is not None
+        child.send_signal(signal.SIGTERM)
+        while "stopping" not in (line := child.stderr.readline()):
+            assert line, "querator serve ended before it said it was stopping"
+        started = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=10) == 1
+        assert time.monotonic() - started < 3
+    assert "stopped at once (second signal)" in child.stderr.read()

@@ -176,6 +176,7 @@ def test_produce_with_an_idempotency_key_stores_a_retried_request_once(api):
     assert blank.status == 400
 
 
+@pytest.mark.allow_5xx
 def test_a_throttled_store_is_a_454_and_an_unexpected_error_a_generic_500(api):
     make_queue(api)
     service = bootstrap.get_service()

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 UTC = timezone.utc
 
 _JSON = "application/json"
+#: Replies from this status up are the service's fault: each is logged at error level with its cause.
+SERVER_ERROR = 500
 
 #: A proxy response: ``statusCode``, ``multiValueHeaders``, ``body``, ``isBase64Encoded``.
 ProxyResponse = dict[str, Any]
@@ -109,12 +111,32 @@ def build_app(
 
 
 def _error(error: Exception, request: Request) -> ProxyResponse:
-    if not isinstance(error, QueratorError | WireError):
-        # The one place an unexpected error is logged; the reply says only "Internal error".
-        logger.exception("unhandled error", extra={"path": request.path})
+    reply = error_response(error, request_id=request.request_id)
+    if reply.status >= SERVER_ERROR and not isinstance(error, WireError):
+        # The one place a 5xx is logged, at error level with its traceback: the reply says only
+        # "Internal error; request id ...", so the log must hold the cause under that id. That
+        # includes a domain error that maps to 500 (the store failing), not only an unexpected one.
+        # A wire error's 501 is the contract's answer to a path that does not exist: the client's.
+        # The id is in the message and in a key of its own: the correlation id Powertools adds is
+        # shared by the threads of the local server, so it may be another request's there.
+        context = _loggable(error) if isinstance(error, QueratorError) else {}
+        logger.error(
+            "%s %s failed with %d; request id %s",
+            request.method,
+            request.path,
+            reply.status,
+            request.request_id,
+            exc_info=error,
+            extra={
+                "path": request.path,
+                "status": reply.status,
+                "request_id": request.request_id,
+                "error": type(error).__name__,
+                **context,
+            },
+        )
     elif isinstance(error, QueratorError) and error.context:
         logger.info("request refused", extra={"error": type(error).__name__, **_loggable(error)})
-    reply = error_response(error, request_id=request.request_id)
     return _json(reply.status, reply.body)
 
 

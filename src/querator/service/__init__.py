@@ -160,6 +160,11 @@ class QueueService:
         up to ``timeout``."""
         return self._leaser.lease(queue_name, batch_size=batch_size, client_id=client_id, timeout=timeout)
 
+    def stop_waiting(self) -> None:
+        """The process is stopping: waiting leases answer now (with items, or nothing to lease) and
+        later ones do not wait. The local server calls it on SIGTERM; a Lambda never needs it."""
+        self._leaser.stop_waiting()
+
     def give_back(self, queue_name: str, partition: int, ids: Sequence[str]) -> int:
         """Put leased items back at once, their attempt not spent, for a lease whose reply could
         not be written; at the tail, under new ids. Returns how many went back (ids no longer

@@ -133,6 +133,13 @@ class Leaser:
         self._lock = threading.Lock()
         self._lease_turn: dict[str, int] = {}
         self._waiting: set[tuple[str, str]] = set()
+        #: Set by ``stop_waiting`` when the process stops serving: no lease waits any more.
+        self._stopping = threading.Event()
+
+    def stop_waiting(self) -> None:
+        """End every wait: a waiting lease tries the store once more and answers with what it
+        finds, or with nothing to lease; later leases do not wait at all."""
+        self._stopping.set()
 
     def lease(self, queue_name: str, *, batch_size: int, client_id: str, timeout: timedelta) -> Lease:
         """Lease up to ``batch_size`` items of one partition, by priority, then oldest first.
@@ -164,7 +171,8 @@ class Leaser:
                 if lease.items:
                     return lease
                 remaining = (deadline - self._clock.now()).total_seconds()
-                if remaining <= 0:
+                # Checked between polls (at most POLL_MAX apart), so a stop answers within that.
+                if remaining <= 0 or self._stopping.is_set():
                     raise NothingToLeaseError(f"nothing to lease in '{queue.name}'")
                 self._clock.sleep(min(pause, remaining))
                 pause = min(pause * 2, POLL_MAX)
