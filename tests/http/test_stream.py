@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import urllib3
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from querator.client import Client, ItemNotLeasedError, QueueNotFoundError
+from querator.client import ApiError, Client, ItemNotLeasedError, QueueNotFoundError
 from querator.client.stream import Stream, stream_consume, stream_url
+from querator.stream import protocol
 from querator.stream.local import IDLE_POLL
 from querator.testing import serve_process
 
@@ -212,3 +214,52 @@ def test_the_server_stopping_closes_open_streams(api: Client) -> None:
     assert list(stream.leases(timeout=DEADLINE)) == []
     assert time.monotonic() - started < DEADLINE
     stream.close()
+
+
+def test_a_message_over_the_limit_gets_an_error_and_a_1009_close(stream_server: str) -> None:
+    with connect(stream_url(stream_server), open_timeout=DEADLINE) as socket:
+        socket.send(json.dumps({"type": "ping", "x": "y" * protocol.MAX_MESSAGE_BYTES}))
+        answer = json.loads(socket.recv(timeout=DEADLINE))
+        assert (answer["type"], answer["code"]) == ("error", 413)
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=DEADLINE)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == protocol.CLOSE_TOO_BIG
+
+
+def test_a_deeply_nested_message_is_a_400_and_the_stream_stays(stream_server: str) -> None:
+    with connect(stream_url(stream_server), open_timeout=DEADLINE) as socket:
+        socket.send('{"type":"ping","x":' + "[" * 100_000 + "]" * 100_000 + "}")
+        answer = json.loads(socket.recv(timeout=DEADLINE))
+        assert (answer["type"], answer["code"]) == ("error", 400)
+        socket.send(json.dumps({"type": "ping"}))
+        assert json.loads(socket.recv(timeout=DEADLINE)) == {"type": "pong"}
+
+
+def test_refused_and_partly_refused_settles_never_let_the_credit_be_exceeded(
+    stream_server: str, api: Client
+) -> None:
+    # Leases of 1 s, so the renewed deadline is what stops a push at the old one.
+    queue = fresh_queue(api, lease_timeout="1s", requested_partitions=2)
+    api.produce(queue, [f"item {n}" for n in range(8)])
+    with Stream(stream_server, queue, credit=2) as stream:
+        leases = [next(stream.leases(timeout=DEADLINE))]
+        if len(leases[0].items) < 2:
+            leases.append(next(stream.leases(timeout=DEADLINE)))
+        for lease in leases:
+            stream.renew(lease.partition, lease.ids, lease_timeout="1m")
+            # The wrong partition: one that does not exist (refused whole), the other one (each id
+            # fails there: the items stay leased in theirs).
+            with pytest.raises(ApiError):
+                stream.complete(5, lease.ids)
+            with pytest.raises(ItemNotLeasedError):
+                stream.complete(1 - lease.partition, lease.ids)
+            # A renew naming an id that is not held: the others are renewed, and count as such.
+            with pytest.raises(ItemNotLeasedError):
+                stream.renew(lease.partition, [*lease.ids, "0" * 30], lease_timeout="1m")
+        # Past the old 1 s deadline and the idle lease interval: nothing more may be pushed.
+        assert next(stream.leases(timeout=1.0 + IDLE_POLL * 2), None) is None
+        assert api.stats(queue).total_leased == 2
+        for lease in leases:
+            stream.complete(lease.partition, lease.ids)
+        assert len(next(stream.leases(timeout=DEADLINE)).items) >= 1

@@ -105,6 +105,11 @@ class Dispatcher:
 
     def message(self, connection_id: str, text: str | bytes) -> None:
         """One client message: answered on the connection, then a push if it gave credit back."""
+        if len(text.encode() if isinstance(text, str) else text) > protocol.MAX_MESSAGE_BYTES:
+            # API Gateway closes a connection whose message is over 128 KB (1009) before it gets
+            # here; the protocol's limit is checked all the same, should that limit ever grow.
+            self._post(connection_id, protocol.too_big())
+            return
         try:
             message = protocol.parse(text)
         except protocol.ProtocolError as error:
