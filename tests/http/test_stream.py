@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from querator.client import ApiError, Client, ItemNotLeasedError, QueueNotFoundError
-from querator.client.stream import Stream, stream_consume, stream_url
+from querator.client.stream import FRAME_CHARS, Stream, stream_consume, stream_url
 from querator.stream import protocol
 from querator.stream.local import IDLE_POLL
 from querator.testing import serve_process
@@ -172,6 +172,7 @@ def test_stream_consume_runs_a_handler_per_item(stream_server: str, api: Client)
     )
     assert sorted(seen) == sorted(f"job {n}".encode() for n in range(20))
     assert (report.leased, report.completed) == (20, 20)
+    assert report.transport == "stream"  # not the report's default, "poll"
     assert api.stats(queue).total == 0
 
 
@@ -263,3 +264,27 @@ def test_refused_and_partly_refused_settles_never_let_the_credit_be_exceeded(
         for lease in leases:
             stream.complete(lease.partition, lease.ids)
         assert len(next(stream.leases(timeout=DEADLINE)).items) >= 1
+
+
+def test_a_call_longer_than_a_frame_goes_in_fragments_of_one_message(
+    stream_server: str, api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # API Gateway closes a connection on a frame over 32 KB: 1,000 ids (~34 KB) go in fragments.
+    queue = fresh_queue(api)
+    ids = [f"{n:030x}" for n in range(1000)]
+    with Stream(stream_server, queue, credit=1) as stream:
+        assert stream._socket is not None
+        sent: list[list[str]] = []
+        send = stream._socket.send
+
+        def recording(message: Any) -> None:
+            frames = [message] if isinstance(message, str) else list(message)
+            sent.append(frames)
+            send(frames)
+
+        monkeypatch.setattr(stream._socket, "send", recording)
+        with pytest.raises(ItemNotLeasedError) as refused:
+            stream.complete(0, ids)
+    assert len(refused.value.failed_ids) == 1000  # the server read the whole message
+    [frames] = sent
+    assert len(frames) == 2 and all(len(frame) <= FRAME_CHARS for frame in frames)

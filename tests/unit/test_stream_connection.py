@@ -126,13 +126,13 @@ def test_a_close_without_a_close_frame_is_one_line_and_stream_closed_says_why(
     served: tuple[Client, threading.Thread], caplog: pytest.LogCaptureFixture
 ) -> None:
     client, thread = served
-    caplog.set_level(logging.INFO, logger=local.log.name)
+    caplog.set_level(logging.INFO, logger=local.end_log.name)
     client.send(json.dumps({"type": "subscribe", "queue_name": "jobs", "credit": 1}))
     assert client.next()["type"] == "subscribed"
     client.sock.close()  # a crash: no close frame
     thread.join(timeout=DEADLINE)
     assert not thread.is_alive()
-    records = [r for r in caplog.records if r.name == local.log.name]
+    records = [r for r in caplog.records if r.name == local.end_log.name]
     assert [r.getMessage() for r in records] == [
         "stream closed: the client went away without a close frame (1006)"
     ]
@@ -143,11 +143,17 @@ def test_a_clean_close_is_answered_and_logged(
     served: tuple[Client, threading.Thread], caplog: pytest.LogCaptureFixture
 ) -> None:
     client, thread = served
-    caplog.set_level(logging.INFO, logger=local.log.name)
+    caplog.set_level(logging.INFO, logger=local.end_log.name)
     client.sock.sendall(client.ws.send(CloseConnection(code=1000, reason="done")))
     assert list(client.messages()) == []
     assert client.closed is not None and client.closed.code == 1000
     thread.join(timeout=DEADLINE)
-    assert [r.getMessage() for r in caplog.records if r.name == local.log.name] == [
+    assert [r.getMessage() for r in caplog.records if r.name == local.end_log.name] == [
         "stream closed: the client closed it (1000)"
     ]
+
+
+def test_the_end_line_goes_to_the_request_log_of_querator_serve() -> None:
+    from querator.localserver import REQUEST_LOGGER  # noqa: PLC0415 - only here
+
+    assert local.end_log.parent is logging.getLogger(REQUEST_LOGGER)

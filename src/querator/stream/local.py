@@ -38,6 +38,10 @@ _RECV_BYTES: Final = 1 << 16
 _WEBSOCKET_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 log = logging.getLogger("querator.stream")
+#: "stream closed: <why>", one line per connection, next to the request lines of ``querator serve``:
+#: a child of ``querator.localserver.REQUEST_LOGGER`` (whose handler and level ``--quiet`` sets), named
+#: here because the server imports this module.
+end_log = logging.getLogger("querator.localserver.requests.stream")
 
 
 class Wakeups:
@@ -114,8 +118,9 @@ class StreamConnection:
         for end in (self._waker, self._wake):
             end.setblocking(False)
 
-    def run(self) -> None:
-        """Serve the connection until it ends; each end is logged once, with why ("stream closed")."""
+    def run(self) -> str:
+        """Serve the connection until it ends; each end is logged once, with why ("stream closed: …"),
+        which is also returned."""
         why = "the server stopped"
         try:
             why = self._serve()
@@ -131,7 +136,8 @@ class StreamConnection:
                 self._wakeups.unregister(self._registered, self._waker)
             self._waker.close()
             self._wake.close()
-            log.info("stream closed: %s", why)
+            end_log.info("stream closed: %s", why)
+        return why
 
     def _serve(self) -> str:
         """Push and answer until the connection ends; why it ended."""
