@@ -18,7 +18,7 @@ import urllib3
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from querator.client import ApiError, Client, ItemNotLeasedError, QueueNotFoundError
+from querator.client import ApiError, Client, ConnectionFailedError, ItemNotLeasedError, QueueNotFoundError
 from querator.client.stream import FRAME_CHARS, Stream, stream_consume, stream_url
 from querator.stream import protocol
 from querator.stream.local import IDLE_POLL
@@ -196,8 +196,23 @@ def test_protocol_errors_are_answered_and_the_connection_stays(stream_server: st
 
 
 def test_subscribing_to_an_unknown_queue_fails_loudly(stream_server: str) -> None:
-    with pytest.raises(QueueNotFoundError), Stream(stream_server, "no-such-queue", credit=1) as stream:
-        next(stream.leases(timeout=DEADLINE))
+    stream = Stream(stream_server, "no-such-queue", credit=1)
+    # Refused by the subscribe itself, before "subscribed"; the connection is closed.
+    with pytest.raises(QueueNotFoundError):
+        stream.open()
+    with pytest.raises(ConnectionFailedError):
+        stream.give_credit(1)
+
+
+def test_subscribe_answers_an_unknown_queue_before_subscribed(stream_server: str) -> None:
+    with connect(stream_url(stream_server), open_timeout=DEADLINE) as socket:
+        socket.send(json.dumps({"type": "subscribe", "queue_name": "no-such-queue", "credit": 1}))
+        refused = json.loads(socket.recv(timeout=DEADLINE))
+        assert (refused["type"], refused["code"]) == ("error", 400)
+        assert refused["message"].startswith("Queue does not exist")
+        # Not subscribed: the connection may subscribe again.
+        socket.send(json.dumps({"type": "complete", "ids": ["x"]}))
+        assert "subscribe first" in json.loads(socket.recv(timeout=DEADLINE))["message"]
 
 
 def test_a_plain_get_of_the_stream_path_gets_the_contract_envelope(stream_server: str) -> None:

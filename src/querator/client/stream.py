@@ -114,8 +114,13 @@ class Stream:
         }
         if self._client_id:
             subscribe["client_id"] = self._client_id
-        self._send(subscribe)
-        self._until(lambda message: message["type"] == "subscribed", timeout=self._open_timeout)
+        try:
+            self._send(subscribe)
+            # An unknown queue is refused here, with its error (QueueNotFoundError), not after.
+            self._until(lambda message: message["type"] == "subscribed", timeout=self._open_timeout)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def close(self) -> None:
