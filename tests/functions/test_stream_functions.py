@@ -24,6 +24,7 @@ from querator.config import EnvVar
 from querator.localserver import LocalContext
 from querator.storage.dynamodb.connections import DynamoDBConnections, connections_table_definition
 from querator.stream import aws as stream_aws
+from querator.stream import protocol
 from querator.stream.dispatch import MAX_FRAME_BYTES, Dispatcher, lease_frames
 from tests.functions.conftest import EVENTS, scheduled_event
 
@@ -392,3 +393,12 @@ def test_a_deeply_nested_message_is_answered_400_on_the_stack(api: Api, streams:
     [answer] = streams.frames(connection)
     assert (answer["type"], answer["code"]) == ("error", 400)
     assert "nested too deeply" in answer["message"]
+
+
+def test_a_message_over_the_protocols_limit_is_answered_413_on_the_stack(api: Api, streams: Streams) -> None:
+    # API Gateway closes the connection on a message over 128 KB before the function sees it; the
+    # function checks the protocol's own limit all the same.
+    connection = streams.connect()
+    streams.send(connection, json.dumps({"type": "ping", "x": "y" * protocol.MAX_MESSAGE_BYTES}))
+    [answer] = streams.frames(connection)
+    assert (answer["type"], answer["code"]) == ("error", 413)
