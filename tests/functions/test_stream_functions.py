@@ -24,6 +24,7 @@ from querator.config import EnvVar
 from querator.localserver import LocalContext
 from querator.storage.dynamodb.connections import DynamoDBConnections, connections_table_definition
 from querator.stream import aws as stream_aws
+from querator.stream import protocol
 from querator.stream.dispatch import MAX_FRAME_BYTES, Dispatcher, lease_frames
 from tests.functions.conftest import EVENTS, scheduled_event
 
@@ -284,9 +285,10 @@ def test_lease_frames_keep_every_frame_under_the_limit_and_in_order() -> None:
 def test_a_subscription_to_an_unknown_queue_is_refused_and_forgotten(api: Api, streams: Streams) -> None:
     connection = streams.connect(queue_name="nowhere", credit=1)
 
-    frames = streams.frames(connection)
-    assert frames[0]["type"] == "subscribed"
-    assert frames[1]["type"] == "error" and frames[1]["code"] == 400
+    # Refused before "subscribed" (one queues.info), not answered "subscribed" and then failed.
+    [refused] = streams.frames(connection)
+    assert refused["type"] == "error" and refused["code"] == 400
+    assert refused["message"].startswith("Queue does not exist")
     assert DynamoDBConnections(bootstrap.get_client(), "connections").get(connection) is None
 
 
@@ -361,3 +363,42 @@ def test_only_inserted_ready_item_rows_name_a_queue() -> None:
         record("INSERT", "scheduled~0", later),  # visible far in the future
     ]
     assert stream_aws.written_queues(records, now) == {"jobs", "mail"}
+
+
+def test_a_refused_settle_returns_no_credit_and_pushes_nothing(api: Api, streams: Streams) -> None:
+    queue = new_queue(api)
+    produce(api, queue, ["a", "b", "c", "d"])
+    connection = streams.connect(queue_name=queue, credit=2)
+    ids = [item["id"] for item in streams.leased(connection)]
+    assert len(ids) == 2
+
+    # A partition the queue does not have: refused whole, nothing applied.
+    streams.send(connection, {"type": "complete", "request_id": "r1", "partition": 5, "ids": ids})
+    [refused] = streams.frames(connection)
+    assert (refused["type"], refused["code"], refused["request_id"]) == ("error", 400, "r1")
+    # Half applied: the applied id's credit comes back (one push of one item), not the other's.
+    streams.send(
+        connection, {"type": "complete", "request_id": "r2", "partition": 0, "ids": [ids[0], "0" * 30]}
+    )
+    frames = streams.frames(connection)
+    assert frames[0]["type"] == "error" and frames[0]["request_id"] == "r2"
+    assert sum(len(f["items"]) for f in frames[1:]) == 1
+    row = DynamoDBConnections(bootstrap.get_client(), "connections").get(connection)
+    assert row is not None and (row.credit, len(row.held)) == (0, 2)
+
+
+def test_a_deeply_nested_message_is_answered_400_on_the_stack(api: Api, streams: Streams) -> None:
+    connection = streams.connect()
+    streams.send(connection, '{"type":"ping","x":' + "[" * 50_000 + "]" * 50_000 + "}")
+    [answer] = streams.frames(connection)
+    assert (answer["type"], answer["code"]) == ("error", 400)
+    assert "nested too deeply" in answer["message"]
+
+
+def test_a_message_over_the_protocols_limit_is_answered_413_on_the_stack(api: Api, streams: Streams) -> None:
+    # API Gateway closes the connection on a message over 128 KB before the function sees it; the
+    # function checks the protocol's own limit all the same.
+    connection = streams.connect()
+    streams.send(connection, json.dumps({"type": "ping", "x": "y" * protocol.MAX_MESSAGE_BYTES}))
+    [answer] = streams.frames(connection)
+    assert (answer["type"], answer["code"]) == ("error", 413)

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import urllib3
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from querator.client import Client, ItemNotLeasedError, QueueNotFoundError
-from querator.client.stream import Stream, stream_consume, stream_url
+from querator.client import ApiError, Client, ConnectionFailedError, ItemNotLeasedError, QueueNotFoundError
+from querator.client.stream import FRAME_CHARS, Stream, stream_consume, stream_url
+from querator.stream import protocol
 from querator.stream.local import IDLE_POLL
 from querator.testing import serve_process
 
@@ -170,6 +172,7 @@ def test_stream_consume_runs_a_handler_per_item(stream_server: str, api: Client)
     )
     assert sorted(seen) == sorted(f"job {n}".encode() for n in range(20))
     assert (report.leased, report.completed) == (20, 20)
+    assert report.transport == "stream"  # not the report's default, "poll"
     assert api.stats(queue).total == 0
 
 
@@ -193,8 +196,23 @@ def test_protocol_errors_are_answered_and_the_connection_stays(stream_server: st
 
 
 def test_subscribing_to_an_unknown_queue_fails_loudly(stream_server: str) -> None:
-    with pytest.raises(QueueNotFoundError), Stream(stream_server, "no-such-queue", credit=1) as stream:
-        next(stream.leases(timeout=DEADLINE))
+    stream = Stream(stream_server, "no-such-queue", credit=1)
+    # Refused by the subscribe itself, before "subscribed"; the connection is closed.
+    with pytest.raises(QueueNotFoundError):
+        stream.open()
+    with pytest.raises(ConnectionFailedError):
+        stream.give_credit(1)
+
+
+def test_subscribe_answers_an_unknown_queue_before_subscribed(stream_server: str) -> None:
+    with connect(stream_url(stream_server), open_timeout=DEADLINE) as socket:
+        socket.send(json.dumps({"type": "subscribe", "queue_name": "no-such-queue", "credit": 1}))
+        refused = json.loads(socket.recv(timeout=DEADLINE))
+        assert (refused["type"], refused["code"]) == ("error", 400)
+        assert refused["message"].startswith("Queue does not exist")
+        # Not subscribed: the connection may subscribe again.
+        socket.send(json.dumps({"type": "complete", "ids": ["x"]}))
+        assert "subscribe first" in json.loads(socket.recv(timeout=DEADLINE))["message"]
 
 
 def test_a_plain_get_of_the_stream_path_gets_the_contract_envelope(stream_server: str) -> None:
@@ -212,3 +230,76 @@ def test_the_server_stopping_closes_open_streams(api: Client) -> None:
     assert list(stream.leases(timeout=DEADLINE)) == []
     assert time.monotonic() - started < DEADLINE
     stream.close()
+
+
+def test_a_message_over_the_limit_gets_an_error_and_a_1009_close(stream_server: str) -> None:
+    with connect(stream_url(stream_server), open_timeout=DEADLINE) as socket:
+        socket.send(json.dumps({"type": "ping", "x": "y" * protocol.MAX_MESSAGE_BYTES}))
+        answer = json.loads(socket.recv(timeout=DEADLINE))
+        assert (answer["type"], answer["code"]) == ("error", 413)
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=DEADLINE)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == protocol.CLOSE_TOO_BIG
+
+
+def test_a_deeply_nested_message_is_a_400_and_the_stream_stays(stream_server: str) -> None:
+    with connect(stream_url(stream_server), open_timeout=DEADLINE) as socket:
+        socket.send('{"type":"ping","x":' + "[" * 100_000 + "]" * 100_000 + "}")
+        answer = json.loads(socket.recv(timeout=DEADLINE))
+        assert (answer["type"], answer["code"]) == ("error", 400)
+        socket.send(json.dumps({"type": "ping"}))
+        assert json.loads(socket.recv(timeout=DEADLINE)) == {"type": "pong"}
+
+
+def test_refused_and_partly_refused_settles_never_let_the_credit_be_exceeded(
+    stream_server: str, api: Client
+) -> None:
+    # Leases of 1 s, so the renewed deadline is what stops a push at the old one.
+    queue = fresh_queue(api, lease_timeout="1s", requested_partitions=2)
+    api.produce(queue, [f"item {n}" for n in range(8)])
+    with Stream(stream_server, queue, credit=2) as stream:
+        leases = [next(stream.leases(timeout=DEADLINE))]
+        if len(leases[0].items) < 2:
+            leases.append(next(stream.leases(timeout=DEADLINE)))
+        for lease in leases:
+            stream.renew(lease.partition, lease.ids, lease_timeout="1m")
+            # The wrong partition: one that does not exist (refused whole), the other one (each id
+            # fails there: the items stay leased in theirs).
+            with pytest.raises(ApiError):
+                stream.complete(5, lease.ids)
+            with pytest.raises(ItemNotLeasedError):
+                stream.complete(1 - lease.partition, lease.ids)
+            # A renew naming an id that is not held: the others are renewed, and count as such.
+            with pytest.raises(ItemNotLeasedError):
+                stream.renew(lease.partition, [*lease.ids, "0" * 30], lease_timeout="1m")
+        # Past the old 1 s deadline and the idle lease interval: nothing more may be pushed.
+        assert next(stream.leases(timeout=1.0 + IDLE_POLL * 2), None) is None
+        assert api.stats(queue).total_leased == 2
+        for lease in leases:
+            stream.complete(lease.partition, lease.ids)
+        assert len(next(stream.leases(timeout=DEADLINE)).items) >= 1
+
+
+def test_a_call_longer_than_a_frame_goes_in_fragments_of_one_message(
+    stream_server: str, api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # API Gateway closes a connection on a frame over 32 KB: 1,000 ids (~34 KB) go in fragments.
+    queue = fresh_queue(api)
+    ids = [f"{n:030x}" for n in range(1000)]
+    with Stream(stream_server, queue, credit=1) as stream:
+        assert stream._socket is not None
+        sent: list[list[str]] = []
+        send = stream._socket.send
+
+        def recording(message: Any) -> None:
+            frames = [message] if isinstance(message, str) else list(message)
+            sent.append(frames)
+            send(frames)
+
+        monkeypatch.setattr(stream._socket, "send", recording)
+        with pytest.raises(ItemNotLeasedError) as refused:
+            stream.complete(0, ids)
+    assert len(refused.value.failed_ids) == 1000  # the server read the whole message
+    [frames] = sent
+    assert len(frames) == 2 and all(len(frame) <= FRAME_CHARS for frame in frames)

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 #: A pushed lease may carry up to 5 MB of payloads (the API's reply limit), plus its JSON.
 _MAX_MESSAGE: Final = 8 * 1024 * 1024
+#: Largest frame sent: API Gateway takes frames of at most 32 KB (and messages of at most 128 KB).
+FRAME_CHARS: Final = 30_000
 #: A shared stream pings after this long without sending: under API Gateway's 10-minute idle limit.
 KEEPALIVE_SECONDS: Final = 540.0
 PATH: Final = "/v1/stream"
@@ -112,8 +114,13 @@ class Stream:
         }
         if self._client_id:
             subscribe["client_id"] = self._client_id
-        self._send(subscribe)
-        self._until(lambda message: message["type"] == "subscribed", timeout=self._open_timeout)
+        try:
+            self._send(subscribe)
+            # An unknown queue is refused here, with its error (QueueNotFoundError), not after.
+            self._until(lambda message: message["type"] == "subscribed", timeout=self._open_timeout)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def close(self) -> None:
@@ -142,8 +149,8 @@ class Stream:
             self._dispatch(message)
 
     def complete(self, partition: int, ids: list[str]) -> None:
-        """``complete`` over the stream; raises as ``Client.complete`` does (the credit comes back
-        for every id either way)."""
+        """``complete`` over the stream; raises as ``Client.complete`` does. The credit of each id
+        the server applied comes back; an id it refused stays counted until its lease deadline."""
         self._call({"type": "complete", "partition": partition, "ids": ids})
 
     def retry(self, partition: int, items: list[RetryItem]) -> None:
@@ -192,8 +199,14 @@ class Stream:
     def _send(self, message: dict[str, Any]) -> None:
         if self._socket is None:
             raise ConnectionFailedError("the stream is not open", sent=False)
+        text = json.dumps(message)  # ASCII: one character is one byte
         try:
-            self._socket.send(json.dumps(message))
+            if len(text) <= FRAME_CHARS:
+                self._socket.send(text)
+            else:
+                # API Gateway closes a connection (1009) on a frame over 32 KB: a long complete /
+                # retry / renew goes in fragments of one message.
+                self._socket.send(text[n : n + FRAME_CHARS] for n in range(0, len(text), FRAME_CHARS))
         except ConnectionClosed as error:
             raise ConnectionFailedError(f"the stream closed: {error}", sent=False) from error
 
@@ -444,6 +457,7 @@ def stream_consume(
         failures=counts["failures"],
         elapsed=time.monotonic() - started,
         stopped_by=stopped_by,
+        transport="stream",
     )
 
 

@@ -31,11 +31,11 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from querator.stream import protocol
-from querator.stream.session import parse_timestamp
+from querator.stream.session import duration, parse_timestamp, settlement
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -54,8 +54,8 @@ _PATHS: Final = {
     "retry": "/v1/queue.retry",
     "renew": "/v1/queue.renew",
     "stats": "/v1/queue.stats",
+    "info": "/v1/queues.info",
 }
-_RELEASING: Final = frozenset({"complete", "retry"})
 _STATUS_TEXT: Final = {400: "Bad Request", 500: "Internal Server Error"}
 
 #: ``api(path, body) -> (status, reply body)``: one call of the HTTP API, in process.
@@ -105,6 +105,11 @@ class Dispatcher:
 
     def message(self, connection_id: str, text: str | bytes) -> None:
         """One client message: answered on the connection, then a push if it gave credit back."""
+        if len(text.encode() if isinstance(text, str) else text) > protocol.MAX_MESSAGE_BYTES:
+            # API Gateway closes a connection whose message is over 128 KB (1009) before it gets
+            # here; the protocol's limit is checked all the same, should that limit ever grow.
+            self._post(connection_id, protocol.too_big())
+            return
         try:
             message = protocol.parse(text)
         except protocol.ProtocolError as error:
@@ -114,6 +119,12 @@ class Dispatcher:
             self._post(connection_id, protocol.encode("pong"))
             return
         if isinstance(message, protocol.Subscribe):
+            # One queues.info (a read of the queue's catalog row): an unknown queue is refused here,
+            # not answered "subscribed" and then failed by the first push.
+            status, reply = self._api(_PATHS["info"], {"queue_name": message.queue_name})
+            if status != 200:
+                self._post(connection_id, _error(status, reply))
+                return
             client_id = message.client_id or f"stream-{uuid.uuid4().hex[:16]}"
             if not self._connections.subscribe(connection_id, message.queue_name, client_id, message.credit):
                 self._post(
@@ -134,26 +145,32 @@ class Dispatcher:
             self._connections.add_credit(connection_id, message.credit, most=protocol.MAX_CREDIT)
             self.pump(connection_id)
             return
-        body = {"queue_name": subscription.queue_name, "partition": message.partition, **message.body}
+        queue_name = subscription.queue_name
+        body = {"queue_name": queue_name, "partition": message.partition, **message.body}
         status, reply = self._api(_PATHS[message.verb], body)
-        if message.verb in _RELEASING:
-            # Completed, retried, or refused because the lease is gone: held no longer, either way.
-            self._connections.release(connection_id, message.ids)
-        elif status == 200:
-            self._connections.renewed(
-                connection_id,
-                {
-                    item["id"]: parse_timestamp(item["lease_deadline"])
-                    for item in reply.get("items", [])
-                    if item.get("id") in subscription.held and item.get("lease_deadline")
-                },
-            )
+        settled = settlement(
+            message,
+            status,
+            reply,
+            subscription.held,
+            lease_timeout=lambda: self._lease_timeout(queue_name),
+            now=self._now,
+        )
+        if settled.released:
+            self._connections.release(connection_id, settled.released)
+        if settled.renewed:
+            self._connections.renewed(connection_id, settled.renewed)
         if status == 200:
             self._post(connection_id, protocol.encode("ok", request_id=message.request_id, reply=reply))
         else:
             self._post(connection_id, _error(status, reply, request_id=message.request_id))
-        if message.verb in _RELEASING:
+        if settled.released:
             self.pump(connection_id)
+
+    def _lease_timeout(self, queue_name: str) -> timedelta | None:
+        """The queue's ``lease_timeout`` (one ``queues.info``), when a renew did not say its own."""
+        status, reply = self._api(_PATHS["info"], {"queue_name": queue_name})
+        return duration(reply.get("lease_timeout")) if status == 200 else None
 
     # -- pushes -------------------------------------------------------------------------------------
 

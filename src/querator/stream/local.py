@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from wsproto.connection import Connection, ConnectionType
+from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from querator.stream import protocol
@@ -32,9 +32,16 @@ if TYPE_CHECKING:
 PATH: Final = "/v1/stream"
 #: Seconds between lease attempts of a subscription with credit when nothing wakes it.
 IDLE_POLL: Final = 1.0
+#: Seconds a connection closed for a message too big keeps reading (and dropping) the rest of it.
+LINGER: Final = 2.0
+_RECV_BYTES: Final = 1 << 16
 _WEBSOCKET_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 log = logging.getLogger("querator.stream")
+#: "stream closed: <why>", one line per connection, next to the request lines of ``querator serve``:
+#: a child of ``querator.localserver.REQUEST_LOGGER`` (whose handler and level ``--quiet`` sets), named
+#: here because the server imports this module.
+end_log = logging.getLogger("querator.localserver.requests.stream")
 
 
 class Wakeups:
@@ -105,72 +112,126 @@ class StreamConnection:
         self._session = StreamSession(api, now=utc_now)
         self._wakeups = wakeups
         self._stopping = stopping
+        #: The queue whose wakeups this connection is registered for.
+        self._registered: str | None = None
         self._waker, self._wake = socket.socketpair()
         for end in (self._waker, self._wake):
             end.setblocking(False)
 
-    def run(self) -> None:
-        registered: str | None = None
-        pump_now = False
-        last_pump = float("-inf")
-        text: list[str] = []
+    def run(self) -> str:
+        """Serve the connection until it ends; each end is logged once, with why ("stream closed: …"),
+        which is also returned."""
+        why = "the server stopped"
         try:
-            while not self._stopping.is_set():
-                session = self._session
-                session.release_expired()
-                if session.queue_name != registered:
-                    if registered is not None:
-                        self._wakeups.unregister(registered, self._waker)
-                    registered = session.queue_name
-                    if registered is not None:
-                        self._wakeups.register(registered, self._waker)
-                        pump_now = True
-                if (
-                    session.subscribed
-                    and session.credit > 0
-                    and (pump_now or time.monotonic() - last_pump >= IDLE_POLL)
-                ):
-                    last_pump, pump_now = time.monotonic(), False
-                    self._send(session.pump())
-                readable, _, _ = select.select([self._sock, self._wake], [], [], self._wait(last_pump))
-                if self._wake in readable:
-                    self._drain_wakeups()
-                    pump_now = True
-                if self._sock in readable:
-                    data = self._sock.recv(1 << 16)
-                    self._ws.receive_data(data or None)
-                    for event in self._ws.events():
-                        if isinstance(event, TextMessage):
-                            text.append(event.data)
-                            if event.message_finished:
-                                self._send(session.receive("".join(text)))
-                                text.clear()
-                                pump_now = True  # a settle or credit may allow more
-                        elif isinstance(event, BytesMessage):
-                            if event.message_finished:
-                                self._send(
-                                    [
-                                        protocol.error(
-                                            400, "Bad Request", "Invalid message; send JSON text frames"
-                                        )
-                                    ]
-                                )
-                        elif isinstance(event, Ping):
-                            self._sock.sendall(self._ws.send(event.response()))
-                        elif isinstance(event, CloseConnection):
-                            self._sock.sendall(self._ws.send(event.response()))
-                            return
-                    if not data:
-                        return
-            # The server is stopping: tell the client (1001 Going Away), so it reconnects elsewhere.
-            self._sock.sendall(self._ws.send(CloseConnection(code=1001, reason="server stopping")))
-        except OSError:
-            return  # the client went away; its leases run out and the items come back
+            why = self._serve()
+        except OSError as error:
+            # The client went away (reset, broken pipe): its leases run out and the items come back.
+            why = f"the connection failed ({error.__class__.__name__})"
+        except Exception:
+            log.exception("stream failed")
+            why = "a server error (1011)"
+            self._close(1011, "server error")
         finally:
-            if registered is not None:
-                self._wakeups.unregister(registered, self._waker)
+            if self._registered is not None:
+                self._wakeups.unregister(self._registered, self._waker)
             self._waker.close()
             self._wake.close()
+            end_log.info("stream closed: %s", why)
+        return why
+
+    def _serve(self) -> str:
+        """Push and answer until the connection ends; why it ended."""
+        pump_now = False
+        last_pump = float("-inf")
+        #: The text message being received, in parts, and its size so far in bytes.
+        text: list[str] = []
+        size = 0
+        while not self._stopping.is_set():
+            session = self._session
+            session.release_expired()
+            if session.queue_name != self._registered:
+                if self._registered is not None:
+                    self._wakeups.unregister(self._registered, self._waker)
+                self._registered = session.queue_name
+                if self._registered is not None:
+                    self._wakeups.register(self._registered, self._waker)
+                    pump_now = True
+            if (
+                session.subscribed
+                and session.credit > 0
+                and (pump_now or time.monotonic() - last_pump >= IDLE_POLL)
+            ):
+                last_pump, pump_now = time.monotonic(), False
+                self._send(session.pump())
+            readable, _, _ = select.select([self._sock, self._wake], [], [], self._wait(last_pump))
+            if self._wake in readable:
+                self._drain_wakeups()
+                pump_now = True
+            if self._sock not in readable:
+                continue
+            data = self._sock.recv(_RECV_BYTES)
+            if not data:
+                # No close frame first: the client crashed or its network went (wsproto's 1006).
+                return "the client went away without a close frame (1006)"
+            self._ws.receive_data(data)
+            for event in self._ws.events():
+                if isinstance(event, (TextMessage, BytesMessage)):
+                    # Counted as it arrives and dropped past the limit: never held whole.
+                    size += len(event.data.encode()) if isinstance(event, TextMessage) else len(event.data)
+                    if size > protocol.MAX_MESSAGE_BYTES:
+                        self._send([protocol.too_big()])
+                        self._close(protocol.CLOSE_TOO_BIG, "message too big")
+                        self._linger()
+                        return f"a message over {protocol.MAX_MESSAGE_BYTES} bytes (1009)"
+                    if isinstance(event, TextMessage):
+                        text.append(event.data)
+                    if not event.message_finished:
+                        continue
+                    if isinstance(event, TextMessage):
+                        self._send(session.receive("".join(text)))
+                        pump_now = True  # a settle or credit may allow more
+                    else:
+                        self._send(
+                            [protocol.error(400, "Bad Request", "Invalid message; send JSON text frames")]
+                        )
+                    text.clear()
+                    size = 0
+                elif isinstance(event, Ping):
+                    self._sock.sendall(self._ws.send(event.response()))
+                elif isinstance(event, CloseConnection):
+                    if self._ws.state is ConnectionState.REMOTE_CLOSING:
+                        self._sock.sendall(self._ws.send(event.response()))
+                        return f"the client closed it ({event.code})"
+                    # wsproto could not parse a frame: it says why, with the close code to send.
+                    self._close(event.code, event.reason or "")
+                    return f"the client broke the WebSocket protocol ({event.code}: {event.reason})"
+        # The server is stopping: tell the client (1001 Going Away), so it reconnects elsewhere.
+        self._close(1001, "server stopping")
+        return "the server stopped (1001)"
+
+    def _close(self, code: int, reason: str) -> None:
+        """Send a close frame, if the connection is still open for one."""
+        if self._ws.state is ConnectionState.OPEN:
+            with contextlib.suppress(OSError):
+                self._sock.sendall(self._ws.send(CloseConnection(code=code, reason=reason)))
+
+    def _linger(self) -> None:
+        """After closing on a message too big: read and drop what the client still sends until its
+        close frame, its end or ``LINGER`` seconds, so that closing the socket with unread bytes in it
+        does not reset the connection before the client has read the close frame (RFC 6455 7.1.1)."""
+        deadline = time.monotonic() + LINGER
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+            while (left := deadline - time.monotonic()) > 0:
+                readable, _, _ = select.select([self._sock], [], [], left)
+                if not readable:
+                    return
+                data = self._sock.recv(_RECV_BYTES)
+                if not data:
+                    return
+                self._ws.receive_data(data)
+                if any(isinstance(event, CloseConnection) for event in self._ws.events()):
+                    return
 
     def _wait(self, last_pump: float) -> float:
         """Seconds ``select`` may wait: until the next idle lease attempt or the earliest held lease's

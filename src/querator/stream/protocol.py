@@ -8,14 +8,18 @@ client → server
     ``credit {credit}``: return credit for items settled over the HTTP API.
     ``ping``: nothing but proof of life (API Gateway closes a connection idle for 10 minutes).
     ``complete {request_id, partition, ids}``, ``retry {request_id, partition, items}``,
-    ``renew {request_id, partition, ids, lease_timeout?}``: as the HTTP calls; each id this
-    connection was holding returns its credit whatever the outcome (it is no longer held).
+    ``renew {request_id, partition, ids, lease_timeout?}``: as the HTTP calls; each id the call
+    completed or retried returns its credit (``querator.stream.session.settlement``).
 
 server → client
     ``subscribed {queue_name, credit}``; ``lease {queue_name, partition, items}`` (the shape of a
     ``queue.lease`` reply); ``part {id, index, bytes}`` (a deployed stack: the payload of an item
     too large for one 128 KB message, in order); ``ok {request_id, reply}``; ``error {request_id?,
     code, code_text, message}`` (the HTTP error envelope); ``pong`` (the answer to ``ping``).
+
+A message is at most ``MAX_MESSAGE_BYTES`` (the HTTP API's limit for these calls' bodies; a deployed
+stack's API Gateway allows 128 KB) and is refused when nested deeper than the JSON decoder goes, as
+the HTTP API refuses such a body.
 
 Pure: the local server and the Lambda functions share it; it validates shapes, the API validates
 the rest (the same rules as over HTTP).
@@ -27,14 +31,31 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from querator.domain.errors import PayloadTooLargeError
+
 #: Most items a connection may hold at once (a lease's batch limit).
 MAX_CREDIT: Final = 1000
+#: Largest client message, in bytes of UTF-8: the HTTP API's limit for the bodies of complete, retry
+#: and renew (``querator.api.routes.SMALL_BODY_LIMIT``), which a message carries.
+MAX_MESSAGE_BYTES: Final = 262_144
+#: WebSocket close code for a message over the limit (RFC 6455 7.4.1, "message too big").
+CLOSE_TOO_BIG: Final = 1009
 #: Longest client_id, request_id and queue_name accepted before the API sees them.
 _MAX_TEXT: Final = 512
 
 
 class ProtocolError(ValueError):
     """A message the protocol does not define; answered with a 400 ``error``, the connection stays."""
+
+
+def too_big() -> str:
+    """The ``error`` for a message over ``MAX_MESSAGE_BYTES`` (a 413, as the HTTP API answers a body
+    over its limit), sent before the connection is closed with ``CLOSE_TOO_BIG``."""
+    return error(
+        413,
+        "Request Entity Too Large",
+        f"{PayloadTooLargeError.stable_class}; a stream message is at most {MAX_MESSAGE_BYTES} bytes",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +97,18 @@ _CALL_FIELDS: Final = {
 
 
 def parse(text: str | bytes) -> Message:
-    """One client message, or ``ProtocolError`` saying what is wrong with it."""
+    """One client message, or ``ProtocolError`` saying what is wrong with it.
+
+    The size is the transport's to bound before it reads the whole message (``MAX_MESSAGE_BYTES``).
+    """
     try:
         message = json.loads(text)
     except ValueError as error:
         raise ProtocolError(f"Invalid message; not JSON: {error}") from None
+    except RecursionError:
+        # "[[[[..." a hundred thousand deep: the decoder recurses once per level (as
+        # querator.api.wire answers an HTTP body nested so deep).
+        raise ProtocolError("Invalid message; not JSON: nested too deeply") from None
     if not isinstance(message, dict):
         raise ProtocolError("Invalid message; a message is a JSON object with a 'type'")
     kind = message.get("type")
