@@ -371,10 +371,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
         request_log.info("GET %s 101 (stream opened)", stream.PATH)
         self.close_connection = True
+        # run() logs the end once, with why ("stream closed: ...").
         stream.StreamConnection(
             self.connection, api=self._call_api, wakeups=self.wakeups, stopping=self.stopping
         ).run()
-        request_log.info("stream closed")
 
     def _call_api(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """One API call on behalf of a stream connection, through the same handler as over HTTP."""

@@ -142,7 +142,7 @@ def _lease_event(batch_size: int) -> dict[str, Any]:
     return proxy_event("POST", "/v1/queue.lease", {"Content-Type": "application/json"}, body, "127.0.0.1")
 
 
-@pytest.mark.allow_server_errors
+@pytest.mark.allow_5xx
 @pytest.mark.parametrize("max_attempts", [0, 1], ids=["unlimited", "max-attempts-1"])
 def test_a_lease_whose_reply_cannot_be_built_gives_its_items_back(
     service: QueueService, monkeypatch: pytest.MonkeyPatch, max_attempts: int
