@@ -38,6 +38,18 @@ def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueS
         yield build_service(dynamodb_client(endpoint), clock=clock)
 
 
+#: The stores that keep items in sorted rows in this process (``storage.engine``): for behaviours
+#: only they promise, and for many-case suites that would be slow over moto.
+EMBEDDED_STORES = ["memory", "sqlite"]
+
+
+@pytest.fixture(params=EMBEDDED_STORES)
+def embedded(request: pytest.FixtureRequest, clock: FakeClock) -> QueueService:
+    if request.param == "memory":
+        return memory_service(clock=clock)
+    return sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock)
+
+
 @dataclass
 class Metered:
     """A service whose DynamoDB calls a ``CostMeter`` counts, and the client under it."""

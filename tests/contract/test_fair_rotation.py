@@ -19,14 +19,10 @@ from querator.domain.errors import NothingToLeaseError
 from querator.domain.groups import group_lane
 from querator.domain.model import NewItem
 from querator.service.tuning import MAX_LANES_PER_LEASE
-from querator.testing import memory_service, sqlite_service
 from tests.contract.helpers import make_queue
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from querator.service import QueueService
-    from querator.testing import FakeClock
 
 
 class RoundRobin:
@@ -112,15 +108,10 @@ def run_rotation(service: QueueService, groups: int, batch: int) -> int:
 
 @pytest.mark.parametrize("batch", range(1, 8))
 @pytest.mark.parametrize("groups", range(2, 8))
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_every_lease_is_the_next_stretch_of_one_round_robin(
-    store: str, groups: int, batch: int, clock: FakeClock, tmp_path: Path
+    embedded: QueueService, groups: int, batch: int
 ) -> None:
-    service = (
-        memory_service(clock=clock)
-        if store == "memory"
-        else sqlite_service(tmp_path / "querator.db", clock=clock)
-    )
+    service = embedded
 
     assert run_rotation(service, groups, batch) > 1
 
@@ -142,15 +133,8 @@ def test_the_issue_case_three_groups_leased_three_at_a_time(service: QueueServic
     assert len({tuple(turn) for turn in handed}) == 1  # the same rotation order every turn
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
-def test_a_batch_larger_than_a_lanes_first_read_reads_the_lane_on_in_turn(
-    store: str, clock: FakeClock, tmp_path: Path
-) -> None:
-    service = (
-        memory_service(clock=clock)
-        if store == "memory"
-        else sqlite_service(tmp_path / "querator.db", clock=clock)
-    )
+def test_a_batch_larger_than_a_lanes_first_read_reads_the_lane_on_in_turn(embedded: QueueService) -> None:
+    service = embedded
     make_queue(service, delivery="fair")
     model = RoundRobin()
     produce(service, model, "deep", 1500)
@@ -160,17 +144,10 @@ def test_a_batch_larger_than_a_lanes_first_read_reads_the_lane_on_in_turn(
         assert lease(service, 1000) == model.lease(1000)
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
-def test_a_lease_that_finds_its_most_lanes_empty_moves_the_ring_past_them(
-    store: str, clock: FakeClock, tmp_path: Path
-) -> None:
+def test_a_lease_that_finds_its_most_lanes_empty_moves_the_ring_past_them(embedded: QueueService) -> None:
     """A lease reads at most ``MAX_LANES_PER_LEASE`` lanes; when all of them were empty the next
     lease must read the lanes after them, not the same empty ones for as long as they stay registered."""
-    service = (
-        memory_service(clock=clock)
-        if store == "memory"
-        else sqlite_service(tmp_path / "querator.db", clock=clock)
-    )
+    service = embedded
     make_queue(service, delivery="fair")
     groups = sorted((f"T{n:03d}" for n in range(MAX_LANES_PER_LEASE + 20)), key=group_lane)
     service.produce("jobs", [NewItem(payload=g.encode(), group=g) for g in groups])
@@ -186,15 +163,10 @@ def test_a_lease_that_finds_its_most_lanes_empty_moves_the_ring_past_them(
     assert lease(service, 1) == [b"beyond"]
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_a_band_of_exactly_the_most_lanes_a_lease_reads_still_gets_further_turns(
-    store: str, clock: FakeClock, tmp_path: Path
+    embedded: QueueService,
 ) -> None:
-    service = (
-        memory_service(clock=clock)
-        if store == "memory"
-        else sqlite_service(tmp_path / "querator.db", clock=clock)
-    )
+    service = embedded
     make_queue(service, delivery="fair")
     model = RoundRobin()
     # With the band's own lane (items without a group), the band holds exactly that many lanes.

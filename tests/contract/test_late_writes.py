@@ -17,20 +17,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from querator.domain.errors import NothingToLeaseError
-from querator.testing import FakeClock, memory_service, sqlite_service
+from querator.testing import FakeClock, sqlite_service
 from tests.contract.helpers import beside, items, make_queue
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from querator.service import QueueService
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def embedded(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> QueueService:
-    if request.param == "memory":
-        return memory_service(clock=clock)
-    return sqlite_service(tmp_path / "querator.db", clock=clock)
 
 
 def _drain(service: QueueService) -> list[bytes]:
