@@ -11,16 +11,13 @@ import logging
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
 
-from querator.testing import FakeClock, moto_server_process
+from querator.testing import FakeClock, moto_server_process, serve_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -168,37 +165,16 @@ SERVE_LOGS: list[ServeLog] = []
 
 @contextmanager
 def watched_serve(*args: str, directory: Path) -> Iterator[str]:
-    """``querator serve --port 0 --quiet`` in a child process with its data and its stderr in
-    ``directory``; yields its URL. Like ``querator.testing.serve_process`` (which leaves stderr to the
-    terminal), but a 5xx the child prints fails the test it happened in, as one logged here does.
-    """
+    """``querator.testing.serve_process`` with its data and its stderr in ``directory``; yields its
+    URL. A 5xx the child prints fails the test it happened in, as one logged here does."""
     log = ServeLog(directory / "stderr.log")
-    env = {**os.environ, "XDG_DATA_HOME": str(directory / "data")}
-    env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
-    with log.path.open("wb") as sink:
-        child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-            [sys.executable, "-m", "querator.cli", "serve", "--port", "0", "--quiet", *args],
-            stdout=subprocess.PIPE,
-            stderr=sink,
-            text=True,
-            env=env,
-        )
     SERVE_LOGS.append(log)
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline().strip()
-        if not line.startswith("Querator listening on "):
-            raise RuntimeError(f"querator serve did not start: {line!r}\n{log.path.read_text()}")
-        yield line.removeprefix("Querator listening on ")
+        with (
+            log.path.open("wb") as sink,
+            serve_process(*args, env={"XDG_DATA_HOME": str(directory / "data")}, stderr=sink) as url,
+        ):
+            yield url
     finally:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=15)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            if child.stdout is not None:
-                child.stdout.close()
-            # Read once more after the test that started it (then forgotten): it may have ended first.
-            log.ended = True
+        # Read once more after the test that started it (then forgotten): it may have ended first.
+        log.ended = True

@@ -29,6 +29,7 @@ from querator.storage.sqlite import SQLiteDatabase, SQLiteItemStore, SQLiteQueue
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+    from typing import IO
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from pyspark.sql import SparkSession
@@ -164,28 +165,35 @@ def moto_server_process() -> Iterator[str]:
 
 
 @contextmanager
-def serve_process(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def serve_process(
+    *args: str, env: dict[str, str] | None = None, stderr: IO[bytes] | None = None
+) -> Iterator[str]:
     """``querator serve --port 0`` in a child process, exactly as a user starts it; yields its URL.
 
     The child gets its own store (the default, a SQLite file, in a data directory of its own, deleted
-    afterwards) unless ``args`` name a ``--store`` or ``env`` sets ``AWS_ENDPOINT_URL_DYNAMODB``. It
-    is stopped with SIGTERM (by its PID) and must exit by itself.
+    afterwards) unless ``args`` name a ``--store`` or ``env`` sets ``AWS_ENDPOINT_URL_DYNAMODB``
+    (``env`` may also name its ``XDG_DATA_HOME``). Its stderr goes to ``stderr`` (default: this
+    process's). It is stopped with SIGTERM (by its PID) and must exit by itself.
     """
     with tempfile.TemporaryDirectory(prefix="querator-serve-") as data:
         yield from _serve_child(
             args,
             {"XDG_DATA_HOME": data, **(env or {})},
             endpoint=bool(env and "AWS_ENDPOINT_URL_DYNAMODB" in env),
+            stderr=stderr,
         )
 
 
-def _serve_child(args: tuple[str, ...], env: dict[str, str], *, endpoint: bool) -> Iterator[str]:
+def _serve_child(
+    args: tuple[str, ...], env: dict[str, str], *, endpoint: bool, stderr: IO[bytes] | None
+) -> Iterator[str]:
     child_env = {**os.environ, **env}
     if not endpoint:
         child_env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
     child = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
         [sys.executable, "-m", "querator.cli", "serve", "--port", "0", "--quiet", *args],
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         env=child_env,
     )

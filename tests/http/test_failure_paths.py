@@ -266,3 +266,29 @@ def test_stopping_gives_requests_under_way_a_bounded_grace(
     # The stuck request did not hold the stop past its grace (and the server said so).
     assert stopped < 3, stopped
     assert "stopped with 1 request(s) still under way after 0.3 s" in caplog.text
+
+
+def test_the_client_gone_check_works_on_file_numbers_past_select_s_limit() -> None:
+    """A server with many connections hands out file numbers from 1024 on, where select() raises;
+    the check before a lease reply must still tell a closed client from a waiting one (it used
+    select(), so a lease there ended in a 500 with its items leased to nobody)."""
+    from types import SimpleNamespace  # noqa: PLC0415 - only this test
+
+    from querator.localserver import _RequestHandler  # noqa: PLC0415
+
+    server_end, client_end = socket.socketpair()
+    high = os.dup2(server_end.fileno(), 1500)
+    connection = socket.socket(fileno=high)
+    try:
+        handler = SimpleNamespace(connection=connection)
+        assert connection.fileno() >= 1024
+        assert _RequestHandler._client_gone(handler) is False  # type: ignore[arg-type] # waiting
+        client_end.sendall(b"GET")
+        assert _RequestHandler._client_gone(handler) is False  # type: ignore[arg-type] # a next request
+        client_end.close()
+        connection.recv(3)
+        assert _RequestHandler._client_gone(handler) is True  # type: ignore[arg-type] # closed
+    finally:
+        connection.close()
+        server_end.close()
+        client_end.close()

@@ -158,21 +158,7 @@ class DynamoDBItemStore:
 
         The first error is raised after every call has finished, so no write is left in flight.
         """
-        if len(values) <= 1 or self._concurrency <= 1:
-            return [function(v) for v in values]
-        with self._pool_lock:
-            if self._pool is None:
-                # Lazily, and once per store: a warm Lambda reuses its threads across invocations.
-                self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="querator-store")
-            pool = self._pool
-        futures = [pool.submit(function, v) for v in values]
-        results: list[R] = []
-        error: BaseException | None = None
-        for future in futures:
-            try:
-                results.append(future.result())
-            except BaseException as exc:  # re-raised below, once every call has ended
-                error = error or exc
+        results, error = self._each_settled(function, values)
         if error is not None:
             raise error
         return results
@@ -180,12 +166,12 @@ class DynamoDBItemStore:
     def _each_settled(
         self, function: Callable[[T], R], values: Sequence[T]
     ) -> tuple[list[R], Exception | None]:
-        """``function`` over ``values`` like ``_each``, for callers that must know what applied
-        beside a failure: the results of the calls that returned (in order) and the first error.
+        """``function`` over ``values``, for callers that must know what applied beside a failure:
+        the results of the calls that returned (in order) and the first error.
 
         Run one at a time, the calls after a failure are not made; run concurrently, every call
         ends before this returns. An interrupt (a ``BaseException``, such as a Lambda timeout) is
-        raised as ``_each`` raises it: nothing after it may run.
+        raised, once every call has ended: nothing after it may run.
         """
         results: list[R] = []
         if len(values) <= 1 or self._concurrency <= 1:
@@ -197,6 +183,7 @@ class DynamoDBItemStore:
             return results, None
         with self._pool_lock:
             if self._pool is None:
+                # Lazily, and once per store: a warm Lambda reuses its threads across invocations.
                 self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="querator-store")
             pool = self._pool
         futures = [pool.submit(function, v) for v in values]
@@ -207,7 +194,7 @@ class DynamoDBItemStore:
                 results.append(future.result())
             except Exception as exc:  # returned to the caller, once every call has ended
                 error = error or exc
-            except BaseException as exc:  # re-raised below, once every call has ended
+            except BaseException as exc:  # raised below, once every call has ended
                 interrupt = interrupt or exc
         if interrupt is not None:
             raise interrupt
