@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 import pytest
 
 from querator import bootstrap
-from querator.clock import SystemClock
 from querator.config import load_settings
 from querator.domain.errors import StoreUnavailableError
 from querator.localserver import REQUEST_LOGGER, LocalServer
@@ -81,30 +80,6 @@ def _post(path: str, body: bytes, *, length: str | None = None, extra: str = "")
 LIST = b"{}"
 
 
-class Waits:
-    """The threads of this process that have waited on the service's clock: a lease that sleeps
-    between polls is waiting (a probe lease would take the waiter's place for a moment)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.threads: set[int] = set()
-
-    def sleep(self, clock: SystemClock, seconds: float) -> None:
-        with self._lock:
-            self.threads.add(threading.get_ident())
-        _SLEEP(clock, seconds)
-
-
-_SLEEP = SystemClock.sleep
-
-
-@pytest.fixture
-def waits() -> Iterator[Waits]:
-    watch = Waits()
-    with mock.patch.object(SystemClock, "sleep", autospec=True, side_effect=watch.sleep):
-        yield watch
-
-
 @pytest.mark.parametrize(
     ("length", "extra", "says"),
     [
@@ -160,22 +135,55 @@ def test_a_body_cut_short_by_the_client_is_a_400(server: LocalServer) -> None:
 
 
 def test_a_lease_reply_nobody_can_receive_gives_its_items_back(
-    server: LocalServer, http: Http, caplog: pytest.LogCaptureFixture, waits: Waits
+    server: LocalServer, http: Http, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=REQUEST_LOGGER)
     http.ok("/v1/queues.create", {"queue_name": "jobs", "lease_timeout": "5m", "expire_timeout": "1h"})
     lease = {"queue_name": "jobs", "batch_size": 5, "client_id": "gone", "request_timeout": "10s"}
     sock = socket.create_connection(_address(server), timeout=5)
     sock.sendall(_post("/v1/queue.lease", json.dumps(lease).encode()))
-    # The lease waits on the empty queue; its client hangs up; then an item arrives, which the
-    # waiting lease (the only one) claims for 5 minutes.
-    eventually(lambda: waits.threads)
+    # The lease waits on the empty queue; its client hangs up; then an item arrives. The waiting
+    # lease sees nobody is left before it claims anything.
+    eventually(lambda: server.waiting == 1)
     sock.close()
     http.ok("/v1/queue.produce", {"queue_name": "jobs", "items": [{"utf8": "a"}]})
-    eventually(lambda: any(r.getMessage().startswith("POST /v1/queue.lease 200") for r in caplog.records))
+    eventually(lambda: server.waiting == 0)
 
-    # Yet it is leasable at once, its attempt not spent: it was given back.
+    # So it is leasable at once, its attempt not spent.
     again = {"queue_name": "jobs", "batch_size": 5, "client_id": "next", "request_timeout": "0s"}
+    reply = http.ok("/v1/queue.lease", again)
+    assert decoded(reply["items"]) == [b"a"]
+    assert [item["attempts"] for item in reply["items"]] == [1]
+
+
+def test_a_lease_whose_client_left_during_the_claim_gives_its_items_back(
+    server: LocalServer, http: Http, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=REQUEST_LOGGER)
+    http.ok("/v1/queues.create", {"queue_name": "jobs", "lease_timeout": "5m", "expire_timeout": "1h"})
+    http.ok("/v1/queue.produce", {"queue_name": "jobs", "items": [{"utf8": "a"}]})
+    service = bootstrap.get_service()
+    claiming, hung_up = threading.Event(), threading.Event()
+    real_lease = service.lease
+
+    def slow_lease(*args: Any, **kwargs: Any) -> Any:
+        leased = real_lease(*args, **kwargs)  # claimed for 5 minutes
+        claiming.set()
+        hung_up.wait(5)
+        return leased
+
+    lease = {"queue_name": "jobs", "batch_size": 5, "client_id": "gone"}
+    with mock.patch.object(service, "lease", side_effect=slow_lease):
+        sock = socket.create_connection(_address(server), timeout=5)
+        sock.sendall(_post("/v1/queue.lease", json.dumps(lease).encode()))
+        assert claiming.wait(5)
+        sock.close()
+        # The server's end has seen the close before the claim returns.
+        eventually(lambda: any(c.gone for c in server._loop.connections))  # type: ignore[union-attr]
+        hung_up.set()
+        eventually(lambda: "not delivered" in caplog.text)
+
+    again = {"queue_name": "jobs", "batch_size": 5, "client_id": "next"}
     reply = http.ok("/v1/queue.lease", again)
     assert decoded(reply["items"]) == [b"a"]
     assert [item["attempts"] for item in reply["items"]] == [1]
@@ -205,7 +213,7 @@ def test_a_5xx_is_logged_at_error_level_with_its_request_id_and_traceback(
     assert "Traceback" in logging.Formatter().format(record)
 
 
-def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http, waits: Waits) -> None:
+def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http) -> None:
     http.ok("/v1/queues.create", {"queue_name": "empty", "lease_timeout": "1m", "expire_timeout": "1h"})
     replies: list[int] = []
 
@@ -216,14 +224,14 @@ def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http
     waiting = [threading.Thread(target=wait, name=f"waiter-{n}") for n in range(4)]
     for thread in waiting:
         thread.start()
-    eventually(lambda: len(waits.threads) == len(waiting))
+    eventually(lambda: server.waiting == len(waiting))
     started = time.monotonic()
     server.stop()
     stopped = time.monotonic() - started
     for thread in waiting:
         thread.join(timeout=5)
     assert replies == [454] * len(waiting)
-    # A waiting lease checks between polls, at most 0.5 s apart; far below its 20 s.
+    # Parked leases are woken by the stop: far below their 20 s.
     assert stopped < 4, stopped
 
 
@@ -231,7 +239,7 @@ def test_stopping_answers_waiting_leases_at_once(server: LocalServer, http: Http
 def test_a_fault_of_the_local_server_itself_is_a_logged_500_not_a_dropped_connection(
     server: LocalServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with mock.patch("querator.localserver.proxy_event", side_effect=KeyError("planted")):
+    with mock.patch("querator.localserver.events.proxy_event", side_effect=KeyError("planted")):
         status, body, _ = _raw(server, _post("/v1/queues.list", LIST))
     assert status == 500
     request_id = body["message"].removeprefix("Internal error; request id ")
@@ -255,7 +263,15 @@ def test_stopping_gives_requests_under_way_a_bounded_grace(
         return []
 
     with mock.patch.object(bootstrap.get_service(), "stats", side_effect=stuck):
-        caller = threading.Thread(target=http.post, args=("/v1/queue.stats", {"queue_name": "jobs"}))
+        outcome: list[object] = []
+
+        def call() -> None:
+            try:
+                outcome.append(http.post("/v1/queue.stats", {"queue_name": "jobs"}).status)
+            except OSError as error:  # past the grace the connection closes unanswered
+                outcome.append(error)
+
+        caller = threading.Thread(target=call)
         caller.start()
         assert entered.wait(5)
         started = time.monotonic()
@@ -265,30 +281,43 @@ def test_stopping_gives_requests_under_way_a_bounded_grace(
         caller.join(5)
     # The stuck request did not hold the stop past its grace (and the server said so).
     assert stopped < 3, stopped
+    assert len(outcome) == 1 and isinstance(outcome[0], OSError), outcome
     assert "stopped with 1 request(s) still under way after 0.3 s" in caplog.text
 
 
-def test_the_client_gone_check_works_on_file_numbers_past_select_s_limit() -> None:
-    """A server with many connections hands out file numbers from 1024 on, where select() raises;
-    the check before a lease reply must still tell a closed client from a waiting one (it used
-    select(), so a lease there ended in a 500 with its items leased to nobody)."""
-    from types import SimpleNamespace  # noqa: PLC0415 - only this test
-
-    from querator.localserver import _RequestHandler  # noqa: PLC0415
-
-    server_end, client_end = socket.socketpair()
-    high = os.dup2(server_end.fileno(), 1500)
-    connection = socket.socket(fileno=high)
+def test_connections_on_file_numbers_past_select_s_limit_are_served(server: LocalServer, http: Http) -> None:
+    """select() fails on file numbers from 1024; the server waits with epoll. With this process
+    (the server's too) holding 1,100 other files, every new connection gets a number past 1024: a
+    lease, a long-poll woken by a produce, and a stream all work there."""
+    http.ok("/v1/queues.create", {"queue_name": "jobs", "lease_timeout": "1m", "expire_timeout": "1h"})
+    held: list[int] = []
     try:
-        handler = SimpleNamespace(connection=connection)
-        assert connection.fileno() >= 1024
-        assert _RequestHandler._client_gone(handler) is False  # type: ignore[arg-type] # waiting
-        client_end.sendall(b"GET")
-        assert _RequestHandler._client_gone(handler) is False  # type: ignore[arg-type] # a next request
-        client_end.close()
-        connection.recv(3)
-        assert _RequestHandler._client_gone(handler) is True  # type: ignore[arg-type] # closed
+        for _ in range(1100):
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        assert min(held[-10:]) > 1024
+        probe = socket.socket()
+        assert probe.fileno() > 1024
+        probe.close()
+        replies: list[int] = []
+        waiter = threading.Thread(
+            target=lambda: replies.append(
+                http.post(
+                    "/v1/queue.lease",
+                    {"queue_name": "jobs", "batch_size": 1, "client_id": "far", "request_timeout": "10s"},
+                ).status
+            )
+        )
+        waiter.start()
+        eventually(lambda: server.waiting == 1)
+        http.ok("/v1/queue.produce", {"queue_name": "jobs", "items": [{"utf8": "a"}]})
+        waiter.join(10)
+        assert replies == [200]
+        from querator.client.stream import Stream  # noqa: PLC0415 - only here
+
+        http.ok("/v1/queue.produce", {"queue_name": "jobs", "items": [{"utf8": "b"}]})
+        with Stream(server.url, "jobs", credit=1) as stream:
+            lease = next(stream.leases(timeout=10))
+            assert len(lease.items) == 1
     finally:
-        connection.close()
-        server_end.close()
-        client_end.close()
+        for number in held:
+            os.close(number)

@@ -54,7 +54,7 @@ def test_layer_leaves_out_the_runtime_sdk_and_everything_that_never_runs_in_lamb
     python = built_layer / "python"
     for absent in ("boto3", "botocore", "s3transfer", "functions", "bin", "moto", "pyspark"):
         assert not (python / absent).exists(), absent
-    for absent in ("testing.py", "localstore.py", "localserver.py", "spark", "cli", "cli.py"):
+    for absent in ("testing.py", "localstore.py", "localserver.py", "localserver", "spark", "cli", "cli.py"):
         assert not (python / "querator" / absent).exists(), absent
 
 

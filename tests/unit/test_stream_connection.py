@@ -1,12 +1,13 @@
 """The local server's stream connection (``querator.stream.local``) on a socket pair: message limits,
-and how each end of a connection is logged.
+the close on the server stopping, and how each end of a connection is logged.
 
 The client side is ``wsproto``'s client, so frames are masked as a browser's are; the connection
-runs in a thread and every wait is bounded.
+runs on an event loop in a thread of its own and every wait is bounded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -18,8 +19,9 @@ import pytest
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import CloseConnection, TextMessage
 
+from querator.localserver.waiting import Waiters
 from querator.stream import local, protocol
-from querator.stream.local import StreamConnection, Wakeups
+from querator.stream.local import StreamConnection
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -67,24 +69,54 @@ class Client:
         return next(self.messages())
 
 
+class Served:
+    """A ``StreamConnection`` on the server end of a socket pair, on an event loop in a thread."""
+
+    def __init__(self, server_end: socket.socket) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.stopping = asyncio.Event()
+        self._server_end = server_end
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._run(),), daemon=True)
+
+    async def _run(self) -> str:
+        reader, writer = await asyncio.open_connection(sock=self._server_end)
+        try:
+            return await StreamConnection(
+                reader,
+                writer,
+                api=fake_api,
+                run=lambda call: self.loop.run_in_executor(None, call),
+                waiters=Waiters(self.loop),
+                stopping=self.stopping,
+            ).run()
+        finally:
+            writer.close()
+            await asyncio.sleep(0)  # the transport closes its socket on the next turn of the loop
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stopping.set)
+
+
 @pytest.fixture
-def served() -> Iterator[tuple[Client, threading.Thread]]:
+def served() -> Iterator[tuple[Client, Served]]:
     server_end, client_end = socket.socketpair()
-    connection = StreamConnection(server_end, api=fake_api, wakeups=Wakeups(), stopping=threading.Event())
-    thread = threading.Thread(target=connection.run, daemon=True)
-    thread.start()
+    served = Served(server_end)
+    served.thread.start()
     try:
-        yield Client(client_end), thread
+        yield Client(client_end), served
     finally:
         client_end.close()
-        thread.join(timeout=DEADLINE)
-        server_end.close()
+        served.thread.join(timeout=DEADLINE)
+        if not served.thread.is_alive():
+            served.loop.run_until_complete(served.loop.shutdown_default_executor())
+            served.loop.close()
 
 
 def test_a_message_over_the_limit_is_answered_and_closed_1009_before_it_ends(
-    served: tuple[Client, threading.Thread],
+    served: tuple[Client, Served],
 ) -> None:
-    client, thread = served
+    client, connection = served
+    thread = connection.thread
     # One text frame that says it is 256 MiB long; only a little over the limit is ever sent.
     header = bytes([0x81, 0x80 | 127]) + struct.pack("!Q", 256 * 1024 * 1024) + b"\x00\x00\x00\x00"
     client.sock.sendall(header)
@@ -110,7 +142,7 @@ def test_a_message_over_the_limit_is_answered_and_closed_1009_before_it_ends(
 
 
 def test_a_deeply_nested_message_is_a_400_and_the_connection_stays(
-    served: tuple[Client, threading.Thread],
+    served: tuple[Client, Served],
 ) -> None:
     client, _ = served
     depth = 100_000
@@ -123,9 +155,10 @@ def test_a_deeply_nested_message_is_a_400_and_the_connection_stays(
 
 
 def test_a_close_without_a_close_frame_is_one_line_and_stream_closed_says_why(
-    served: tuple[Client, threading.Thread], caplog: pytest.LogCaptureFixture
+    served: tuple[Client, Served], caplog: pytest.LogCaptureFixture
 ) -> None:
-    client, thread = served
+    client, connection = served
+    thread = connection.thread
     caplog.set_level(logging.INFO, logger=local.end_log.name)
     client.send(json.dumps({"type": "subscribe", "queue_name": "jobs", "credit": 1}))
     assert client.next()["type"] == "subscribed"
@@ -140,9 +173,10 @@ def test_a_close_without_a_close_frame_is_one_line_and_stream_closed_says_why(
 
 
 def test_a_clean_close_is_answered_and_logged(
-    served: tuple[Client, threading.Thread], caplog: pytest.LogCaptureFixture
+    served: tuple[Client, Served], caplog: pytest.LogCaptureFixture
 ) -> None:
-    client, thread = served
+    client, connection = served
+    thread = connection.thread
     caplog.set_level(logging.INFO, logger=local.end_log.name)
     client.sock.sendall(client.ws.send(CloseConnection(code=1000, reason="done")))
     assert list(client.messages()) == []
@@ -157,3 +191,17 @@ def test_the_end_line_goes_to_the_request_log_of_querator_serve() -> None:
     from querator.localserver import REQUEST_LOGGER  # noqa: PLC0415 - only here
 
     assert local.end_log.parent is logging.getLogger(REQUEST_LOGGER)
+
+
+def test_the_server_stopping_closes_the_stream_1001_going_away(served: tuple[Client, Served]) -> None:
+    client, connection = served
+    client.send(json.dumps({"type": "subscribe", "queue_name": "jobs", "credit": 1}))
+    assert client.next()["type"] == "subscribed"
+    connection.stop()
+    assert list(client.messages()) == []
+    assert client.closed is not None
+    assert (client.closed.code, client.closed.reason) == (1001, "server stopping")
+    # The client answers the close, as a WebSocket client does; the server's end then finishes.
+    client.sock.sendall(client.ws.send(client.closed.response()))
+    connection.thread.join(timeout=DEADLINE)
+    assert not connection.thread.is_alive()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from querator.config import SERVICE_NAME, ConfigurationError, StoreKind, parse_store
-from querator.localserver import DEFAULT_PORT, REQUEST_LOGGER, LocalServer
+from querator.localserver import DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT, REQUEST_LOGGER, LocalServer
 from querator.localstore import LOOPBACK
 
 if TYPE_CHECKING:
@@ -53,6 +53,16 @@ def register(commands: Any) -> None:
         metavar="SECONDS",
         help="seconds between reaper runs (default 1)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=(
+            "open connections (keep-alive, long-polls, streams) held at most"
+            f" (default {DEFAULT_MAX_CONNECTIONS:,}); past it a new one is answered 503"
+        ),
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log each request (only problems)")
     parser.set_defaults(run=run, command_parser=parser, command_path="serve")
 
@@ -60,6 +70,9 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.reaper_interval <= 0:
         print("querator serve: --reaper-interval must be positive", file=sys.stderr)  # noqa: T201
+        return 2
+    if args.max_connections < 1:
+        print("querator serve: --max-connections must be at least 1", file=sys.stderr)  # noqa: T201
         return 2
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     _log_requests(quiet=args.quiet)
@@ -83,7 +96,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         parse_store(store)
         server = LocalServer(
-            host=args.host, port=args.port, reaper_interval=args.reaper_interval, store=store
+            host=args.host,
+            port=args.port,
+            reaper_interval=args.reaper_interval,
+            store=store,
+            max_connections=args.max_connections,
         ).start()
     except ConfigurationError as exc:
         print(f"querator serve: {exc}", file=sys.stderr)  # noqa: T201
