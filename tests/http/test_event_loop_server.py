@@ -82,7 +82,7 @@ def _long_polls(http: Http, count: int, replies: list[Any], *, name: str = "jobs
     return threads
 
 
-def test_a_produce_wakes_one_waiting_long_poll_per_item_not_all_of_them(server: LocalServer, http: Http) -> None:
+def test_a_produce_wakes_one_waiting_long_poll_per_item_not_all(server: LocalServer, http: Http) -> None:
     _create(http)
     replies: list[Any] = []
     threads = _long_polls(http, 8, replies)
@@ -133,7 +133,7 @@ def test_idle_waiting_costs_lease_calls_per_queue_not_per_waiter(server: LocalSe
     assert [r.status for r in replies] == [454] * 20
 
 
-def test_a_waiting_long_poll_finds_a_scheduled_item_when_it_comes_due(server: LocalServer, http: Http) -> None:
+def test_a_waiting_long_poll_finds_a_scheduled_item_coming_due(server: LocalServer, http: Http) -> None:
     _create(http)
     replies: list[Any] = []
     threads = _long_polls(http, 1, replies)

@@ -45,15 +45,22 @@ def test_an_attempt_sends_its_waiter_to_the_back_and_a_full_one_passes_a_wake_on
         # Busy waiters are woken only when no idle one is left.
         registry.notify("jobs", 1)
         assert second.event.is_set() and not first.event.is_set()
-        registry.attempted(first, full=True)  # leased all it asked: the next idle one looks too
-        assert third.event.is_set()
+        # A full attempt passes a wake on only when no other waiter is woken already: here the
+        # second one is, and will look.
+        registry.attempted(first, full=True)
+        assert not third.event.is_set()
         registry.attempting(second)
+        registry.attempted(second, full=True)  # nobody else woken: the next idle one looks too
+        assert third.event.is_set()
         registry.attempting(third)
-        registry.attempted(second, full=False)  # found less: the queue is drained, nobody is woken
-        assert not first.event.is_set() and not second.event.is_set()
-        # Only the busy one is left unwoken: a notify reaches it, so its next wait returns at once.
+        registry.attempted(third, full=False)  # found less: the queue is drained, nobody is woken
+        assert _woken([first, second, third]) == []
+        # A waiter woken while busy looks again when its attempt ends.
+        registry.attempting(first)
         registry.notify("jobs", 3)
-        assert first.event.is_set() and second.event.is_set() and third.event.is_set()
+        assert _woken([first, second, third]) == [0, 1, 2]
+        registry.attempted(first, full=True)
+        assert first.event.is_set()
 
     asyncio.run(scenario())
 

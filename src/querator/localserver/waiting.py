@@ -7,8 +7,9 @@ it is woken. What wakes them (docs/adr/0093-local-server-event-loop.md):
 - **a write that makes items ready** (produce, retry, import, a give-back): ``notify(queue, n)`` wakes
   ``n`` waiters of that queue, oldest first, one per item, rather than all of them: a thousand
   waiters on a queue that gets one item make one or two lease attempts, not a thousand;
-- **a full batch**: a waiter that leased all it asked for passes a wake on (``notify(queue, 1)``),
-  since more may be ready; one that leased fewer drained the queue and wakes nobody;
+- **a full batch**: a waiter that leased all it asked for passes a wake on (``notify(queue, 1)``)
+  when no other waiter of the queue is woken already, since more may be ready (items found by a
+  probe, or more items than wakes); one that leased fewer drained the queue and wakes nobody;
 - **time**: items become ready without a write (scheduled items come due, leases run out), so while a
   queue has waiters the registry wakes one of them every ``probe_interval`` seconds unless some
   waiter of that queue made an attempt since. Idle waiting costs a lease attempt per queue per
@@ -39,14 +40,16 @@ class Waiter:
 
 
 class _Queue:
-    __slots__ = ("attempted", "probe", "waiters")
+    __slots__ = ("attempted", "pending", "probe", "waiters")
 
     def __init__(self) -> None:
-        #: Oldest first (a dict keeps insertion order; ``touch`` moves a waiter to the back).
+        #: Oldest first (a dict keeps insertion order; ``attempting`` moves a waiter to the back).
         self.waiters: dict[Waiter, None] = {}
         self.probe: asyncio.TimerHandle | None = None
         #: Whether a waiter made an attempt since the last probe.
         self.attempted = False
+        #: Waiters woken that have not begun their attempt yet.
+        self.pending = 0
 
 
 class Waiters:
@@ -70,6 +73,8 @@ class Waiters:
         if queue is None or waiter not in queue.waiters:
             return
         del queue.waiters[waiter]
+        if waiter.event.is_set() and not waiter.busy:
+            queue.pending -= 1
         if not queue.waiters:
             if queue.probe is not None:
                 queue.probe.cancel()
@@ -83,14 +88,30 @@ class Waiters:
         del queue.waiters[waiter]
         queue.waiters[waiter] = None
         queue.attempted = True
+        if waiter.event.is_set() and not waiter.busy:
+            queue.pending -= 1
         waiter.event.clear()
         waiter.busy = True
 
     def attempted(self, waiter: Waiter, *, full: bool) -> None:
         """``waiter``'s attempt ended; ``full``: it leased all it asked for, so more may be ready."""
         waiter.busy = False
-        if full:
+        queue = self._queues.get(waiter.queue_name)
+        if queue is None or waiter not in queue.waiters:
+            return
+        if waiter.event.is_set():
+            queue.pending += 1  # woken during its attempt: it looks again
+        elif full and queue.pending == 0:
             self.notify(waiter.queue_name, 1)
+
+    def wake(self, waiter: Waiter) -> None:
+        """Wake one waiter (a stream whose credit came back looks at once)."""
+        queue = self._queues.get(waiter.queue_name)
+        if waiter.event.is_set() or queue is None or waiter not in queue.waiters:
+            return
+        waiter.event.set()
+        if not waiter.busy:
+            queue.pending += 1
 
     def notify(self, queue_name: str, count: int) -> None:
         """Wake up to ``count`` waiters of ``queue_name``: idle ones first, oldest first; then busy
@@ -104,6 +125,7 @@ class Waiters:
                     return
                 if waiter.busy is wanted_busy and not waiter.event.is_set():
                     waiter.event.set()
+                    queue.pending += not waiter.busy
                     count -= 1
 
     def notify_threadsafe(self, queue_name: str, count: int) -> None:
@@ -113,7 +135,7 @@ class Waiters:
         """Wake every waiter (the server is stopping: each makes a last attempt and answers)."""
         for queue in self._queues.values():
             for waiter in queue.waiters:
-                waiter.event.set()
+                self.wake(waiter)
 
     def _probe(self, queue_name: str) -> None:
         queue = self._queues.get(queue_name)

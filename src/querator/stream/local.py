@@ -168,7 +168,7 @@ class StreamConnection:
                             message = "".join(text)
                             await self._send(await self._run(functools.partial(session.receive, message)))
                             if self._waiter is not None:
-                                self._waiter.event.set()  # a settle or credit may allow more
+                                self._waiters.wake(self._waiter)  # a settle or credit may allow more
                         else:
                             await self._send(
                                 [protocol.error(400, "Bad Request", "Invalid message; send JSON text frames")]
@@ -215,7 +215,7 @@ class StreamConnection:
         if want and self._waiter is None and queue_name is not None:
             self._waiter = Waiter(queue_name)
             self._waiters.add(self._waiter)
-            self._waiter.event.set()  # new credit or a new subscription: look at once
+            self._waiters.wake(self._waiter)  # new credit or a new subscription: look at once
         return self._waiter
 
     def _wait(self) -> float | None:
