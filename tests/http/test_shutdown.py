@@ -78,32 +78,40 @@ def _stop_under_load(store: str, round_: int) -> tuple[list[str], list[str]]:
     """Start the server, make every consumer wait, produce and SIGTERM at once; the payloads produced
     and those delivered in replies."""
     child, url = _serve(store)
-    api = Http(url)
-    port = int(url.rsplit(":", 1)[1])
-    # A queue per round: items one round left leasable would not let the next round's consumers wait.
-    # Leases far longer than the test: an item leased to nobody would not come back in it.
-    queue_name = f"jobs-{round_}"
-    api.ok("/v1/queues.create", {"queue_name": queue_name, "lease_timeout": "10m", "expire_timeout": "1h"})
-    answers: list[tuple[int, Any]] = []
-    failures: list[Exception] = []
-    names = [f"r{round_}-c{n}" for n in range(WAITERS)]
-    consumers = [
-        threading.Thread(target=_consume, args=(port, queue_name, name, answers, failures)) for name in names
-    ]
-    for thread in consumers:
-        thread.start()
-    for name in names:
-        eventually(lambda name=name: _waiting(api, queue_name, name))
-    # Items arrive while every consumer waits, and the server is told to stop right away: some
-    # leases are claiming items at that moment, the others are still waiting.
-    produced = [f"r{round_}-i{n}" for n in range(ITEMS_PER_ROUND)]
-    api.ok("/v1/queue.produce", {"queue_name": queue_name, "items": [{"utf8": p} for p in produced]})
-    started = time.monotonic()
-    child.send_signal(signal.SIGTERM)
-    _, err = child.communicate(timeout=15)
-    stopped = time.monotonic() - started
-    for thread in consumers:
-        thread.join(timeout=10)
+    try:
+        api = Http(url)
+        port = int(url.rsplit(":", 1)[1])
+        # A queue per round: items one round left leasable would not let the next round's consumers wait.
+        # Leases far longer than the test: an item leased to nobody would not come back in it.
+        queue_name = f"jobs-{round_}"
+        api.ok(
+            "/v1/queues.create", {"queue_name": queue_name, "lease_timeout": "10m", "expire_timeout": "1h"}
+        )
+        answers: list[tuple[int, Any]] = []
+        failures: list[Exception] = []
+        names = [f"r{round_}-c{n}" for n in range(WAITERS)]
+        consumers = [
+            threading.Thread(target=_consume, args=(port, queue_name, name, answers, failures))
+            for name in names
+        ]
+        for thread in consumers:
+            thread.start()
+        for name in names:
+            eventually(lambda name=name: _waiting(api, queue_name, name))
+        # Items arrive while every consumer waits, and the server is told to stop right away: some
+        # leases are claiming items at that moment, the others are still waiting.
+        produced = [f"r{round_}-i{n}" for n in range(ITEMS_PER_ROUND)]
+        api.ok("/v1/queue.produce", {"queue_name": queue_name, "items": [{"utf8": p} for p in produced]})
+        started = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=15)
+        stopped = time.monotonic() - started
+        for thread in consumers:
+            thread.join(timeout=10)
+    finally:
+        if child.poll() is None:  # the test failed before its SIGTERM: the child goes anyway
+            child.kill()
+            child.communicate(timeout=15)
 
     assert failures == [], failures
     assert child.returncode == 0, err
