@@ -365,6 +365,7 @@ class _Worker:
         if self.mode == "stream":
             self.stream = self._open_stream()
             self.streaming = self.stream is not None
+        self.last_item_at = time.monotonic()
         previous = self._install_signals() if handle_signals else {}
         threads = [
             threading.Thread(target=self._run_handlers, name=f"querator-handler-{n}", daemon=True)
@@ -500,9 +501,15 @@ class _Worker:
             self.generation += 1
             self.stream = None
             self.streaming = False
+        from querator.client.stream import describe_close  # noqa: PLC0415 - imports us
+
         if stream.closed_by is not None:
-            self.closed_by = f"{stream.closed_by.code} {stream.closed_by.reason}".strip()
-        log.warning("the stream of %s ended (%s); subscribing again", self.queue_name, stream.closed_by)
+            self.closed_by = describe_close(stream.closed_by)
+        log.warning(
+            "the stream of %s ended (%s); subscribing again",
+            self.queue_name,
+            stream.closed_by or "closed on this side",
+        )
         self.resubscribe_failures = 0
         self.resubscribe_at = time.monotonic()
 
