@@ -11,7 +11,7 @@ import pytest
 
 from querator.client import Client, LeasedItem
 from querator.client.models import Lease, QueueInfo
-from querator.client.worker import consume
+from querator.client.worker import RESUBSCRIBE_BACKOFF, RESUBSCRIBE_BACKOFF_MAX, consume, resubscribe_pause
 from querator.embedded import Embedded
 
 if TYPE_CHECKING:
@@ -79,3 +79,13 @@ def test_the_embedded_library_is_long_polled_without_opening_a_socket() -> None:
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="mode must be one of poll, stream"):
         consume(ScriptedLeases("http://127.0.0.1:9", 0), "jobs", lambda item: None, mode="push")
+
+
+def test_tries_to_subscribe_again_back_off_from_a_tenth_of_a_second_to_five_with_jitter() -> None:
+    # Equal jitter: each pause between half its ceiling and the ceiling, which doubles per failure
+    # from RESUBSCRIBE_BACKOFF and stops at RESUBSCRIBE_BACKOFF_MAX.
+    assert (RESUBSCRIBE_BACKOFF, RESUBSCRIBE_BACKOFF_MAX) == (0.1, 5.0)
+    for failures, ceiling in [(1, 0.1), (2, 0.2), (3, 0.4), (6, 3.2), (7, 5.0), (50, 5.0)]:
+        pauses = [resubscribe_pause(failures) for _ in range(200)]
+        assert all(ceiling / 2 <= pause <= ceiling for pause in pauses), (failures, min(pauses), max(pauses))
+        assert max(pauses) - min(pauses) > ceiling / 10  # spread out, not in step

@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from querator.client import Client, DeadLetter, LeasedItem
+from querator.client import Client, ConnectionFailedError, DeadLetter, LeasedItem
 from querator.client import stream as stream_module
 from querator.client.stream import SharedStream, StreamUnavailableError
 from querator.testing import serve_process
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+
+    from querator.client.worker import WorkerReport
 
 DEADLINE = 20.0
 
@@ -198,3 +200,112 @@ def test_a_ping_is_answered_and_keeps_the_subscription(server: str, api: Client)
         lease = next(stream.leases(timeout=DEADLINE))
         assert [item.payload for item in lease.items] == [b"after pings"]
         stream.complete(lease.partition, lease.ids)
+
+
+def _failing_reopens(
+    monkeypatch: pytest.MonkeyPatch, failures: int | None
+) -> tuple[list[str], list[SharedStream]]:
+    """Every try to open a stream, in order (``"ok"`` or ``"refused"``), and the streams opened.
+    The first try opens; the next ``failures`` tries (``None``: all) fail as on a server that is
+    away, and the later ones open again."""
+    tries: list[str] = []
+    streams: list[SharedStream] = []
+    real_open = SharedStream.open
+
+    def open_or_refuse(self: SharedStream) -> SharedStream:
+        refused = len(tries) > 0 and (failures is None or len(tries) <= failures)
+        tries.append("refused" if refused else "ok")
+        if refused:
+            raise ConnectionFailedError("connection refused", sent=False)
+        streams.append(self)
+        return real_open(self)
+
+    monkeypatch.setattr(stream_module.SharedStream, "open", open_or_refuse)
+    return tries, streams
+
+
+def _in_thread(target: Callable[[], WorkerReport]) -> tuple[threading.Thread, list[WorkerReport]]:
+    reports: list[WorkerReport] = []
+    thread = threading.Thread(target=lambda: reports.append(target()), daemon=True)
+    thread.start()
+    return thread, reports
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {DEADLINE} s: {what}"
+        time.sleep(0.05)
+
+
+def test_a_stream_that_cannot_be_opened_again_is_tried_with_back_off_while_the_worker_polls(
+    server: str, api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN: a streaming worker whose stream is cut at its first item, and three tries to
+    # subscribe again that fail (a server restarting) before one works
+    queue = fresh_queue(api, lease_timeout="2s")
+    api.produce(queue, [f"first {n}" for n in range(6)])
+    tries, streams = _failing_reopens(monkeypatch, failures=3)
+    handled: list[bytes] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def handle(item: LeasedItem) -> None:
+        with lock:
+            if not handled and streams[0]._socket is not None:  # the cut
+                streams[0]._socket.close()
+            handled.append(item.payload)
+
+    with Client(server) as client:
+        thread, reports = _in_thread(
+            lambda: client.stream(queue, handle, credit=2, stop=stop, handle_signals=False)
+        )
+        # WHEN: the worker gets its stream back after the failed tries
+        _until(lambda: tries.count("ok") >= 2, "subscribed again")
+        # THEN: what is produced now is handled too, and so is every item of the first batch
+        api.produce(queue, [f"second {n}" for n in range(4)])
+        expected = {f"first {n}".encode() for n in range(6)} | {f"second {n}".encode() for n in range(4)}
+        _until(lambda: expected <= set(handled), "every item handled")
+        stop.set()
+        thread.join(timeout=DEADLINE)
+    assert not thread.is_alive()
+    (report,) = reports
+    # It did not give up after one failed try: it tried until a subscribe worked, then streamed.
+    assert tries == ["ok", "refused", "refused", "refused", "ok"]
+    assert report.subscribed == 2
+    assert report.transport == "stream, then poll"
+    assert report.stopped_by == "stop"
+    # Held items settled over HTTP once the stream was gone; none went uncounted.
+    assert report.leased == report.settled
+    _until(lambda: api.stats(queue).total == 0, "the queue emptied (items of the cut come back)")
+
+
+def test_a_stop_while_the_stream_cannot_be_opened_ends_the_worker_promptly(
+    server: str, api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN: a worker whose stream was cut and cannot be opened again (tries keep failing)
+    queue = fresh_queue(api)
+    api.produce(queue, ["only"])
+    tries, streams = _failing_reopens(monkeypatch, failures=None)
+    stop = threading.Event()
+
+    def handle(item: LeasedItem) -> None:
+        if streams[0]._socket is not None:
+            streams[0]._socket.close()
+
+    with Client(server) as client:
+        thread, reports = _in_thread(
+            lambda: client.stream(queue, handle, credit=1, stop=stop, handle_signals=False)
+        )
+        _until(lambda: tries.count("refused") >= 3, "three failed tries")
+
+        # WHEN: it is stopped during the back-off
+        stopped_at = time.monotonic()
+        stop.set()
+        thread.join(timeout=DEADLINE)
+
+    # THEN: it ends within a lease call's wait at most (here the back-off is under a second)
+    assert not thread.is_alive()
+    assert time.monotonic() - stopped_at < 3.0
+    (report,) = reports
+    assert (report.stopped_by, report.subscribed, report.transport) == ("stop", 1, "stream, then poll")

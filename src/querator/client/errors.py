@@ -47,6 +47,22 @@ class ConnectionFailedError(QueratorClientError):
         self.timed_out = timed_out
 
 
+class StreamClosedError(ConnectionFailedError):
+    """The server closed the stream, or the connection under it ended: the server went away (it is
+    stopping or restarting, or the network dropped), which is not a timeout (``timed_out`` is False).
+
+    ``code`` and ``reason`` are those of the server's close frame (``querator serve`` sends 1001
+    ``server stopping`` when it stops); 1006 and ``""`` when the connection ended without one (a
+    crash, a cut network). A call whose reply the close cut off has ``sent`` True: it may have been
+    applied. Opening a new stream is the remedy (the consumer worker does).
+    """
+
+    def __init__(self, message: str, *, sent: bool, code: int, reason: str = "") -> None:
+        super().__init__(message, sent=sent)
+        self.code = code
+        self.reason = reason
+
+
 class ApiError(QueratorClientError):
     """A reply with an error status and the contract's envelope ``{"code", "code_text", "message"}``."""
 

@@ -6,6 +6,12 @@ same connection, which returns the credit. ``stream_consume`` runs a handler per
 
 One thread per connection: replies to calls are matched by ``request_id``; leases pushed while a
 call waits for its reply are kept and yielded next, so none is dropped.
+
+A server that goes away (``querator serve`` stopping sends close 1001; a crash or a cut network ends
+the connection without a close frame, 1006) is told apart from one that is slow: calls then raise
+``StreamClosedError`` with the close code and reason at once, ``leases()`` ends and ``closed_by``
+keeps the error, while a call that got no reply in time raises ``ConnectionFailedError`` with
+``timed_out`` set.
 """
 
 from __future__ import annotations
@@ -25,7 +31,13 @@ from urllib.parse import urlsplit, urlunsplit
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.sync.client import connect
 
-from querator.client.errors import ApiError, ConnectionFailedError, ItemNotLeasedError, error_for
+from querator.client.errors import (
+    ApiError,
+    ConnectionFailedError,
+    ItemNotLeasedError,
+    StreamClosedError,
+    error_for,
+)
 from querator.client.models import Lease, LeasedItem, RetryItem
 from querator.client.worker import DeadLetter, WorkerReport
 
@@ -43,10 +55,18 @@ FRAME_CHARS: Final = 30_000
 #: A shared stream pings after this long without sending: under API Gateway's 10-minute idle limit.
 KEEPALIVE_SECONDS: Final = 540.0
 PATH: Final = "/v1/stream"
+#: The close code of a connection that ended without a close frame (RFC 6455, 7.1.5).
+NO_CLOSE_FRAME: Final = 1006
 
 
 class StreamUnavailableError(ConnectionFailedError):
-    """The endpoint has no stream (an older server, or a stack without the WebSocket API)."""
+    """The endpoint answered the upgrade with a plain reply: it has no stream (an older server, a
+    stack without the WebSocket API; a 4xx ``status``) or cannot take one now (a 5xx)."""
+
+    def __init__(self, message: str, *, sent: bool, status: int | None = None) -> None:
+        super().__init__(message, sent=sent)
+        #: The HTTP status of the reply (``None``: not known).
+        self.status = status
 
 
 def stream_url(base_url: str) -> str:
@@ -67,18 +87,24 @@ class Stream:
         credit: int = 10,
         client_id: str | None = None,
         open_timeout: float = 10.0,
+        call_timeout: float = 60.0,
         url: str | None = None,
         signer: RequestSigner | None = None,
     ) -> None:
         """``url``: the WebSocket URL when it is not ``base_url``'s ``/v1/stream`` (a deployed
         stack's ``StreamUrl``); ``signer``: signs the handshake (SigV4: the stack's ``$connect`` is
-        IAM-authorized)."""
+        IAM-authorized); ``call_timeout``: how long ``complete`` / ``retry`` / ``renew`` wait for
+        their reply (the server's calls are short; a long-poll is never one)."""
         self.queue_name = queue_name
         self.credit = credit
         self._client_id = client_id
         self._url = url or stream_url(base_url)
         self._signer = signer
         self._open_timeout = open_timeout
+        self._call_timeout = call_timeout
+        #: Set once the server closed the stream or the connection ended: the close code and
+        #: reason (1006 without a close frame). ``None`` while open, or when this side closed it.
+        self.closed_by: StreamClosedError | None = None
         self._socket: ClientConnection | None = None
         self._exit = contextlib.ExitStack()
         self._leases: deque[Lease] = deque()
@@ -103,7 +129,9 @@ class Stream:
             )
         except InvalidStatus as error:
             raise StreamUnavailableError(
-                f"{self._url} has no stream (HTTP {error.response.status_code})", sent=False
+                f"{self._url} has no stream (HTTP {error.response.status_code})",
+                sent=False,
+                status=error.response.status_code,
             ) from error
         except (OSError, TimeoutError) as error:
             raise ConnectionFailedError(f"cannot open {self._url}: {error}", sent=False) from error
@@ -138,7 +166,9 @@ class Stream:
 
     def leases(self, *, timeout: float | None = None) -> Iterator[Lease]:
         """Pushed leases as they arrive; ends when ``timeout`` seconds pass without one (``None``:
-        never) or the server closes the stream."""
+        never) or the server closes the stream. It ends rather than raises on a close, as an
+        iterator whose source ran dry: ``closed_by`` tells the two apart (``None`` after a
+        timeout; the ``StreamClosedError`` with the close code and reason after a close)."""
         while True:
             if self._leases:
                 yield self._leases.popleft()
@@ -150,7 +180,10 @@ class Stream:
 
     def complete(self, partition: int, ids: list[str]) -> None:
         """``complete`` over the stream; raises as ``Client.complete`` does. The credit of each id
-        the server applied comes back; an id it refused stays counted until its lease deadline."""
+        the server applied comes back; an id it refused stays counted until its lease deadline.
+        Raises ``StreamClosedError`` once the server went away (``sent`` True: the close came
+        before the reply, so it may have been applied) and ``ConnectionFailedError`` with
+        ``timed_out`` when no reply came within ``call_timeout``."""
         self._call({"type": "complete", "partition": partition, "ids": ids})
 
     def retry(self, partition: int, items: list[RetryItem]) -> None:
@@ -171,7 +204,7 @@ class Stream:
     def _call(self, message: dict[str, Any]) -> dict[str, Any]:
         request_id = uuid.uuid4().hex
         self._send({**message, "request_id": request_id})
-        reply = self._until(lambda m: m.get("request_id") == request_id, timeout=60.0)
+        reply = self._until(lambda m: m.get("request_id") == request_id, timeout=self._call_timeout)
         if reply["type"] == "error":
             raise error_for(int(reply["code"]), reply)
         answer: dict[str, Any] = reply.get("reply") or {}
@@ -181,6 +214,8 @@ class Stream:
         deadline = time.monotonic() + timeout
         while True:
             message = self._receive(max(0.0, deadline - time.monotonic()))
+            if message is None and self.closed_by is not None:
+                raise self._gone(sent=True)
             if message is None:
                 raise ConnectionFailedError(
                     f"no reply from {self._url} within {timeout:.0f} s", sent=True, timed_out=True
@@ -208,7 +243,8 @@ class Stream:
                 # retry / renew goes in fragments of one message.
                 self._socket.send(text[n : n + FRAME_CHARS] for n in range(0, len(text), FRAME_CHARS))
         except ConnectionClosed as error:
-            raise ConnectionFailedError(f"the stream closed: {error}", sent=False) from error
+            self._went_away(error)
+            raise self._gone(sent=False) from error
 
     def _receive(self, timeout: float | None) -> dict[str, Any] | None:
         if self._socket is None:
@@ -217,10 +253,31 @@ class Stream:
             text = self._socket.recv(timeout=timeout)
         except TimeoutError:
             return None
-        except ConnectionClosed:
+        except ConnectionClosed as error:
+            self._went_away(error)
             return None
         message: dict[str, Any] = json.loads(text)
         return message
+
+    def _went_away(self, error: ConnectionClosed) -> None:
+        """Keep how the connection ended: the server's close frame, or 1006 when none came."""
+        if self.closed_by is not None:
+            return
+        frame = error.rcvd
+        if frame is None:
+            code, reason = NO_CLOSE_FRAME, ""
+            text = f"the stream {self._url} ended without a close frame ({code}): the server went away"
+        else:
+            code, reason = frame.code, frame.reason
+            text = f"the server closed the stream {self._url} ({f'{code} {reason}'.strip()})"
+        self.closed_by = StreamClosedError(text, sent=False, code=code, reason=reason)
+
+    def _gone(self, *, sent: bool) -> StreamClosedError:
+        """The error for a call the close got in the way of: before it was sent, or before its reply."""
+        closed = self.closed_by
+        assert closed is not None  # noqa: S101 - only called after _went_away
+        text = str(closed) + (" before the reply" if sent else "")
+        return StreamClosedError(text, sent=sent, code=closed.code, reason=closed.reason)
 
 
 class SharedStream(Stream):
@@ -230,13 +287,12 @@ class SharedStream(Stream):
     ``None`` once the connection has ended), each reply to the thread whose call waits for it, so
     ``complete`` / ``retry`` / ``renew`` / ``give_credit`` may be called from any thread while
     another waits for leases. ``failure`` is the error that ended the subscription, if the server
-    sent one (an unknown queue, …).
+    sent one (an unknown queue, …); ``closed_by`` the ``StreamClosedError`` when the server closed
+    it or the connection ended: calls waiting for a reply then raise it at once (``sent`` True).
     """
 
     #: How often the reader looks up from the connection to see whether it was closed, in seconds.
     _READ_TICK: Final = 0.2
-    #: How long a call waits for its reply (the server's calls are short; a long-poll is never one).
-    _CALL_TIMEOUT: Final = 60.0
 
     def __init__(
         self, base_url: str, queue_name: str, *, keepalive: float | None = KEEPALIVE_SECONDS, **options: Any
@@ -295,13 +351,15 @@ class SharedStream(Stream):
         slot = _Reply()
         with self._state:
             if self.ended.is_set():
+                if self.closed_by is not None:
+                    raise self._gone(sent=False)
                 raise ConnectionFailedError("the stream has ended", sent=False)
             self._replies[request_id] = slot
         try:
             self._send({**message, "request_id": request_id})
-            if not slot.done.wait(self._CALL_TIMEOUT):
+            if not slot.done.wait(self._call_timeout):
                 raise ConnectionFailedError(
-                    f"no reply from {self._url} within {self._CALL_TIMEOUT:.0f} s", sent=True, timed_out=True
+                    f"no reply from {self._url} within {self._call_timeout:g} s", sent=True, timed_out=True
                 )
         finally:
             with self._state:
@@ -309,6 +367,8 @@ class SharedStream(Stream):
         reply = slot.message
         if reply is None:
             # Sent, and the connection ended before the answer: it may or may not have been applied.
+            if self.closed_by is not None:
+                raise self._gone(sent=True)
             raise ConnectionFailedError("the stream ended before its reply", sent=True)
         if reply["type"] == "error":
             raise error_for(int(reply["code"]), reply)
@@ -343,7 +403,9 @@ class SharedStream(Stream):
                         continue  # a lease attempt failed on the server; the subscription stays
                     self.failure = failure  # the subscription ended (unknown queue, …)
                     return
-        except (ConnectionClosed, WebSocketException, ConnectionFailedError, OSError, ValueError):
+        except ConnectionClosed as error:
+            self._went_away(error)  # the server went away: the waiting calls raise it, not a timeout
+        except (WebSocketException, ConnectionFailedError, OSError, ValueError):
             return  # the connection ended (or sent something that is not the protocol): stop reading
         finally:
             with self._state:
@@ -421,13 +483,26 @@ def stream_consume(
 
     An item is completed when the handler returns, retried at ``retry_backoff * 2 ** (attempts - 1)``
     (with full jitter) when it raises, and dead-lettered when it raises one of ``dead_letter_on``.
+
+    A server that goes away (close 1001 when it stops, or a connection ended without a close frame)
+    ends the run like ``max_items`` does: the report comes back with ``stopped_by="closed"`` and
+    ``closed_by`` the close code and reason, because the stream this function owns is over and
+    there is nothing left to take from it (``Client.stream`` is the consumer that subscribes
+    again). The item whose settle the close cut off, and the items of its lease not yet handled
+    (not run: they could not be settled), count as ``unsettled``: their leases run out and they
+    come back. Other errors (an unknown queue, a call that timed out) raise.
     """
     counts: Counter[str] = Counter()
     started = time.monotonic()
     stopped_by = "closed"
     with Stream(base_url, queue_name, credit=credit) as stream:
         for lease in stream.leases(timeout=idle):
-            for item in lease.items:
+            for done, item in enumerate(lease.items):
+                if stream.closed_by is not None:
+                    left = len(lease.items) - done
+                    counts["leased"] += left
+                    counts["unsettled"] += left
+                    break
                 counts["leased"] += 1
                 outcome, retry = _run(handler, item, retry_backoff, dead_letter_on)
                 if outcome != "completed":
@@ -440,13 +515,16 @@ def stream_consume(
                     counts[outcome] += 1
                 except ItemNotLeasedError:
                     counts["lost"] += 1
-                except ApiError:
+                except (ApiError, StreamClosedError):
                     counts["unsettled"] += 1
+            if stream.closed_by is not None:
+                break
             if max_items is not None and counts["leased"] >= max_items:
                 stopped_by = "max_items"
                 break
         else:
-            stopped_by = "idle" if idle is not None else "closed"
+            stopped_by = "idle" if stream.closed_by is None and idle is not None else "closed"
+        closed_by = stream.closed_by
     return WorkerReport(
         leased=counts["leased"],
         completed=counts["completed"],
@@ -458,7 +536,16 @@ def stream_consume(
         elapsed=time.monotonic() - started,
         stopped_by=stopped_by,
         transport="stream",
+        subscribed=1,
+        closed_by=describe_close(closed_by),
     )
+
+
+def describe_close(closed: StreamClosedError | None) -> str:
+    """``WorkerReport.closed_by``: ``"1001 server stopping"``, ``"1006"``, or ``""`` (never closed)."""
+    if closed is None:
+        return ""
+    return f"{closed.code} {closed.reason}".strip()
 
 
 def _run(

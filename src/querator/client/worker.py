@@ -11,8 +11,10 @@ docs/adr/0033-consumer-worker.md.
 
 With ``mode="stream"`` the items are pushed over a WebSocket (``querator.client.stream``) instead of
 long-polled: the worker subscribes with a credit of ``concurrency`` and settles and renews over the
-same connection, which gives the credit back. Where the endpoint has no stream, or the connection
-ends, it long-polls instead.
+same connection, which gives the credit back. Where the endpoint has no stream it long-polls
+instead. When the stream goes away (the server stops or restarts, the network drops, API Gateway's
+two-hour limit) it subscribes again at once and, while that fails, long-polls and tries again with
+back-off, streaming again as soon as a subscribe succeeds.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from querator.client.errors import (
     ConnectionFailedError,
     DuplicateClientError,
     ItemNotLeasedError,
+    RetryError,
+    ServerError,
     UnknownMethodError,
     UnsupportedContentError,
 )
@@ -64,6 +68,19 @@ DEFAULT_IDLE_BACKOFF: Final = 1.0
 DEFAULT_IDLE_BACKOFF_MAX: Final = 15.0
 #: How ``consume`` gets its items: long-polled ``queue.lease`` calls, or pushed over a stream.
 MODES: Final = ("poll", "stream")
+#: Pauses between tries to subscribe again once the stream went away (a server stopping or
+#: restarting, a dropped network). The first try is at once (API Gateway ends every connection
+#: after two hours, and a new subscribe works then); after the n-th failure in a row the next comes
+#: ``RESUBSCRIBE_BACKOFF * 2**(n-1)`` seconds later, capped at ``RESUBSCRIBE_BACKOFF_MAX``, half of
+#: it random (equal jitter) so the consumers of a restarted server do not all come back in the same
+#: instant. The worker long-polls meanwhile, so the cap costs no work, only the stream's latency:
+#: 5 s is how long a worker may keep polling a server whose stream is back; 0.1 s makes the tries
+#: of a quick restart cheap (about 6 in the first 3 s).
+RESUBSCRIBE_BACKOFF: Final = 0.1
+RESUBSCRIBE_BACKOFF_MAX: Final = 5.0
+#: ``pushed_by``'s mark for an item leased by polling in ``mode="stream"``: settled over HTTP, and
+#: its handler thread, once free, gives its credit to the stream, as one pushed by an ended one.
+_POLLED: Final = -1
 
 
 class DeadLetter(Exception):  # noqa: N818 - an instruction to the worker, not an error report
@@ -97,10 +114,18 @@ class WorkerReport:
     errors: int = 0
     #: Seconds from start to return.
     elapsed: float = 0.0
-    #: Why it stopped: ``"SIGTERM"``, ``"SIGINT"``, ``"stop"``, ``"max_items"``, ``"idle"``, ``"error"``.
+    #: Why it stopped: ``"SIGTERM"``, ``"SIGINT"``, ``"stop"``, ``"max_items"``, ``"idle"``, ``"error"``,
+    #: or (``stream_consume`` only) ``"closed"``: the server closed the stream.
     stopped_by: str = ""
-    #: How items arrived: ``"poll"``, ``"stream"``, or ``"stream, then poll"`` (the stream ended).
+    #: How items arrived: ``"poll"``, ``"stream"``, or ``"stream, then poll"``: streamed, and
+    #: long-polled too while the stream was away (``subscribed`` says how often it came back).
     transport: str = "poll"
+    #: Stream subscriptions opened: 1 when one connection lasted the whole run, one more each time
+    #: the worker subscribed again after the stream went away; 0 when it never streamed.
+    subscribed: int = 0
+    #: How the server last ended the stream: its close code and reason (``"1001 server stopping"``),
+    #: ``"1006"`` for a connection that ended without a close frame; ``""`` if it never did.
+    closed_by: str = ""
 
     @property
     def settled(self) -> int:
@@ -146,6 +171,13 @@ class _State:
     def count(self, key: str, n: int = 1) -> None:
         with self.lock:
             self.counts[key] += n
+
+
+def resubscribe_pause(failures: int) -> float:
+    """Seconds until the next try to subscribe after ``failures`` failed tries in a row (see
+    ``RESUBSCRIBE_BACKOFF``)."""
+    ceiling = min(RESUBSCRIBE_BACKOFF_MAX, RESUBSCRIBE_BACKOFF * 2.0 ** max(0, failures - 1))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not security
 
 
 def default_backoff(attempts: int, *, base: float = 1.0, cap: float = 300.0) -> timedelta:
@@ -214,8 +246,11 @@ def consume(
         ``"poll"`` (long-polled ``queue.lease`` calls) or ``"stream"``: items pushed over the
         endpoint's WebSocket stream with a credit of ``concurrency`` (``batch_size`` and the idle
         backoff do not apply; nothing is called while the queue is empty), settled and renewed over
-        the same connection. Where the endpoint has no stream, or the connection ends, the worker
-        long-polls instead (``WorkerReport.transport`` says which).
+        the same connection. Where the endpoint has no stream the worker long-polls instead. When
+        the stream goes away (the server stopping or restarting: close 1001, or a connection ended
+        without a close frame) it subscribes again at once and, while that fails, long-polls and
+        tries again after 0.1 s doubling to 5 s (``RESUBSCRIBE_BACKOFF``), so it streams again
+        soon after the server is back (``WorkerReport.transport``, ``subscribed``, ``closed_by``).
 
     Raises
     ------
@@ -275,7 +310,16 @@ class _Worker:
         #: Settle and renew over the stream (which gives its credit back): only while taking items
         #: from it, so a stopping worker is pushed nothing more.
         self.streaming = False
-        self.transport = "poll"
+        #: Long-polled at some time of a ``mode="stream"`` run (``WorkerReport.transport``).
+        self.polled = False
+        #: When to try to subscribe next (monotonic seconds); ``None``: no try planned (streaming,
+        #: ``mode="poll"``, or an endpoint without a stream).
+        self.resubscribe_at: float | None = None
+        #: Failed tries to subscribe in a row (the back-off's exponent).
+        self.resubscribe_failures = 0
+        #: The server's last close of the stream (``WorkerReport.closed_by``).
+        self.closed_by = ""
+        self.last_item_at = time.monotonic()
         self.leased_total = 0
         #: Which subscription pushed each item it holds (``generation``, bumped at each reconnect).
         self.pushed_by: dict[str, int] = {}
@@ -321,7 +365,7 @@ class _Worker:
         if self.mode == "stream":
             self.stream = self._open_stream()
             self.streaming = self.stream is not None
-            self.transport = "poll" if self.stream is None else "stream"
+        self.last_item_at = time.monotonic()
         previous = self._install_signals() if handle_signals else {}
         threads = [
             threading.Thread(target=self._run_handlers, name=f"querator-handler-{n}", daemon=True)
@@ -349,7 +393,11 @@ class _Worker:
         with self.state.lock:
             counts = dict(self.state.counts)
         report = WorkerReport(
-            elapsed=time.monotonic() - started, stopped_by=self.stopped_by, transport=self.transport, **counts
+            elapsed=time.monotonic() - started,
+            stopped_by=self.stopped_by,
+            transport=self._transport(counts.get("subscribed", 0)),
+            closed_by=self.closed_by,
+            **counts,
         )
         log.info("worker on %s stopped (%s): %s", self.queue_name, self.stopped_by, report.as_dict())
         if fatal is not None:
@@ -373,9 +421,15 @@ class _Worker:
 
     # -- the stream (mode="stream") ----------------------------------------------------------------
 
+    def _transport(self, subscribed: int) -> str:
+        if subscribed == 0:
+            return "poll"
+        return "stream, then poll" if self.polled else "stream"
+
     def _open_stream(self, credit: int | None = None) -> SharedStream | None:
-        """Subscribe with a credit of ``concurrency`` (never more than ``max_items``); ``None`` where the
-        endpoint has no stream (the worker long-polls)."""
+        """Subscribe with a credit of ``concurrency`` (never more than ``max_items``); ``None`` where
+        that failed (the worker long-polls): for good where the endpoint has no stream, else with
+        the next try planned (``resubscribe_at``)."""
         from querator.client.stream import SharedStream, StreamUnavailableError  # noqa: PLC0415 - imports us
 
         base_url = getattr(self.client, "base_url", None)
@@ -387,11 +441,13 @@ class _Worker:
             log.warning(
                 "%s has no stream endpoint; long-polling %s", type(self.client).__name__, self.queue_name
             )
+            self.resubscribe_at = None
             return None
         if credit is None:
             credit = self.concurrency
         if self.max_items is not None:
-            credit = max(1, min(credit, self.max_items - self.leased_total))
+            credit = min(credit, self.max_items - self.leased_total)
+        credit = max(1, credit)  # the protocol's least
         stream = SharedStream(
             str(base_url),
             self.queue_name,
@@ -400,41 +456,87 @@ class _Worker:
             signer=getattr(self.client, "signer", None),
         )
         try:
-            return stream.open()
+            stream.open()
         except StreamUnavailableError as exc:
-            log.warning("%s; long-polling %s", exc, self.queue_name)
-        except ConnectionFailedError as exc:
-            log.warning("cannot open the stream (%s); long-polling %s", exc, self.queue_name)
+            if exc.status is None or exc.status < 500:
+                # An answer instead of the upgrade: this endpoint has no stream, and trying again
+                # will not give it one (a 5xx, say a server past its ceiling, is tried again).
+                log.warning("%s; long-polling %s", exc, self.queue_name)
+                self.resubscribe_at = None
+                stream.close()
+                return None
+            self._plan_resubscribe(exc)
+        except (ConnectionFailedError, ServerError, RetryError) as exc:
+            # The server is away (stopping, restarting, not up yet) or busy: long-poll meanwhile.
+            self._plan_resubscribe(exc)
+        else:
+            self.state.count("subscribed")
+            self.resubscribe_at = None
+            self.resubscribe_failures = 0
+            return stream
         stream.close()
         return None
 
-    def _reconnect(self, old: SharedStream) -> SharedStream | None:
-        """The connection ended without an error (API Gateway ends every one after two hours): a new
-        subscription with the credit of the handler threads not busy with the old one's items.
-        Those settle over HTTP, and each then gives its credit to the new connection."""
-        old.close()
+    def _plan_resubscribe(self, failure: Exception) -> None:
+        self.resubscribe_failures += 1
+        pause = resubscribe_pause(self.resubscribe_failures)
+        self.resubscribe_at = time.monotonic() + pause
+        # One warning per outage; the tries after it every few seconds would only repeat it.
+        level = logging.WARNING if self.resubscribe_failures == 1 else logging.DEBUG
+        log.log(
+            level,
+            "cannot open the stream of %s (%s); long-polling, next try in %.1f s",
+            self.queue_name,
+            failure,
+            pause,
+        )
+
+    def _stream_went_away(self, stream: SharedStream) -> None:
+        """The connection ended (the server stopped, restarted or dropped it; API Gateway ends every
+        one after two hours): the items it pushed are settled over HTTP from now on, and the next
+        subscribe is tried at once."""
+        stream.close()
         with self.state.lock:
-            # From now on the items the old connection pushed are "earlier" ones; settles before
-            # the new connection is open are owed to it.
+            # From now on the items the old connection pushed are "earlier" ones.
             self.generation += 1
             self.stream = None
+            self.streaming = False
+        from querator.client.stream import describe_close  # noqa: PLC0415 - imports us
+
+        if stream.closed_by is not None:
+            self.closed_by = describe_close(stream.closed_by)
+        log.warning(
+            "the stream of %s ended (%s); subscribing again",
+            self.queue_name,
+            stream.closed_by or "closed on this side",
+        )
+        self.resubscribe_failures = 0
+        self.resubscribe_at = time.monotonic()
+
+    def _resubscribe(self) -> bool:
+        """One try to subscribe again, with the credit of the handler threads not busy: True when
+        the worker streams again. Each busy one (an item an ended connection pushed, or one leased
+        by polling) gives its credit to the new connection once it is settled."""
+        with self.state.lock:
+            # Settles from here until the new connection is open are owed to it (_both_ways).
+            self.streaming = True
             busy = len(self.state.jobs)
-        stream = self._open_stream(max(1, self.concurrency - busy))
+        stream = self._open_stream(self.concurrency - busy)
         with self.state.lock:
             self.stream = stream
+            self.streaming = stream is not None
             owed, self.owed_credit = self.owed_credit, 0
         if stream is None:
-            return None
+            return False
         if owed:
             with contextlib.suppress(ConnectionFailedError):
                 stream.give_credit(owed)
-        log.info("the stream of %s ended; subscribed again", self.queue_name)
-        return stream
+        log.info("subscribed again to the stream of %s", self.queue_name)
+        return True
 
     def _stream_loop(self, stream: SharedStream) -> bool:
-        """Take pushed leases until the run ends (True) or the stream does and cannot be opened again
-        (False: long-poll on)."""
-        last_item_at = time.monotonic()
+        """Take pushed leases until the run ends (True) or the stream does (False: subscribe again,
+        long-polling while that fails)."""
         while not self.stop.is_set():
             if self.max_items is not None and self.leased_total >= self.max_items:
                 self.stopped_by = "max_items"
@@ -442,7 +544,8 @@ class _Worker:
             try:
                 lease = stream.pushed.get(timeout=_POLL)
             except queue.Empty:
-                if self.idle_timeout is not None and time.monotonic() - last_item_at >= self.idle_timeout:
+                idle_for = time.monotonic() - self.last_item_at
+                if self.idle_timeout is not None and idle_for >= self.idle_timeout:
                     with self.state.lock:
                         running = len(self.state.jobs)
                     if running == 0:
@@ -452,13 +555,8 @@ class _Worker:
             if lease is None:
                 if stream.failure is not None:
                     raise stream.failure  # the subscription itself failed (unknown queue, …)
-                again = None if self.stop.is_set() else self._reconnect(stream)
-                if again is None:
-                    log.warning("the stream of %s ended; long-polling instead", self.queue_name)
-                    self.transport = "stream, then poll"
-                    return False
-                stream = again
-                continue
+                self._stream_went_away(stream)
+                return False
             items = list(lease.items)
             keep = len(items) if self.max_items is None else max(0, self.max_items - self.leased_total)
             if len(items) > keep:
@@ -467,7 +565,7 @@ class _Worker:
                 items = items[:keep]
             if not items:
                 continue
-            last_item_at = time.monotonic()
+            self.last_item_at = time.monotonic()
             self.leased_total += len(items)
             self.state.count("leased", len(items))
             with self.state.lock:
@@ -592,33 +690,50 @@ class _Worker:
     # -- leasing --------------------------------------------------------------------------------------
 
     def _lease_loop(self) -> None:
-        if self.stream is not None:
-            try:
-                if self._stream_loop(self.stream):
-                    return
-            finally:
-                self.streaming = False
-        last_item_at = time.monotonic()
+        while True:
+            if self.stream is not None:
+                try:
+                    if self._stream_loop(self.stream):
+                        return
+                finally:
+                    self.streaming = False
+            if self._poll_loop():
+                return
+
+    def _poll_loop(self) -> bool:
+        """Long-poll until the run ends (True) or, in ``mode="stream"``, a try to subscribe again
+        succeeds (False: take pushed items again). Waits end at the next try's time."""
         error_streak = 0
         empty_streak = 0
         while not self.stop.is_set():
             if self.max_items is not None and self.leased_total >= self.max_items:
                 self.stopped_by = "max_items"
-                return
+                return True
             free = self._wait_for_free_handler()
             if free == 0:
                 continue
+            if (
+                self.resubscribe_at is not None
+                and time.monotonic() >= self.resubscribe_at
+                and not self.stop.is_set()
+                and self._resubscribe()
+            ):
+                return False
             wanted = min(self.batch_size, free)
             if self.max_items is not None:
                 wanted = min(wanted, self.max_items - self.leased_total)
+            if self.mode == "stream":
+                self.polled = True
             try:
-                lease = self.client.lease(self.queue_name, wanted, request_timeout=self._lease_wait())
+                lease = self.client.lease(
+                    self.queue_name, wanted, request_timeout=self._until_resubscribe(self._lease_wait())
+                )
             except DuplicateClientError as exc:
                 # Our previous lease call is still waiting on the server (its reply was lost to a
                 # timeout): wait for it to end there, then lease again.
                 self.state.count("errors")
                 log.warning("lease on %s: %s; backing off", self.queue_name, exc)
-                self.stop.wait(self.request_timeout)
+                self.stop.wait(self._until_resubscribe(self.request_timeout))
                 continue
             except _FATAL:
                 raise
@@ -626,31 +741,43 @@ class _Worker:
                 error_streak += 1
                 self.state.count("errors")
                 log.warning("lease on %s failed (%s); backing off", self.queue_name, exc)
-                self.stop.wait(self.client.backoff(min(error_streak, 8)))
+                self.stop.wait(self._until_resubscribe(self.client.backoff(min(error_streak, 8))))
                 continue
             error_streak = 0
             if not lease.items:
-                idle_for = time.monotonic() - last_item_at
+                idle_for = time.monotonic() - self.last_item_at
                 if self.idle_timeout is not None and idle_for >= self.idle_timeout:
                     with self.state.lock:
                         running = len(self.state.jobs)
                     if running == 0:
                         self.stopped_by = "idle"
-                        return
+                        return True
                 empty_streak += 1
                 pause = self.idle_pause(empty_streak)
                 if self.idle_timeout is not None:
                     # Never pause past the moment the worker would stop for being idle.
                     pause = min(pause, max(0.0, self.idle_timeout - idle_for))
+                pause = self._until_resubscribe(pause)
                 if pause > 0:
                     self.stop.wait(pause)
                 continue
             empty_streak = 0
-            last_item_at = time.monotonic()
+            self.last_item_at = time.monotonic()
             self.leased_total += len(lease.items)
             self.state.count("leased", len(lease.items))
+            if self.mode == "stream":
+                with self.state.lock:
+                    self.pushed_by.update((item.id, _POLLED) for item in lease.items)
             self._accept(lease.items)
         self.stopped_by = self.stopped_by or "stop"
+        return True
+
+    def _until_resubscribe(self, wait: float) -> float:
+        """``wait``, but no longer than until the next try to subscribe (a long-poll or a pause that
+        outlasted it would keep the worker off a stream that is back)."""
+        if self.resubscribe_at is None:
+            return wait
+        return max(0.0, min(wait, self.resubscribe_at - time.monotonic()))
 
     def idle_pause(self, empty_streak: int) -> float:
         """The pause after the ``empty_streak``-th lease call in a row that found nothing."""
