@@ -299,9 +299,12 @@ class WebSocket:
         self.closed_with: int | None = None
 
     @classmethod
-    async def upgrade(cls, host: str, port: int, path: str) -> tuple[WebSocket | None, Response | None]:
+    async def upgrade(
+        cls, host: str, port: int, path: str, *, stage: Callable[[str], None] = lambda _: None
+    ) -> tuple[WebSocket | None, Response | None]:
         """Connect and ask for the upgrade: the socket on ``101``, else the refusal's reply."""
         reader, writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
+        stage("handshake")
         socket = cls(reader, writer)
         try:
             writer.write(socket.protocol.send(Request(host=f"{host}:{port}", target=path)))
@@ -371,12 +374,15 @@ class WebSocket:
             await asyncio.wait_for(self.writer.wait_closed(), 2.0)
 
 
-async def subscribe(host: str, port: int, queue_name: str, client_id: str) -> WebSocket:
+async def subscribe(
+    host: str, port: int, queue_name: str, client_id: str, *, stage: Callable[[str], None] = lambda _: None
+) -> WebSocket:
     """A stream subscribed to ``queue_name`` with credit 1 (``subscribed`` received)."""
-    socket, refusal = await WebSocket.upgrade(host, port, "/v1/stream")
+    socket, refusal = await WebSocket.upgrade(host, port, "/v1/stream", stage=stage)
     if socket is None:
         assert refusal is not None  # noqa: S101 - upgrade returns one of the two
         raise ConsumerError(f"upgrade refused with {refusal.status}")
+    stage("subscribe")
     try:
         await socket.send(
             {"type": "subscribe", "queue_name": queue_name, "credit": 1, "client_id": client_id}
@@ -403,6 +409,8 @@ class Consumer:
     connected: bool = False
     #: Its failure was counted (so "no item received" is not counted again for it).
     failed: bool = False
+    #: What it was doing: a failure is counted with it ("timeout in TCP connect").
+    stage: str = "waiting to connect"
     #: Items held and not yet completed: (partition, id).
     held: list[tuple[int, str]] = field(default_factory=list)
     received: int = 0
@@ -411,6 +419,9 @@ class Consumer:
     latencies: list[float] = field(default_factory=list)
     got_item: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def at(self, stage: str) -> None:
+        self.stage = stage
+
 
 @dataclass
 class LoadResult:
@@ -418,6 +429,7 @@ class LoadResult:
     long_polls: int
     idle: int
     queues: int
+    connect_concurrency: int
     connect_seconds: float
     produce_seconds: float
     delivery_seconds: float
@@ -469,10 +481,13 @@ async def run_stream(
     socket: WebSocket | None = None
     try:
         async with opening:
+            consumer.at("TCP connect")
             socket = await asyncio.wait_for(
-                subscribe(host, port, consumer.queue_name, consumer.client_id), CONNECT_TIMEOUT
+                subscribe(host, port, consumer.queue_name, consumer.client_id, stage=consumer.at),
+                CONNECT_TIMEOUT,
             )
         consumer.connected = True
+        consumer.at("waiting for an item")
         replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
         async def read() -> None:
@@ -491,6 +506,7 @@ async def run_stream(
         reader = asyncio.ensure_future(read())
         try:
             await _until_either(gates.complete_streams.wait(), reader)
+            consumer.at("complete")
             if consumer.held:
                 request_id = uuid.uuid4().hex
                 replies[request_id] = asyncio.get_running_loop().create_future()
@@ -504,6 +520,7 @@ async def run_stream(
                     raise ConsumerError(f"stream complete answered {reply.get('code')}")
                 consumer.completed += len(ids)
                 consumer.held = [held for held in consumer.held if held[0] != partition]
+            consumer.at("open after its complete")
             await _until_either(gates.close.wait(), reader)
         finally:
             reader.cancel()
@@ -512,7 +529,7 @@ async def run_stream(
     except asyncio.CancelledError:
         raise
     except BaseException as error:
-        errors[f"stream: {_kind(error)}"] += 1
+        errors[f"stream: {_kind(error)} in {consumer.stage}"] += 1
         consumer.failed = True
     finally:
         if socket is not None:
@@ -549,11 +566,14 @@ async def run_long_poll(
     lease = {"queue_name": consumer.queue_name, "batch_size": 1, "client_id": consumer.client_id}
     try:
         async with opening:
+            consumer.at("TCP connect")
             connection = await asyncio.wait_for(HttpConnection.open(host, port), CONNECT_TIMEOUT)
+            consumer.at("first lease")
             first = await connection.request("POST", "/v1/queue.lease", lease, timeout=CONNECT_TIMEOUT)
         if first.status not in (200, 454):
             raise ConsumerError(f"first lease answered {first.status}")
         consumer.connected = True
+        consumer.at("long-poll")
         reply = first
         while reply.status != 200:
             if reply.status != 454:
@@ -573,6 +593,7 @@ async def run_long_poll(
                 return  # the run is over; "no item received" is counted for it
             reply = polled
         _receipt(consumer, reply.json(), time.perf_counter())
+        consumer.at("complete")
         for partition in sorted({part for part, _ in consumer.held}):
             ids = [item_id for part, item_id in consumer.held if part == partition]
             await call(
@@ -582,11 +603,12 @@ async def run_long_poll(
             )
             consumer.completed += len(ids)
         consumer.held.clear()
+        consumer.at("open after its complete")
         await gates.close.wait()
     except asyncio.CancelledError:
         raise
     except BaseException as error:
-        errors[f"long-poll: {_kind(error)}"] += 1
+        errors[f"long-poll: {_kind(error)} in {consumer.stage}"] += 1
         consumer.failed = True
     finally:
         if connection is not None:
@@ -615,16 +637,19 @@ async def run_idle(
     connection: HttpConnection | None = None
     try:
         async with opening:
+            consumer.at("TCP connect")
             connection = await asyncio.wait_for(HttpConnection.open(host, port), CONNECT_TIMEOUT)
+            consumer.at("GET /health")
             reply = await connection.request("GET", "/health", timeout=CONNECT_TIMEOUT)
         if reply.status != 200:
             raise ConsumerError(f"GET /health answered {reply.status}")
         consumer.connected = True
+        consumer.at("open")
         await gates.close.wait()
     except asyncio.CancelledError:
         raise
     except BaseException as error:
-        errors[f"idle: {_kind(error)}"] += 1
+        errors[f"idle: {_kind(error)} in {consumer.stage}"] += 1
         consumer.failed = True
     finally:
         if connection is not None:
@@ -683,6 +708,7 @@ async def load(
     idle: int = 0,
     idle_seconds: float = 5.0,
     deadline: float = 120.0,
+    connect_concurrency: int = CONNECT_CONCURRENCY,
 ) -> LoadResult:
     """The load run against the server at ``url`` (``pid``: its process, for its figures)."""
     host, port = _address(url)
@@ -703,8 +729,8 @@ async def load(
     async with meter.phase("before connecting"):
         await asyncio.sleep(min(2.0, idle_seconds))
 
-    opening = asyncio.Semaphore(CONNECT_CONCURRENCY)
-    connect_timeout = CONNECT_TIMEOUT * (1 + (len(consumers) + idle) / CONNECT_CONCURRENCY)
+    opening = asyncio.Semaphore(connect_concurrency)
+    connect_timeout = CONNECT_TIMEOUT * (1 + (len(consumers) + idle) / connect_concurrency)
     # Long-polls stop polling at the run's deadline, counted from now.
     poll_deadline = time.monotonic() + connect_timeout + deadline
     tasks = [
@@ -762,6 +788,7 @@ async def load(
         long_polls=long_polls,
         idle=idle,
         queues=len(stream_names) + len(poll_names),
+        connect_concurrency=connect_concurrency,
         connect_seconds=connect_seconds,
         produce_seconds=produce_seconds,
         delivery_seconds=delivery_seconds,
@@ -956,7 +983,8 @@ def report_load(result: LoadResult) -> str:
     lines = [
         f"load: {result.streams} streams + {result.long_polls} long-polls + {result.idle} idle connections"
         f" over {result.queues} queues",
-        f"  connect phase: {result.connect_seconds:.1f} s; produce calls: {result.produce_seconds:.1f} s;"
+        f"  connect phase: {result.connect_seconds:.1f} s ({result.connect_concurrency} at once);"
+        f" produce calls: {result.produce_seconds:.1f} s;"
         f" until every consumer held its item: {result.delivery_seconds:.1f} s",
         "",
         f"  {'transport':<10} {'consumers':>9} {'served':>7} {'items':>7} {'completed':>9}"
@@ -1029,6 +1057,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--deadline", type=float, default=120.0, help="seconds for delivery, at most")
     parser.add_argument(
+        "--connect-concurrency",
+        type=int,
+        default=CONNECT_CONCURRENCY,
+        help="connections being opened at once",
+    )
+    parser.add_argument(
         "--max-connections", type=int, default=None, help="passed to the load's server (default: its own)"
     )
     parser.add_argument(
@@ -1058,6 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
                     idle=args.idle,
                     idle_seconds=args.idle_seconds,
                     deadline=args.deadline,
+                    connect_concurrency=args.connect_concurrency,
                 )
             )
         print(report_load(result))
