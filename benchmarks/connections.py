@@ -1,7 +1,8 @@
 """Thousands of consumers on one ``querator serve``: streams and long-polls at once, and its ceiling.
 
     uv run python -m benchmarks.connections [--streams 5000] [--long-polls 5000] [--queues 50]
-        [--idle 0] [--max-connections N] [--ceiling 200] [--extra 50] [--url URL]
+        [--idle 0] [--idle-seconds 5] [--deadline 120] [--connect-concurrency 200]
+        [--max-connections N] [--ceiling 200] [--extra 50] [--url URL [--pid PID]]
 
 From this one process (asyncio, one socket per consumer, 127.0.0.1 only):
 
@@ -434,6 +435,8 @@ class LoadResult:
     produce_seconds: float
     delivery_seconds: float
     phases: list[PhaseFigures]
+    #: Whether the server's figures were read (its PID known).
+    measured: bool
     delivered: dict[str, int]
     completed: dict[str, int]
     #: Consumers of each transport that received at least one item.
@@ -793,6 +796,7 @@ async def load(
         produce_seconds=produce_seconds,
         delivery_seconds=delivery_seconds,
         phases=meter.phases,
+        measured=pid is not None,
         delivered={t: sum(c.received for c in consumers if c.transport == t) for t in transports},
         completed={t: sum(c.completed for c in consumers if c.transport == t) for t in transports},
         served={t: sum(bool(c.received) for c in consumers if c.transport == t) for t in transports},
@@ -824,6 +828,8 @@ class CeilingResult:
     released: int
     #: After ``released`` of the first connections closed: how the new ones fared, by kind.
     after_release: Counter[str]
+    #: 503s the new ones got (and tried again after) before the server saw the closes.
+    refused_again: int
     #: Extra connections asked: the number each of ``past_ceiling`` and ``after_release`` should sum to.
     extra: int
     errors: Counter[str]
@@ -933,12 +939,16 @@ async def ceiling(url: str, *, limit: int, extra: int, settle: float = 10.0) -> 
         await asyncio.gather(*closing, return_exceptions=True)
         released = len(closing)
 
+        refused_again = 0
+
         async def retry(websocket: bool) -> str:
+            nonlocal refused_again
             until = time.monotonic() + settle
             while True:
                 verdict = await knock(host, port, websocket=websocket, queue_name=queue_name)
                 if verdict != "clean 503" or time.monotonic() > until:
                     return verdict
+                refused_again += 1
                 await asyncio.sleep(0.1)
 
         after = Counter(await asyncio.gather(*(retry(n % 2 == 1) for n in range(extra))))
@@ -953,6 +963,7 @@ async def ceiling(url: str, *, limit: int, extra: int, settle: float = 10.0) -> 
         past_ceiling=past,
         released=released,
         after_release=after,
+        refused_again=refused_again,
         extra=extra,
         errors=errors,
     )
@@ -1008,6 +1019,9 @@ def report_load(result: LoadResult) -> str:
         f" {'RSS MiB':>8} {'max':>6} {'CPU %':>6}",
     ]
     for phase in result.phases:
+        if not result.measured:
+            lines.append(f"  {phase.name:<26} {phase.seconds:7.1f}   (no server PID: --url without --pid)")
+            continue
         lines.append(
             f"  {phase.name:<26} {phase.seconds:7.1f} {phase.threads:7} {phase.threads_max:6}"
             f" {phase.rss_kib / 1024:8.0f} {phase.rss_max_kib / 1024:6.0f} {phase.cpu_percent:6.0f}"
@@ -1026,7 +1040,7 @@ def report_ceiling(result: CeilingResult) -> str:
         f"  {result.extra} more (half plain requests, half WebSocket upgrades):"
         f" {counts(result.past_ceiling)}",
         f"  after closing {result.released} of the first, {result.extra} new ones:"
-        f" {counts(result.after_release)}",
+        f" {counts(result.after_release)} ({result.refused_again} 503s tried again first)",
         *report_errors(result.errors),
     ]
     return "\n".join(lines)
@@ -1069,7 +1083,8 @@ def main(argv: list[str] | None = None) -> int:
         "--ceiling", type=int, default=200, help="the ceiling phase's --max-connections; 0: skip"
     )
     parser.add_argument("--extra", type=int, default=50, help="connections past the ceiling")
-    parser.add_argument("--url", default=None, help="a running server on 127.0.0.1 (its PID is not read)")
+    parser.add_argument("--url", default=None, help="a running server on 127.0.0.1 instead of a child")
+    parser.add_argument("--pid", type=int, default=None, help="with --url: the server's PID, for its figures")
     args = parser.parse_args(argv)
     raise_file_limit(args.streams + args.long_polls + args.idle + max(args.ceiling + args.extra, 0) + 100)
 
@@ -1078,7 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
         serve_args = [] if args.max_connections is None else ["--max-connections", str(args.max_connections)]
         with contextlib.ExitStack() as stack:
             if args.url:
-                url, pid = args.url, None
+                url, pid = args.url, args.pid
             else:
                 child = stack.enter_context(serve_child(*serve_args, stderr=log))
                 url, pid = child.url, child.pid
@@ -1099,7 +1114,9 @@ def main(argv: list[str] | None = None) -> int:
         ok = result.ok
         if not args.url:
             print(_stderr_tail(log.name))
-    if args.ceiling > 0 and not args.url:
+    if args.ceiling > 0 and args.url:
+        print("\nceiling: not measured with --url (it starts a server of its own with --max-connections)")
+    elif args.ceiling > 0:
         print()
         with tempfile.NamedTemporaryFile(prefix="connections-ceiling-", suffix=".log") as log:
             try:
