@@ -82,6 +82,9 @@ LEASE_TIMEOUT: Final = "10m"
 PRODUCE_BATCH: Final = 1000
 #: Producer connections working through the batches at once.
 PRODUCERS: Final = 4
+#: How long new connections are tried again after closing some past the ceiling: a server may see
+#: that a waiting long-poll's client closed only when its wait (20 s) ends.
+SETTLE: Final = 25.0
 #: Seconds between two readings of the server's ``/proc`` figures within a phase.
 SAMPLE_EVERY: Final = 0.2
 _READ_LIMIT: Final = 1 << 16
@@ -410,6 +413,8 @@ class Consumer:
     connected: bool = False
     #: Its failure was counted (so "no item received" is not counted again for it).
     failed: bool = False
+    #: It has completed what it held when told to (an item pushed after that stays held).
+    settled: bool = False
     #: What it was doing: a failure is counted with it ("timeout in TCP connect").
     stage: str = "waiting to connect"
     #: Items held and not yet completed: (partition, id).
@@ -523,6 +528,7 @@ async def run_stream(
                     raise ConsumerError(f"stream complete answered {reply.get('code')}")
                 consumer.completed += len(ids)
                 consumer.held = [held for held in consumer.held if held[0] != partition]
+            consumer.settled = True
             consumer.at("open after its complete")
             await _until_either(gates.close.wait(), reader)
         finally:
@@ -606,6 +612,7 @@ async def run_long_poll(
             )
             consumer.completed += len(ids)
         consumer.held.clear()
+        consumer.settled = True
         consumer.at("open after its complete")
         await gates.close.wait()
     except asyncio.CancelledError:
@@ -770,7 +777,9 @@ async def load(
             await _wait_until(lambda: all(c.got_item.is_set() or t.done() for c, t in pairs), deadline)
             delivery_seconds = time.monotonic() - started
             gates.complete_streams.set()
-            await _wait_until(lambda: all(c.completed >= c.received or t.done() for c, t in pairs), deadline)
+            await _wait_until(
+                lambda: all(c.settled or t.done() or not c.got_item.is_set() for c, t in pairs), deadline
+            )
 
         async with meter.phase("after everything closed"):
             gates.close.set()
@@ -830,6 +839,8 @@ class CeilingResult:
     after_release: Counter[str]
     #: 503s the new ones got (and tried again after) before the server saw the closes.
     refused_again: int
+    #: Seconds from closing the first ones to the last new one accepted.
+    room_seconds: float
     #: Extra connections asked: the number each of ``past_ceiling`` and ``after_release`` should sum to.
     extra: int
     errors: Counter[str]
@@ -867,20 +878,32 @@ def _clean_503(reply: Response) -> str:
     return "clean 503" if not missing else f"503 without {', '.join(missing)}"
 
 
-async def knock(host: str, port: int, *, websocket: bool, queue_name: str) -> str:
-    """One new connection with one request (a plain ``queues.info`` or a WebSocket upgrade and its
-    ``subscribe``): "accepted", "clean 503", or what else happened (a drop: reset, EOF, timeout)."""
+async def knock(
+    host: str,
+    port: int,
+    *,
+    websocket: bool,
+    queue_name: str,
+    keep: list[WebSocket | HttpConnection] | None = None,
+) -> str:
+    """One new connection with one request (a plain ``queues.info`` or a WebSocket upgrade):
+    "accepted", "clean 503", or what else happened (a drop: reset, EOF, timeout). An accepted
+    connection is closed, or left open in ``keep``."""
     try:
         if websocket:
             socket, refusal = await asyncio.wait_for(
                 WebSocket.upgrade(host, port, "/v1/stream"), CONNECT_TIMEOUT
             )
             if socket is not None:
-                await socket.close()
+                if keep is None:
+                    await socket.close()
+                else:
+                    keep.append(socket)
                 return "accepted"
             assert refusal is not None  # noqa: S101
             return _clean_503(refusal)
         connection = await asyncio.wait_for(HttpConnection.open(host, port), CONNECT_TIMEOUT)
+        kept = False
         try:
             reply = await connection.request("POST", "/v1/queues.info", {"queue_name": queue_name})
             verdict = _clean_503(reply)
@@ -889,14 +912,18 @@ async def knock(host: str, port: int, *, websocket: bool, queue_name: str) -> st
                 rest = await asyncio.wait_for(connection.reader.read(), 5.0)
                 if rest:
                     verdict = "503 followed by more bytes"
+            elif verdict == "accepted" and keep is not None:
+                keep.append(connection)
+                kept = True
             return verdict
         finally:
-            await connection.close()
+            if not kept:
+                await connection.close()
     except Exception as error:
         return f"dropped: {_kind(error)}"
 
 
-async def ceiling(url: str, *, limit: int, extra: int, settle: float = 10.0) -> CeilingResult:
+async def ceiling(url: str, *, limit: int, extra: int, settle: float = SETTLE) -> CeilingResult:
     """``limit`` connections (half streams, half long-polls) on a server started with
     ``--max-connections limit``, then ``extra`` more (half plain requests, half WebSocket upgrades),
     then ``extra`` of the first closed and ``extra`` new ones (each tried again after a 503 for up
@@ -938,20 +965,29 @@ async def ceiling(url: str, *, limit: int, extra: int, settle: float = 10.0) -> 
             task.cancel()
         await asyncio.gather(*closing, return_exceptions=True)
         released = len(closing)
+        closed_at = time.monotonic()
+        last_accepted = closed_at
 
         refused_again = 0
+        kept: list[WebSocket | HttpConnection] = []
 
         async def retry(websocket: bool) -> str:
-            nonlocal refused_again
+            nonlocal refused_again, last_accepted
             until = time.monotonic() + settle
             while True:
-                verdict = await knock(host, port, websocket=websocket, queue_name=queue_name)
+                # Accepted ones stay open: the room must be there for all of them at once.
+                verdict = await knock(host, port, websocket=websocket, queue_name=queue_name, keep=kept)
+                if verdict == "accepted":
+                    last_accepted = max(last_accepted, time.monotonic())
                 if verdict != "clean 503" or time.monotonic() > until:
                     return verdict
                 refused_again += 1
                 await asyncio.sleep(0.1)
 
-        after = Counter(await asyncio.gather(*(retry(n % 2 == 1) for n in range(extra))))
+        try:
+            after = Counter(await asyncio.gather(*(retry(n % 2 == 1) for n in range(extra))))
+        finally:
+            await asyncio.gather(*(connection.close() for connection in kept), return_exceptions=True)
     finally:
         gates.close.set()
         for task in tasks:
@@ -964,6 +1000,7 @@ async def ceiling(url: str, *, limit: int, extra: int, settle: float = 10.0) -> 
         released=released,
         after_release=after,
         refused_again=refused_again,
+        room_seconds=last_accepted - closed_at,
         extra=extra,
         errors=errors,
     )
@@ -1040,7 +1077,8 @@ def report_ceiling(result: CeilingResult) -> str:
         f"  {result.extra} more (half plain requests, half WebSocket upgrades):"
         f" {counts(result.past_ceiling)}",
         f"  after closing {result.released} of the first, {result.extra} new ones:"
-        f" {counts(result.after_release)} ({result.refused_again} 503s tried again first)",
+        f" {counts(result.after_release)} ({result.refused_again} 503s tried again first;"
+        f" the last accepted {result.room_seconds:.1f} s after the closes)",
         *report_errors(result.errors),
     ]
     return "\n".join(lines)
