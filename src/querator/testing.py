@@ -12,6 +12,7 @@ import tempfile
 import threading
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -44,12 +45,14 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 __all__ = [
     "EPOCH",
     "FakeClock",
+    "ServeChild",
     "SystemClock",
     "build_service",
     "dynamodb_client",
     "local_spark_session",
     "memory_service",
     "moto_server_process",
+    "serve_child",
     "serve_process",
     "sqlite_service",
 ]
@@ -164,6 +167,14 @@ def moto_server_process() -> Iterator[str]:
             child.stdout.close()
 
 
+@dataclass(frozen=True)
+class ServeChild:
+    """A running ``querator serve`` child: its URL and its PID (to read ``/proc/<pid>``)."""
+
+    url: str
+    pid: int
+
+
 @contextmanager
 def serve_process(
     *args: str, env: dict[str, str] | None = None, stderr: IO[bytes] | None = None
@@ -175,6 +186,16 @@ def serve_process(
     (``env`` may also name its ``XDG_DATA_HOME``). Its stderr goes to ``stderr`` (default: this
     process's). It is stopped with SIGTERM (by its PID) and must exit by itself.
     """
+    with serve_child(*args, env=env, stderr=stderr) as child:
+        yield child.url
+
+
+@contextmanager
+def serve_child(
+    *args: str, env: dict[str, str] | None = None, stderr: IO[bytes] | None = None
+) -> Iterator[ServeChild]:
+    """``serve_process``, yielding the child's PID with its URL: a load test reads the server's
+    threads, memory and CPU from ``/proc/<pid>`` (``benchmarks.connections``)."""
     with tempfile.TemporaryDirectory(prefix="querator-serve-") as data:
         yield from _serve_child(
             args,
@@ -186,7 +207,7 @@ def serve_process(
 
 def _serve_child(
     args: tuple[str, ...], env: dict[str, str], *, endpoint: bool, stderr: IO[bytes] | None
-) -> Iterator[str]:
+) -> Iterator[ServeChild]:
     child_env = {**os.environ, **env}
     if not endpoint:
         child_env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
@@ -203,7 +224,7 @@ def _serve_child(
         prefix = "Querator listening on "
         if not line.startswith(prefix):
             raise RuntimeError(f"querator serve did not start: {line!r}")
-        yield line.removeprefix(prefix)
+        yield ServeChild(url=line.removeprefix(prefix), pid=child.pid)
     finally:
         child.terminate()
         try:
