@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar, in_lambda
 
@@ -63,8 +64,19 @@ def seconds(name: str, value: float) -> None:
 
 
 def flush() -> None:
-    """Publish this invocation's metrics, if any (an empty flush would only warn)."""
-    if metrics.metric_set:
+    """Publish this invocation's metrics, if any (an empty flush would only warn).
+
+    With metrics disabled (``POWERTOOLS_METRICS_DISABLED``, as ``querator serve`` sets) they are
+    dropped instead: Powertools' flush then keeps them, and once one metric holds 100 values its
+    ``add_metric`` prints them to stdout itself, disabled or not. Under ``querator serve`` that print
+    blocked every handler thread for good once a parent that reads only the first line of stdout let
+    the pipe fill (a load of 3,000 consumers did, measured).
+    """
+    if not metrics.metric_set:
+        return
+    if is_metrics_disabled():
+        metrics.clear_metrics()
+    else:
         metrics.flush_metrics()
 
 

@@ -197,7 +197,8 @@ def test_past_the_ceiling_a_connection_is_answered_503_never_dropped(server: Loc
                 assert b"Retry-After: 1" in status and b"Connection: close" in status
                 body = json.loads(rest)
                 assert body["code"] == 503
-                assert body["message"].startswith("Service Unavailable; the server holds its limit of 3")
+                assert body["message"].startswith("Service unavailable; the server holds its limit of 3")
+                assert body["code_text"] == "Service Unavailable"
                 assert extra.recv(1) == b""  # then closed, cleanly
         # One goes: room for one more again.
         held.pop().close()

@@ -18,12 +18,13 @@ import functools
 import json
 import logging
 import os
+import queue
 import resource
 import socket
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from datetime import timedelta
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -100,6 +101,52 @@ REQUEST_LOGGER: Final = "querator.localserver.requests"
 request_log = logging.getLogger(REQUEST_LOGGER)
 
 
+class _Workers(Executor):
+    """The threads that run handlers: daemon threads, so that a handler stuck past ``stop``'s grace
+    does not hold the process at exit (``ThreadPoolExecutor`` joins its threads then, whatever
+    ``shutdown`` was told), as the thread-per-request server's daemon threads did not either."""
+
+    def __init__(self, count: int) -> None:
+        self._calls: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._count = count
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        self._calls.put((future, functools.partial(fn, *args, **kwargs)))
+        with self._lock:
+            # A thread more while all are busy, up to ``count``: an idle server holds none.
+            if self._idle == 0 and len(self._threads) < self._count:
+                thread = threading.Thread(
+                    target=self._work, name=f"handler-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+            else:
+                self._idle -= 1
+        return future
+
+    def _work(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn = call
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as error:
+                    future.set_exception(error)
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        for _ in self._threads:
+            self._calls.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+
 class _Reply:
     """What a handler answered: status, headers, body bytes."""
 
@@ -158,7 +205,7 @@ class _Loop:
         self.max_connections = max_connections
         self._handlers = handlers
         self.loop = asyncio.new_event_loop()
-        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="handler")
+        self._pool = _Workers(WORKERS)
         self.waiters = Waiters(self.loop)
         self.stopping = asyncio.Event()
         self.connections: set[_Connection] = set()
@@ -234,7 +281,7 @@ class _Loop:
                     )
                 error = WireError(
                     HTTPStatus.SERVICE_UNAVAILABLE,
-                    "Service Unavailable",
+                    "Service unavailable",
                     f"the server holds its limit of {self.max_connections} open connections;"
                     " try again in a moment",
                 )
@@ -598,8 +645,8 @@ class _Loop:
                     await asyncio.wait_for(self._changed.wait(), min(left, 0.05))
 
     def close(self) -> None:
-        # A handler stuck past the grace keeps its thread; the process is on its way out.
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # A handler stuck past the grace keeps its (daemon) thread; the process is on its way out.
+        self._pool.shutdown(wait=False)
 
 
 def _idle(connection: _Connection) -> bool:
@@ -616,7 +663,8 @@ def _has_bytes(reader: asyncio.StreamReader) -> bool:
 def _framing_reply(error: http1.FramingError) -> _Reply:
     if error.status == HTTPStatus.BAD_REQUEST:
         return _Reply.of(InvalidRequestError(str(error)))
-    return _Reply.of(WireError(error.status, http1.reason(error.status), str(error)))
+    stable = "Request timeout" if error.status == HTTPStatus.REQUEST_TIMEOUT else "Request headers too large"
+    return _Reply.of(WireError(error.status, stable, str(error)))
 
 
 def _lease_request(body: bytes) -> tuple[str, str, float, str] | None:
