@@ -54,15 +54,17 @@ T = TypeVar("T")
 
 DEFAULT_PORT: Final = 2319
 #: Open connections the server keeps at most (keep-alive, long-polls, streams); past it a new one
-#: is answered 503. Measured on a 2-core machine (the ADR): 10,000 streams and long-polls in about
-#: 400 MB; each costs a file descriptor, and the server raises its limit to the hard one for them.
-DEFAULT_MAX_CONNECTIONS: Final = 10_000
+#: is answered 503. Measured on a 2-core machine (ADR 0093): 10,000 streams and long-polls in under
+#: 200 MB; each costs a file descriptor, and the server raises its limit towards the hard one.
+DEFAULT_MAX_CONNECTIONS: Final = 16_000
 #: File descriptors kept for what is not a connection (the store's files, the embedded moto server,
 #: the listening socket, logs).
 _FD_RESERVE: Final = 256
 #: Connections being refused at once (each is read, answered 503 and closed); past it a flood beyond
 #: the ceiling is closed without a reply.
 _REFUSING_MAX: Final = 256
+#: Seconds between the log lines that count refused connections.
+_REFUSAL_LOG_SECONDS: Final = 1.0
 #: How long a refused connection may take to send its request line before it is closed.
 _REFUSE_READ_SECONDS: Final = 2.0
 #: The listen backlog: connections the kernel holds for the loop to accept (a burst of clients
@@ -165,13 +167,44 @@ class _Reply:
         return self.status == _RETRY_REQUEST and _NOTHING_TO_LEASE.encode() in self.body
 
 
+class _Protocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, also telling when the client hung up: a parked long-poll learns it
+    at once, not when its wait ends (its connection would count against the ceiling until then)."""
+
+    def __init__(self, reader: asyncio.StreamReader, hung_up: asyncio.Event) -> None:
+        super().__init__(reader)
+        self._hung_up = hung_up
+
+    def eof_received(self) -> bool:
+        self._hung_up.set()
+        return bool(super().eof_received())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._hung_up.set()
+        super().connection_lost(exc)
+
+
+async def _streams(sock: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.Event]:
+    """``asyncio.open_connection(sock=...)``, with an event set when the client hangs up."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=http1.HEAD_LIMIT, loop=loop)
+    hung_up = asyncio.Event()
+    protocol = _Protocol(reader, hung_up)
+    transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=sock)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop), hung_up
+
+
 class _Connection:
     """One accepted connection: its streams, and whether a request on it is under way."""
 
-    __slots__ = ("busy", "reader", "streaming", "task", "writer")
+    __slots__ = ("busy", "hung_up", "reader", "streaming", "task", "writer")
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hung_up: asyncio.Event
+    ) -> None:
         self.reader, self.writer = reader, writer
+        #: Set when the client closed its end (or the connection broke).
+        self.hung_up = hung_up
         #: A request has begun arriving and is not answered yet: ``stop`` waits for it.
         self.busy = False
         #: Upgraded to a stream: not a request under way, but not idle either.
@@ -185,8 +218,9 @@ class _Connection:
 
     @property
     def gone(self) -> bool:
-        """The client closed its end: a reply now would be written to nobody."""
-        return self.reader.at_eof() or self.writer.is_closing()
+        """The client closed its end: a reply now would be written to nobody. (Bytes it sent before
+        closing are a next request: not gone until they are read.)"""
+        return (self.hung_up.is_set() and self.reader.at_eof()) or self.writer.is_closing()
 
 
 class _Loop:
@@ -210,6 +244,9 @@ class _Loop:
         self.stopping = asyncio.Event()
         self.connections: set[_Connection] = set()
         self._refusing = 0
+        #: Refusals not logged yet, and when the last line about them was.
+        self._refused = 0
+        self._refusal_logged = float("-inf")
         #: Waiting leases by (queue, client id): one waiting lease per client id and queue.
         self._parked: dict[tuple[str, str], _Connection] = {}
         self._accepting: asyncio.Task[None] | None = None
@@ -255,8 +292,8 @@ class _Loop:
         self.loop.create_task(self._open(sock))
 
     async def _open(self, sock: socket.socket) -> None:
-        reader, writer = await asyncio.open_connection(sock=sock, limit=http1.HEAD_LIMIT)
-        connection = _Connection(reader, writer)
+        reader, writer, hung_up = await _streams(sock)
+        connection = _Connection(reader, writer, hung_up)
         connection.task = asyncio.current_task()
         self.connections.add(connection)
         try:
@@ -297,7 +334,13 @@ class _Loop:
             sock.close()
         finally:
             self._refusing -= 1
-        request_log.warning("refused a connection: %d open, the limit", self.max_connections)
+        self._refused += 1
+        if self.loop.time() - self._refusal_logged >= _REFUSAL_LOG_SECONDS:
+            # One line a second at most: a flood past the ceiling would otherwise be a line each.
+            request_log.warning(
+                "refused %d connection(s) with 503: %d open, the limit", self._refused, self.max_connections
+            )
+            self._refused, self._refusal_logged = 0, self.loop.time()
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -489,8 +532,11 @@ class _Loop:
                 left = deadline - self.loop.time()
                 if not reply.nothing_to_lease or left <= 0 or self.stopping.is_set():
                     return reply
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.event.wait(), left)
+                woken = asyncio.ensure_future(waiter.event.wait())
+                hung_up = asyncio.ensure_future(connection.hung_up.wait())
+                await asyncio.wait({woken, hung_up}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                hung_up.cancel()
                 if connection.gone:
                     # Nobody to answer: the wake it took goes to the next waiter.
                     self.waiters.remove(waiter)
@@ -777,8 +823,8 @@ class LocalServer:
 
     @property
     def waiting(self) -> int:
-        """Long-polls and streams with credit parked, waiting for items."""
-        return len(self._loop.waiters) if self._loop is not None else 0
+        """Long-polls and streams with credit parked, waiting for items (not making an attempt)."""
+        return self._loop.waiters.parked() if self._loop is not None else 0
 
     @property
     def open_connections(self) -> int:

@@ -61,6 +61,10 @@ class Waiters:
     def __len__(self) -> int:
         return sum(len(queue.waiters) for queue in self._queues.values())
 
+    def parked(self) -> int:
+        """Waiters not making a lease attempt right now."""
+        return sum(not waiter.busy for queue in self._queues.values() for waiter in queue.waiters)
+
     def add(self, waiter: Waiter) -> None:
         queue = self._queues.get(waiter.queue_name)
         if queue is None:
