@@ -3,6 +3,8 @@ tiny run against ``querator serve`` measures every item of both consumers from i
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from benchmarks import stream
@@ -25,7 +27,7 @@ def test_the_schedule_is_the_rate_and_a_phase_shifts_it_by_part_of_a_period() ->
     assert stream.schedule(1, 3, phase=0.5) == pytest.approx([0.5, 1.5, 2.5])
     # The two consumers' schedules interleave: no produce of one meets a produce of the other.
     merged = sorted(stream.schedule(5, 4) + stream.schedule(5, 4, phase=0.5))
-    assert [b - a for a, b in zip(merged, merged[1:], strict=False)] == pytest.approx([0.1] * 7)
+    assert [b - a for a, b in itertools.pairwise(merged)] == pytest.approx([0.1] * 7)
     with pytest.raises(ValueError, match="positive"):
         stream.schedule(0, 3)
 
