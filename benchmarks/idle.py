@@ -3,8 +3,8 @@
 Run ``uv run python -m benchmarks.idle`` (``--rounds N``). Against a moto server in a child process:
 
 1. **An idle long-poll**: one lease call that finds nothing for ``WAIT`` seconds, through the service
-   on a fake clock (the poll schedule is the service's own: 20 ms doubling to 500 ms), on queues of 1
-   and 4 partitions: DynamoDB requests and read units (items table and catalog, units from
+   on a fake clock (the service's own poll schedule, ``POLL_FIRST`` doubling to ``POLL_MAX``), on
+   queues of 1 and 4 partitions: DynamoDB requests and read units (items table and catalog, units from
    ``benchmarks.meter``). Exact counts, not timings.
 2. **CPU per call**: the deployed handlers (``functions.lease`` / ``functions.items``) invoked with
    API Gateway events, as ``tests/functions`` does: one lease of 10 items, the complete of those 10,
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.cost import CaseResult, metered_service, run_case, use_fake_credentials
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import QueueInfo
+from querator.service.tuning import POLL_FIRST, POLL_MAX
 from querator.testing import FakeClock, moto_server_process
 
 if TYPE_CHECKING:
@@ -234,7 +235,8 @@ def backoff_duty(wait: float, backoff_max: float) -> float:
 
 def format_report(polls: list[IdlePoll], cpu: dict[str, float], case: CaseResult) -> str:
     lines = [
-        "One idle long-poll (nothing to lease), the service's poll schedule (20 ms doubling to 500 ms):",
+        "One idle long-poll (nothing to lease), the service's poll schedule"
+        f" ({POLL_FIRST * 1000:.0f} ms doubling to {POLL_MAX * 1000:.0f} ms):",
         "",
     ]
     lines.append("| wait | partitions | requests | read units (items) | read units (catalog) |")

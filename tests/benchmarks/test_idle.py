@@ -29,7 +29,7 @@ def test_an_idle_wait_reads_each_partition_once_a_poll_and_the_catalog_once_a_se
     assert one.catalog_read_units == four.catalog_read_units == 5.0
     # Every poll reads each partition the same way, so four partitions read four times as much.
     assert four.read_units - four.catalog_read_units == 4 * (one.read_units - one.catalog_read_units)
-    assert one.requests > 10  # a 5 s wait polls more than once (20 ms doubling to 500 ms)
+    assert one.requests > 10  # a 5 s wait polls more than once (POLL_FIRST doubling to POLL_MAX)
 
 
 def test_backoff_keeps_a_poll_open_for_its_share_of_each_cycle() -> None:
