@@ -923,3 +923,19 @@ def test_a_negative_delay_or_both_forms_are_a_400_naming_the_field(
     model: type[schemas.WireRequest], item: dict[str, object], named: str
 ) -> None:
     assert named in invalid(model, {"queue_name": "q", "items": [item]})
+
+
+def test_an_item_the_domain_refuses_is_named_by_its_place() -> None:
+    body = {"queue_name": "q", "items": [{"utf8": "ok"}, {"utf8": "x" * 380_001}]}
+    with pytest.raises(InvalidRequestError, match=r"^items\[1\]: item payload is larger than 380000 bytes$"):
+        parse(schemas.ProduceRequest, body).to_domain()
+
+
+def test_a_misspelt_key_gets_the_nearest_one() -> None:
+    assert unsupported(schemas.ListQueuesRequest, b'{"limt": 5}').endswith(
+        "limt: unknown key; did you mean 'limit'"
+    )
+    assert unsupported(
+        schemas.RetryRequest, b'{"queueName": "q", "items": [{"id": "a", "retryAtt": "1s"}]}'
+    ).endswith("items[0].retryAtt: unknown key; did you mean 'retry_at'")
+    assert unsupported(schemas.ListQueuesRequest, b'{"zzz": 5}').endswith("zzz: unknown key")
