@@ -814,3 +814,20 @@ def test_the_queue_list_marks_dead_letter_queues_with_their_sources(page: PageTy
     page.open(f"#/?pivot={dead}")
     marker = page.element(f'tr[data-queue="{dead}"] [data-dead-letter-of]')
     assert marker.get_attribute("title") == f"dead-letter queue of: {jobs}, {mail}"
+
+
+def test_the_partition_table_shows_ages_as_people_read_them(page: PageType, api: Client) -> None:
+    queue = fresh("ages")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, ["a", "b", "c"])
+    page.open(f"#/queue/{queue}")
+    cell = page.until(
+        lambda d: next(
+            (c for c in d.find_elements(By.CSS_SELECTOR, 'tr[data-partition="0"] td')[4:5] if c.text != "0s"),
+            None,
+        ),
+        "no average age",
+    )
+    # Rounded to a tenth (or whole seconds past a minute), the API's exact value in the title.
+    assert re.fullmatch(r"[0-9]+(\.[0-9])?(ms|s)|([0-9]+[hms])+", cell.text), cell.text
+    assert re.fullmatch(r"[0-9.]+(ms|µs|s)|([0-9.]+[hms])+", cell.get_attribute("title"))

@@ -57,6 +57,17 @@ function fmtAge(seconds) {
   return `${Math.floor(s / 86400)}d`;
 }
 
+function fmtDuration(seconds) {
+  // A duration as people read it ("18.7s", "1m", "24h"), not the API's "18.666667s" / "1m0s"; still
+  // Go syntax. Tenths of a second under a minute, whole seconds above (the cell's title has the API's).
+  if (!seconds) return "0s";
+  if (seconds < 0.99995) return `${Math.round(seconds * 10000) / 10}ms`;
+  if (seconds < 59.95) return `${Math.round(seconds * 10) / 10}s`;
+  const whole = Math.round(seconds);
+  const parts = [[Math.floor(whole / 3600), "h"], [Math.floor((whole % 3600) / 60), "m"], [whole % 60, "s"]];
+  return parts.filter(([n]) => n).map(([n, unit]) => `${n}${unit}`).join("");
+}
+
 function goDuration(text) {
   // Go duration strings as the API returns them ("1m0s", "3.2s", "24h0m0s") to seconds.
   if (!text) return 0;
@@ -519,7 +530,8 @@ async function queueView(view, name, params) {
     statsBody.replaceChildren(...partitionsOf(stats).map((p) => h("tr", { "data-partition": p.partition },
       h("td", { class: "num" }, p.partition), h("td", { class: "num" }, (p.total || 0) - (p.total_leased || 0)),
       h("td", { class: "num" }, p.total_leased || 0), h("td", { class: "num" }, p.scheduled || 0),
-      h("td", { class: "num" }, p.average_age || "0s"), h("td", { class: "num" }, p.average_leased_age || "0s"),
+      h("td", { class: "num", title: p.average_age || "0s" }, fmtDuration(goDuration(p.average_age))),
+      h("td", { class: "num", title: p.average_leased_age || "0s" }, fmtDuration(goDuration(p.average_leased_age))),
       h("td", { class: "num" }, counted ? p.produced || 0 : "—"), h("td", { class: "num" }, counted ? p.completed || 0 : "—"))));
   };
   await state.refresh();
