@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aws_cdk import App
 
-from infra.config import StageConfig
+from infra.config import StageConfig, StageConfigError
 from infra.nag import add_checks
 from infra.stack import QueratorStack
 
@@ -47,13 +47,20 @@ def ensure_layer(config: StageConfig) -> None:
     subprocess.run(command, check=True, cwd=ROOT, stdout=sys.stderr)  # noqa: S603 - fixed arguments
 
 
-def main() -> None:
+def main() -> int:
     app = App()
+    try:
+        config = StageConfig.from_context(app.node)
+    except StageConfigError as exc:
+        # A setting to fix, not a bug: its message alone (the CDK CLI then says the app failed).
+        print(f"infra: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
     if str(app.node.try_get_context("buildLayer")).lower() != "false":
-        ensure_layer(StageConfig.from_context(app.node))
+        ensure_layer(config)
     build(app)
     app.synth()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

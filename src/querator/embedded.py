@@ -37,6 +37,7 @@ from querator.client.transport import Reply, Transport
 from querator.clock import SystemClock
 from querator.config import DEFAULT_LEASE_WAIT_CAP
 from querator.domain.errors import QueratorError
+from querator.observability import flush, quiet_metrics
 from querator.service import QueueService
 
 if TYPE_CHECKING:
@@ -60,10 +61,11 @@ class _InProcessTransport(Transport):
     other exception (a bug, not a refusal) is raised as it is rather than hidden behind a 500.
     """
 
-    def __init__(self, service: QueueService, lease_wait_cap: timedelta) -> None:  # no pool: no socket
-        self.base_url = "embedded:"
+    def __init__(self, service: QueueService, lease_wait_cap: timedelta, *, metrics: bool = False) -> None:
+        self.base_url = "embedded:"  # no pool: no socket
         self._service = service
         self._wait_cap = lease_wait_cap
+        self._metrics = metrics
 
     def send(
         self,
@@ -89,7 +91,14 @@ class _InProcessTransport(Transport):
                 wait_limit=self._wait_cap,
                 idempotency_key=idempotency_key(headers) if route is routes.PRODUCE else None,
             )
-            wire = ENDPOINTS[route.name](self._service, request, call).to_wire()
+            if self._metrics:
+                try:
+                    wire = ENDPOINTS[route.name](self._service, request, call).to_wire()
+                finally:
+                    flush()  # as a function does at the end of each invocation
+            else:
+                with quiet_metrics():
+                    wire = ENDPOINTS[route.name](self._service, request, call).to_wire()
             status, reply_headers = 200, {k.lower(): v for k, v in call.reply_headers.items()}
         except (QueratorError, WireError) as exc:
             error = error_response(exc)
@@ -111,6 +120,9 @@ class Embedded(Client):
         Seconds between reaper runs (dead-lettering, expired leases of idle queues, queue deletes).
     lease_wait_cap
         Longest a ``lease`` waits for items, whatever ``request_timeout`` asks.
+    metrics
+        Write the API's CloudWatch metrics (EMF JSON, one line per call that counted something) to
+        stdout, as a Lambda function does; off by default, so the host program's stdout stays its own.
     client_options
         Passed to ``Client`` (``max_retries``, ``client_id`` ...).
 
@@ -126,6 +138,7 @@ class Embedded(Client):
         *,
         reaper_interval: float = 1.0,
         lease_wait_cap: timedelta = DEFAULT_LEASE_WAIT_CAP,
+        metrics: bool = False,
         **client_options: Any,
     ) -> None:
         # First: a bad store URL or file raises before anything else is made.
@@ -135,7 +148,7 @@ class Embedded(Client):
             catalog=self._stores.catalog, store=self._stores.store, clock=SystemClock()
         )
         self._transport.close()
-        self._transport = _InProcessTransport(self.service, lease_wait_cap)
+        self._transport = _InProcessTransport(self.service, lease_wait_cap, metrics=metrics)
         self._stopping = threading.Event()
         self._reaper = threading.Thread(
             target=self._reap_forever, args=(reaper_interval,), name="querator-reaper", daemon=True

@@ -9,6 +9,8 @@ from the results the service returns, never from inside it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import sys
@@ -22,7 +24,7 @@ from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar, in_lambda
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -52,15 +54,31 @@ def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return in_lambda(environ) and not disabled
 
 
+#: Set while the API layer runs inside someone else's program (``Embedded``): no metric is recorded.
+_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("querator_quiet_metrics", default=False)
+
+
+@contextlib.contextmanager
+def quiet_metrics() -> Iterator[None]:
+    """Record no metric in this context. Powertools writes a metric set as CloudWatch EMF JSON to
+    stdout once it holds 100 metrics, which in a host program is its own stdout (``Embedded``)."""
+    token = _quiet.set(True)
+    try:
+        yield
+    finally:
+        _quiet.reset(token)
+
+
 def count(name: str, value: float) -> None:
     """Add ``value`` to the metric ``name`` (a Count) of this invocation; zero is not published."""
-    if value:
+    if value and not _quiet.get():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 
 def seconds(name: str, value: float) -> None:
     """Record a duration metric in seconds."""
-    metrics.add_metric(name=name, unit=MetricUnit.Seconds, value=value)
+    if not _quiet.get():
+        metrics.add_metric(name=name, unit=MetricUnit.Seconds, value=value)
 
 
 def flush() -> None:

@@ -721,3 +721,113 @@ def test_a_read_only_console_through_the_signing_proxy_shows_queues_and_offers_n
             assert page.driver.find_elements(By.CSS_SELECTOR, write) == [], write
         page.open("#/")
         assert page.driver.find_elements(By.CSS_SELECTOR, 'form[aria-label="New queue"]') == []
+
+
+# -- issue 34: priority on produce, reprioritize, dead-letter queues marked ------------------------------
+
+
+def test_produce_a_test_item_with_a_priority_and_a_delay(page: PageType, api: Client) -> None:
+    queue = fresh("produce-priority")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/queue/{queue}")
+    produce = page.element('form[aria-label="Produce a test item"]')
+    priority = produce.find_element(By.NAME, "priority")
+    assert priority.accessible_name == "Priority (0-9, lower leases first)"
+    assert priority.get_attribute("value") == "5"
+    priority.clear()
+    priority.send_keys("1")
+    produce.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Item produced")
+    [stored] = api.list_items(queue)
+    assert stored.priority == 1
+
+    # A relative delay, counted by the server: the item is scheduled.
+    produce = page.element('form[aria-label="Produce a test item"]')
+    produce.find_element(By.NAME, "enqueue_in").send_keys("1h")
+    produce.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Item produced")
+    [scheduled] = api.list_scheduled(queue)
+    assert scheduled.enqueue_at is not None
+    assert scheduled.enqueue_at > datetime.now(timezone.utc) + timedelta(minutes=59)
+
+    # A priority the API refuses is its 400, naming the field.
+    produce = page.element('form[aria-label="Produce a test item"]')
+    produce.find_element(By.NAME, "enqueue_in").clear()
+    priority = produce.find_element(By.NAME, "priority")
+    priority.clear()
+    priority.send_keys("12")
+    page.driver.execute_script("arguments[0].noValidate = true", produce)  # past the browser's own check
+    produce.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert "priority" in page.wait_text("#error", "400")
+    assert len(api.list_items(queue)) == 1
+
+
+def test_reprioritize_selected_items(page: PageType, api: Client) -> None:
+    queue = fresh("reprioritize")
+    api.create_queue(queue, lease_timeout="5m", expire_timeout="1h")
+    api.produce(queue, [NewItem(payload=b"leased"), NewItem(payload=b"waiting")])
+    [held] = api.lease(queue, batch_size=1).items
+    assert held.payload == b"leased"
+    page.open(f"#/queue/{queue}")
+    page.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-id]")) == 2)
+    for row in page.driver.find_elements(By.CSS_SELECTOR, "tr[data-id]"):
+        row.find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
+    new_priority = page.element("#new-priority")
+    assert new_priority.accessible_name == "New priority (0-9)"
+    new_priority.clear()
+    new_priority.send_keys("0")
+    page.element("#reprioritize-selected").click()
+    page.wait_text("#notice", "2 items now have priority 0")
+
+    items = {item.payload: item for item in api.list_items(queue)}
+    assert items[b"waiting"].priority == 0  # moved to priority 0 under a new id
+    # Leased: keeps its id and lease, and comes back with priority 0.
+    assert items[b"leased"].id == held.id and items[b"leased"].is_leased
+    api.retry(queue, [held])
+    assert [(i.payload, i.priority) for i in api.lease(queue, batch_size=2).items] == [
+        (b"waiting", 0),
+        (b"leased", 0),
+    ]
+
+
+def test_the_queue_list_marks_dead_letter_queues_with_their_sources(page: PageType, api: Client) -> None:
+    prefix = fresh("marked")
+    jobs, mail, dead, plain = f"{prefix}-a-jobs", f"{prefix}-b-mail", f"{prefix}-c-dead", f"{prefix}-d-plain"
+    api.create_queue(dead, lease_timeout="1m", expire_timeout="1h")
+    api.create_queue(plain, lease_timeout="1m", expire_timeout="1h")
+    for source in (jobs, mail):
+        api.create_queue(source, lease_timeout="1m", expire_timeout="1h", dead_queue=dead)
+
+    page.open(f"#/?pivot={prefix}")
+    marker = page.element(f'tr[data-queue="{dead}"] [data-dead-letter-of]')
+    assert marker.text == "Dead-letter queue"
+    assert marker.get_attribute("title") == f"dead-letter queue of: {jobs}, {mail}"
+    for queue in (jobs, mail, plain):
+        assert (
+            page.element(f'tr[data-queue="{queue}"] td').find_elements(
+                By.CSS_SELECTOR, "[data-dead-letter-of]"
+            )
+            == []
+        )
+
+    # Known from every queue, not only those on the page: the source may be on another page.
+    page.open(f"#/?pivot={dead}")
+    marker = page.element(f'tr[data-queue="{dead}"] [data-dead-letter-of]')
+    assert marker.get_attribute("title") == f"dead-letter queue of: {jobs}, {mail}"
+
+
+def test_the_partition_table_shows_ages_as_people_read_them(page: PageType, api: Client) -> None:
+    queue = fresh("ages")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    api.produce(queue, ["a", "b", "c"])
+    page.open(f"#/queue/{queue}")
+    cell = page.until(
+        lambda d: next(
+            (c for c in d.find_elements(By.CSS_SELECTOR, 'tr[data-partition="0"] td')[4:5] if c.text != "0s"),
+            None,
+        ),
+        "no average age",
+    )
+    # Rounded to a tenth (or whole seconds past a minute), the API's exact value in the title.
+    assert re.fullmatch(r"[0-9]+(\.[0-9])?(ms|s)|([0-9]+[hms])+", cell.text), cell.text
+    assert re.fullmatch(r"[0-9.]+(ms|µs|s)|([0-9.]+[hms])+", cell.get_attribute("title"))

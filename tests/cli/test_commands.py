@@ -281,7 +281,7 @@ def test_produce_with_a_delay_schedules(run: Run, client: Client, queue_name: st
 @pytest.mark.parametrize(
     ("argv", "stdin", "code", "message"),
     [
-        (["--delay", "soon"], None, ExitCode.BAD_REQUEST, "--delay: invalid duration 'soon'"),
+        (["--delay", "soon"], None, ExitCode.BAD_REQUEST, "--in: invalid duration 'soon'"),
         (["--file", "/nonexistent/items.txt"], None, ExitCode.ERROR, "cannot read /nonexistent/items.txt"),
         (["--format", "jsonl"], '{"payload": "ok"}\n{broken\n', ExitCode.BAD_REQUEST, "line 2: not JSON"),
         (["x", "--batch-size", "0"], None, ExitCode.USAGE, "--batch-size must be between 1 and 1000"),
@@ -344,7 +344,7 @@ def test_lease_table_output(run: Run, queue_name: str) -> None:
     assert result.code == 0
     lines = result.out.splitlines()
     assert lines[0] == f"queue {queue_name}, partition 0"
-    assert lines[1].split() == ["ID", "ATTEMPTS", "PRIORITY", "LEASE", "DEADLINE", "PAYLOAD"]
+    assert lines[1].split() == ["ID", "ATTEMPTS", "PRIORITY", "GROUP", "LEASE", "DEADLINE", "PAYLOAD"]
     assert lines[3].split()[1:3] == ["1", "5"]
     assert lines[3].endswith("hello")
 

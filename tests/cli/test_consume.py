@@ -35,7 +35,8 @@ payload = sys.stdin.read()
 with open(sys.argv[1], "a") as log:
     log.write(json.dumps({"payload": payload, "id": os.environ["QUERATOR_ITEM_ID"],
                           "attempts": int(os.environ["QUERATOR_ITEM_ATTEMPTS"]),
-                          "reference": os.environ["QUERATOR_ITEM_REFERENCE"]}) + "\\n")
+                          "reference": os.environ["QUERATOR_ITEM_REFERENCE"],
+                          "group": os.environ["QUERATOR_ITEM_GROUP"]}) + "\\n")
 if payload.startswith("sleep "):
     time.sleep(float(payload.split()[1]))
 sys.exit({"ok": 0, "dead": 42, "fail": 1}.get(payload, 0))
@@ -53,7 +54,7 @@ def test_consume_settles_each_item_by_the_commands_exit_status(
     dead_queue = f"{queue_name}-dead"
     run("queues", "create", dead_queue)
     run("queues", "create", queue_name, "--max-attempts", "2", "--dead-queue", dead_queue)
-    run("produce", queue_name, "ok", "dead", "fail", "--reference", "r1")
+    run("produce", queue_name, "ok", "dead", "fail", "--reference", "r1", "--group", "acme")
     script, log = tmp_path / "command.py", tmp_path / "calls.jsonl"
     script.write_text(COMMAND)
 
@@ -73,6 +74,7 @@ def test_consume_settles_each_item_by_the_commands_exit_status(
         ("ok", 1),
     ]
     assert {c["reference"] for c in calls} == {"r1"}
+    assert {c["group"] for c in calls} == {"acme"}
     assert client.stats(queue_name).total == 0
     letters = sorted(item.payload for item in client.iter_items(dead_queue))
     assert letters == [b"dead", b"fail"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from querator.client import Client
 from querator.testing import serve_process
 
 pytestmark = pytest.mark.server
@@ -76,6 +77,12 @@ def test_the_quick_start_prints_what_the_readme_shows() -> None:
                 check=False,
             ).stdout
             assert _normal(printed.splitlines()) == _normal(shown), command
+
+        # A reader who reads for more than 30 s: the lease of `first` has run out by the Python block.
+        with Client(url) as client:
+            held = [i.id for i in client.list_items("orders") if i.is_leased]
+            assert len(held) == 1
+            client.retry("orders", held, partition=0)
 
         python = re.search(r"```python\n(.*?)```", _block("python-start"), re.DOTALL)
         output = re.search(r"```text\n(.*?)```", _block("python-start"), re.DOTALL)

@@ -3,7 +3,10 @@ including the error paths: unknown queue, stale id, bad duration, name taken."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -175,6 +178,80 @@ def test_retry_later_schedules_and_dead_retry_dead_letters(client: Client, queue
     assert client.stats(queue_name).scheduled == 1
     dead_letters = client.list_items(dead_queue)
     assert [(i.payload, i.source_id) for i in dead_letters] == [(b"dead", dead.id)]
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"retry_at": timedelta(seconds=30)},
+        {"retry_at": "30s"},
+        {"retry_in": 30},
+        {"retry_in": "30s"},
+        {"retry_in": timedelta(seconds=30)},
+    ],
+    ids=[
+        "retry_at-timedelta",
+        "retry_at-duration-text",
+        "retry_in-seconds",
+        "retry_in-text",
+        "retry_in-timedelta",
+    ],
+)
+def test_retry_takes_a_delay_counted_from_the_server_clock(
+    client: Client, queue_name: str, when: dict[str, object]
+) -> None:
+    _create(client, queue_name)
+    client.produce(queue_name, [b"later"])
+    lease = client.lease(queue_name, 1)
+    before = datetime.now(UTC)
+
+    client.retry(queue_name, lease.items, **when)  # type: ignore[arg-type]
+
+    after = datetime.now(UTC)
+    scheduled = client.list_scheduled(queue_name)
+    assert [i.payload for i in scheduled] == [b"later"]
+    at = scheduled[0].enqueue_at
+    assert at is not None
+    assert before + timedelta(seconds=30) <= at <= after + timedelta(seconds=30)
+
+
+def test_produce_takes_a_delay_per_item_or_for_bare_payloads(client: Client, queue_name: str) -> None:
+    _create(client, queue_name)
+    before = datetime.now(UTC)
+    client.produce(queue_name, [NewItem(payload=b"a", enqueue_at=timedelta(minutes=5))])
+    client.produce(queue_name, [NewItem(payload=b"b", enqueue_in="10m")])
+    client.produce(queue_name, [b"c"], enqueue_in=timedelta(minutes=15))
+    after = datetime.now(UTC)
+
+    scheduled = client.list_scheduled(queue_name)
+    assert [i.payload for i in scheduled] == [b"a", b"b", b"c"]
+    for item, minutes in zip(scheduled, (5, 10, 15), strict=True):
+        assert item.enqueue_at is not None
+        assert before + timedelta(minutes=minutes) <= item.enqueue_at <= after + timedelta(minutes=minutes)
+
+
+def test_a_negative_delay_or_both_times_raise_before_sending(client: Client, queue_name: str) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        RetryItem(id="x", retry_at=datetime.now(UTC), retry_in="1s")
+    with pytest.raises(ValueError, match="not both"):
+        RetryItem(id="x", retry_at="1s", retry_in="1s")
+    with pytest.raises(ValueError, match="must not be negative"):
+        NewItem(payload=b"x", enqueue_in=timedelta(seconds=-1))
+    with pytest.raises(ValueError, match="must not be negative"):
+        client.retry(queue_name, ["x"], retry_at=timedelta(seconds=-5))
+
+
+def test_the_server_refuses_a_negative_delay_naming_the_field(served_url: str, queue_name: str) -> None:
+    # Past the client's own check: what another client sending "-5s" gets.
+    request = urllib.request.Request(  # noqa: S310 - the test server, http://127.0.0.1
+        f"{served_url}/v1/queue.retry",
+        data=json.dumps({"queue_name": queue_name, "items": [{"id": "x", "retry_in": "-5s"}]}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)  # noqa: S310 - the test server, http://127.0.0.1
+    assert refused.value.code == 400
+    assert "items[0].retry_in: must not be negative" in refused.value.read().decode()
 
 
 def test_scheduled_produce_and_clear(client: Client, queue_name: str) -> None:

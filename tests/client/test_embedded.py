@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import threading
 import time
@@ -111,3 +112,23 @@ def test_the_documented_example_runs_and_prints_what_it_says(tmp_path, monkeypat
         exec(compile(code, "docs/embedded.md", "exec"), {})  # noqa: S102 - the repository's own example
     assert out.getvalue() == "[b'resize photo 1', b'resize photo 2']\n"
     assert (tmp_path / "jobs.db").exists()
+
+
+def test_the_host_programs_stdout_stays_its_own(capfd: pytest.CaptureFixture[str]) -> None:
+    # Powertools writes a metric set to stdout once it holds 100 metrics: 120 produce calls would.
+    with Embedded("memory", reaper_interval=3600) as queue:
+        queue.create_queue("jobs", lease_timeout="30s", expire_timeout="1h")
+        for n in range(120):
+            queue.produce("jobs", [f"item {n}"])
+        assert len(queue.lease("jobs", 1000).items) == 120
+    assert capfd.readouterr().out == ""
+
+
+def test_metrics_when_asked_are_the_functions_emf_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    with Embedded("memory", reaper_interval=3600, metrics=True) as queue:
+        queue.create_queue("jobs", lease_timeout="30s", expire_timeout="1h")
+        queue.produce("jobs", ["a", "b"])
+    lines = capfd.readouterr().out.splitlines()
+    assert len(lines) == 1  # one line per call that counted something
+    emf = json.loads(lines[0])
+    assert emf["ItemsProduced"] == [2.0] and "_aws" in emf

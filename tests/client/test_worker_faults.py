@@ -3,11 +3,12 @@ unsettled and lost leases as lost, and raises what a retry cannot fix after a cl
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pytest
 
-from querator.client import QueueNotFoundError
+from querator.client import QueueNotFoundError, RetryLater
 from tests.client.fakeserver import Action, FakeServer, envelope
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def test_a_failure_on_the_last_attempt_counts_as_dead_lettered(fake: FakeServer,
     retries = [seen.json() for seen in fake.seen if seen.path == "/v1/queue.retry"]
     assert len(retries) == 1
     assert retries[0]["items"][0]["id"] == "a" * 30
-    assert "retry_at" in retries[0]["items"][0]
+    assert "retry_in" in retries[0]["items"][0]  # a delay the server counts from its own clock
 
 
 def test_a_queue_deleted_under_the_worker_stops_it_and_raises(fake: FakeServer, fake_client: Client) -> None:
@@ -83,3 +84,36 @@ def test_a_handler_that_exits_its_thread_still_settles_its_item(
     report = fake_client.consume("q", exits, max_items=1)
 
     assert (report.retried, report.failures, report.stopped_by) == (1, 1, "max_items")
+
+
+def test_a_handler_sets_its_own_delay_with_retry_later(fake: FakeServer, fake_client: Client) -> None:
+    fake.on("/v1/queues.info", INFO)
+    fake.on("/v1/queue.lease", _lease("a" * 30), then=EMPTY)
+
+    def later(item: LeasedItem) -> None:
+        raise RetryLater(timedelta(minutes=2))
+
+    report = fake_client.consume("q", later, max_items=1)
+
+    assert (report.retried, report.failures) == (1, 1)
+    retries = [seen.json() for seen in fake.seen if seen.path == "/v1/queue.retry"]
+    assert retries[0]["items"] == [{"id": "a" * 30, "retry_in": "2m0s"}]
+
+
+def test_the_backoff_may_answer_seconds_or_a_duration_string(fake: FakeServer, fake_client: Client) -> None:
+    fake.on("/v1/queues.info", INFO)
+    fake.on("/v1/queue.lease", _lease("a" * 30), _lease("b" * 30), then=EMPTY)
+    answers = iter(["45s", 7.5])
+
+    def fail(item: LeasedItem) -> None:
+        raise RuntimeError("boom")
+
+    fake_client.consume("q", fail, max_items=2, batch_size=1, concurrency=1, backoff=lambda _: next(answers))
+
+    retries = [seen.json() for seen in fake.seen if seen.path == "/v1/queue.retry"]
+    assert [body["items"][0]["retry_in"] for body in retries] == ["45s", "7.5s"]
+
+
+def test_retry_later_refuses_a_negative_delay() -> None:
+    with pytest.raises(ValueError, match="0 or more"):
+        RetryLater("-1s")

@@ -4,6 +4,9 @@ that add or remove resources: the API logging role, tracing, retention, reserved
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,8 @@ from tests.infra.conftest import ALARM_EMAIL
 from tests.infra.synth import cdk_context, fake_assets, synthesize
 
 pytestmark = pytest.mark.infra
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OTHER_STAGES = sorted(set(cdk_context()["stages"]) - {"dev"})
 
@@ -163,3 +168,41 @@ def test_the_bundled_assets_hash_follows_the_layers_build_and_every_functions_co
     (functions / "produce").mkdir()
     (functions / "produce" / "handler.py").write_text("", encoding="utf-8")
     assert bundle_hash(functions, "layer-1") not in (first, changed)
+
+
+def test_synth_raises_no_warnings(synth) -> None:
+    # `npx cdk synth` prints each one, --quiet or not: the meta integration once drew 24 identical
+    # "allowTestInvoke is ignored" warnings, one per catch-all method.
+    metadata = json.loads(
+        (synth.outdir / f"{synth.stack.stack_name}.metadata.json").read_text(encoding="utf-8")
+    )
+    warnings = [
+        (path, entry["data"])
+        for path, entries in metadata.items()
+        for entry in entries
+        if entry["type"] == "aws:cdk:warning"
+    ]
+    assert warnings == []
+
+
+def test_a_stage_setting_to_fix_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    # What `npx cdk synth -c stage=prod` runs: the app, with the context in CDK_CONTEXT_JSON.
+    env = {
+        **os.environ,
+        "CDK_CONTEXT_JSON": json.dumps({**cdk_context(), "stage": "prod", "buildLayer": "false"}),
+    }
+    env["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.app"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith(
+        "infra: stage 'prod' retains data, so its alarms must notify someone"
+    )

@@ -10,6 +10,24 @@ Every AWS call the functions make is recorded at the (moto) server and checked a
 deployed policy, both ways: a call its policy does not allow fails, and so does a grant that no call
 needed (least privilege is measured, not written down). The audit is printed (``-s``) and, when
 ``QUERATOR_POLICY_AUDIT`` names a file, written there.
+
+Where its time goes:
+This module synthesizes the three stages one after the other (jsii is single-threaded); each stage
+is then deployed, its nine functions started from their deployed assets and its lifecycle driven on
+a thread of its own while the next stage synthesizes, so the deploys and the lifecycles' waits
+(leases running out, the queue cache's second) overlap the synths. Each function's first request
+waits for its own cold start, as in Lambda. The deploys talk to a second moto server over the same
+backends: a ``CreateStack`` is one request of 1-3 s, and on the functions' server it held up the
+other stages' requests (and their 1-2 s leases) that long. The module takes 43-57 s of pytest here
+(eight runs on 2026-11-27, 84 tests; 50-64 s of wall clock around ``uv run pytest``, which adds
+start-up and collection), against 62-75 s the same morning before these changes and stage local's
+single asset (ADR 0011, amendment of 2026-11-27). ``-s`` prints where the time goes; one run: synths
+7.0, 2.8 and 2.1 s (dev starts jsii), create_stack 3.9-6.4 s per stage, the workers' start 0.6-3.3
+s, the lifecycles 14.6-18.3 s, the last one ending 21.6 s after the last synth. The functions'
+slowest moto answer fell from 0.8-1.0 s to 0.2-0.5 s. In a clean-clone CI run the same day (``./run
+test``'s slow pass prints its slowest setups), the fixture's setup, the session's layer build and
+runtime SDK included, took 53.6 s. What remains is the synths and two cores shared by three
+lifecycles, 27 workers and moto.
 """
 
 from __future__ import annotations

@@ -161,8 +161,21 @@ def unsupported_content(details: str) -> WireError:
 
 
 def unknown_path(method: str, path: str) -> WireError:
-    """501: no route has this path."""
-    return WireError(NOT_IMPLEMENTED, "Not implemented", f"no such method: {method} {path}")
+    """501: no route has this path; with the nearest one when a path was likely misspelt
+    (``/v1/queue.list`` → ``did you mean /v1/queues.list``)."""
+    from querator.api import routes  # noqa: PLC0415 - routes imports this module; only misses pay
+
+    details = f"no such method: {method} {path}"
+    nearest = did_you_mean(path, [route.path for route in routes.ROUTES])
+    return WireError(NOT_IMPLEMENTED, "Not implemented", f"{details}; {nearest}" if nearest else details)
+
+
+def did_you_mean(wrong: str, known: Sequence[str]) -> str:
+    """``"did you mean 'x'"`` for the nearest of ``known`` to ``wrong``, or ``""`` when none is near."""
+    import difflib  # noqa: PLC0415 - only a refused request needs it; cold starts do not
+
+    nearest = difflib.get_close_matches(wrong, known, n=1, cutoff=0.75)
+    return f"did you mean {nearest[0]}" if nearest else ""
 
 
 def wrong_method(method: str, path: str, allowed: str) -> WireError:

@@ -72,6 +72,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
             {"reference": "account-0001", "kind": "order-v1", "encoding": "json", "utf8": '{"id": 1}'},
             {"bytes": "aGVsbG8=", "enqueue_at": "2026-11-22T05:33:11Z"},
             {"utf8": "urgent", "priority": 0, "group": "tenant-42"},
+            {"utf8": "in five minutes", "enqueue_in": "5m"},
         ],
     },
     "queue.lease": {
@@ -88,6 +89,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
             {"id": "0006442f1a2b3c4d00000000010a1b2c", "retry_at": "2026-11-22T06:00:00Z"},
             {"id": "0006442f1a2b3c4d00000000020a1b2c", "dead": True},
             {"id": "0006442f1a2b3c4d00000000030a1b2c", "priority": 8},
+            {"id": "0006442f1a2b3c4d00000000040a1b2c", "retry_in": "30s"},
         ],
     },
     "queue.renew": {

@@ -9,7 +9,7 @@ message is (fields, validation, JSON Schema) is ``querator.api.wire``: plain Pyt
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -65,6 +65,8 @@ def _encodable(value: str) -> str:
 
 #: A Go duration string on the wire, a ``timedelta`` in Python.
 DURATION: Final = Duration()
+#: A delay from the server's clock at the call (``retry_in``, ``enqueue_in``): a Go duration, 0 or more.
+DELAY: Final = Duration(non_negative=True)
 #: An RFC 3339 string on the wire (output in UTC with ``Z``), an aware ``datetime`` in Python.
 TIMESTAMP: Final = Timestamp()
 #: Standard base64 on the wire, ``bytes`` in Python.
@@ -91,7 +93,30 @@ MAX_LEASED_PER_GROUP: Final = Integer(ge=0, le=MAX_LEASED_PER_GROUP_LIMIT, stric
 _PRIORITY_TEXT: Final = "0-9, lower leases first"
 _DELIVERY_TEXT: Final = '"fifo" (default) or "fair": leases go round-robin across the groups'
 _MAX_LEASED_TEXT: Final = "fair queues: the most valid leases one group may hold; 0 (default): no limit"
+_ENQUEUE_IN_TEXT: Final = "Scheduled this long after the server's clock at the call; not with enqueue_at"
+_RETRY_IN_TEXT: Final = "Back this long after the server's clock at the call; not with retry_at"
 _GROUP_TEXT: Final = f'The item\'s group (a tenant, a customer): up to {MAX_GROUP_BYTES} bytes, "" is none'
+
+
+def _one_time(at: datetime | None, delay: timedelta | None, at_name: str, delay_name: str) -> None:
+    # Both is a client bug: which time was meant would be a guess.
+    if at is not None and delay is not None:
+        raise InvalidValueError(f"give '{at_name}' or '{delay_name}', not both")
+
+
+_ItemT = TypeVar("_ItemT")
+_DomainT = TypeVar("_DomainT")
+
+
+def _each(items: Sequence[_ItemT], convert: Callable[[_ItemT], _DomainT]) -> list[_DomainT]:
+    """``convert`` of every item; a refusal names the item (``items[3]: item payload is larger...``)."""
+    converted = []
+    for index, item in enumerate(items):
+        try:
+            converted.append(convert(item))
+        except InvalidRequestError as exc:
+            raise type(exc)(f"items[{index}]: {exc}", **exc.context) from exc
+    return converted
 
 
 # -- bases --------------------------------------------------------------------------------------------
@@ -265,10 +290,12 @@ class ProduceItem(WireRequest):
     )
     #: In the future: the item is scheduled until then.
     enqueue_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    enqueue_in: timedelta | None = field(DELAY, default=None, nullable=True, description=_ENQUEUE_IN_TEXT)
     priority: int = field(PRIORITY, default=DEFAULT_PRIORITY, description=_PRIORITY_TEXT)
     group: str = field(GROUP, default="", description=_GROUP_TEXT)
 
     def check(self) -> None:
+        _one_time(self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
         # Querator lets bytes win silently and stores an item with neither as an empty payload; the
         # contract says "bytes | utf8", so both, or neither (a misspelt key is a 455 already), is a
         # client bug worth reporting. An empty payload is still one key away: {"utf8": ""}.
@@ -286,6 +313,7 @@ class ProduceItem(WireRequest):
             encoding=self.encoding,
             kind=self.kind,
             enqueue_at=self.enqueue_at,
+            enqueue_in=self.enqueue_in,
             priority=self.priority,
             group=self.group,
         )
@@ -299,7 +327,7 @@ class ProduceRequest(WireRequest):
     items: list[ProduceItem] = field(ListOf(Nested(ProduceItem), min_items=1, max_items=MAX_BATCH))
 
     def to_domain(self) -> list[domain.NewItem]:
-        return [item.to_domain() for item in self.items]
+        return _each(self.items, ProduceItem.to_domain)
 
 
 class LeaseRequest(WireRequest):
@@ -371,16 +399,23 @@ class CompleteRequest(WireRequest):
 
 
 class RetryItem(WireRequest):
-    """One item of ``queue.retry``: back now, at ``retry_at``, or (``dead``) to the dead-letter queue."""
+    """One item of ``queue.retry``: back now, at ``retry_at`` (or ``retry_in`` from now), or (``dead``)
+    to the dead-letter queue."""
 
     id: str = field(ID)
     retry_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    retry_in: timedelta | None = field(DELAY, default=None, nullable=True, description=_RETRY_IN_TEXT)
     dead: bool = field(FLAG, default=False)
     #: The priority the item goes back with; absent: the one it has.
     priority: int | None = field(PRIORITY, default=None, nullable=True, description=_PRIORITY_TEXT)
 
+    def check(self) -> None:
+        _one_time(self.retry_at, self.retry_in, "retry_at", "retry_in")
+
     def to_domain(self) -> domain.RetryRequest:
-        return domain.RetryRequest(id=self.id, retry_at=self.retry_at, dead=self.dead, priority=self.priority)
+        return domain.RetryRequest(
+            id=self.id, retry_at=self.retry_at, retry_in=self.retry_in, dead=self.dead, priority=self.priority
+        )
 
 
 class RetryRequest(WireRequest):
@@ -642,6 +677,7 @@ class ImportItem(WireRequest):
     expire_deadline: datetime | None = field(TIMESTAMP, default=None, nullable=True)
     created_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
     enqueue_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
+    enqueue_in: timedelta | None = field(DELAY, default=None, nullable=True, description=_ENQUEUE_IN_TEXT)
     attempts: int = field(Integer(ge=0), default=0)
     priority: int = field(PRIORITY, default=DEFAULT_PRIORITY, description=_PRIORITY_TEXT)
     group: str = field(GROUP, default="", description=_GROUP_TEXT)
@@ -649,6 +685,9 @@ class ImportItem(WireRequest):
     encoding: str = field(TEXT, default="")
     kind: str = field(TEXT, default="")
     payload: bytes = field(PAYLOAD, default=b"")
+
+    def check(self) -> None:
+        _one_time(self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
 
     def to_domain(self) -> domain.StorageItem:
         return domain.StorageItem(
@@ -661,6 +700,7 @@ class ImportItem(WireRequest):
             expire_deadline=self.expire_deadline,
             created_at=self.created_at,
             enqueue_at=self.enqueue_at,
+            enqueue_in=self.enqueue_in,
             source_id=self.source_id,
             priority=self.priority,
             group=self.group,
@@ -675,7 +715,7 @@ class ImportItemsRequest(WireRequest):
     items: list[ImportItem] = field(ListOf(Nested(ImportItem), min_items=1, max_items=MAX_BATCH))
 
     def to_domain(self) -> list[domain.StorageItem]:
-        return [item.to_domain() for item in self.items]
+        return _each(self.items, ImportItem.to_domain)
 
 
 class ImportedItem(WireResponse):

@@ -283,13 +283,25 @@ class Duration(_Formatted):
 
     wrong_type = "must be a Go duration string such as '30s' or '1h30m'"
 
+    def __init__(self, *, non_negative: bool = False) -> None:
+        self.non_negative = non_negative
+
     def parse(self, text: str) -> timedelta:
-        return parse_duration(text)
+        value = parse_duration(text)
+        if self.non_negative and value < timedelta(0):
+            raise InvalidRequestError(f"must not be negative, not {text!r}")
+        return value
 
     def dump(self, value: timedelta) -> str:
         return format_duration(value)
 
     def schema(self, defs: dict[str, Any], ref: str) -> dict[str, Any]:
+        if self.non_negative:
+            return {
+                "type": "string",
+                "description": "Go duration, 0 or more, such as '30s'",
+                "examples": ["30s"],
+            }
         return {"type": "string", "description": "Go duration such as '30s' or '1h30m'", "examples": ["1m0s"]}
 
 
@@ -531,7 +543,7 @@ class Message:
         for key, raw in data.items():
             declared = keys.get(key)
             if declared is None:
-                problems.append(Problem((*loc, key), UNKNOWN_KEY, "unknown key"))
+                problems.append(Problem((*loc, key), UNKNOWN_KEY, _unknown_key(key, cls.fields)))
             elif declared.name in given:
                 problems.append(
                     Problem((*loc, declared.name), INVALID, f"given twice, as {declared.name!r} and {key!r}")
@@ -630,6 +642,17 @@ class Message:
         if cls.__doc__:
             schema["description"] = inspect.cleandoc(cls.__doc__)
         return schema
+
+
+def _unknown_key(key: str, fields: Sequence[Field]) -> str:
+    """``"unknown key; did you mean 'retry_at'"`` when a field's name is near ``key``."""
+    import difflib  # noqa: PLC0415 - only a refused body needs it; cold starts do not
+
+    names = [f.alias or f.name for f in fields]
+    nearest = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if not nearest and camel(key) != key:
+        nearest = difflib.get_close_matches(key, [camel(name) for name in names], n=1, cutoff=0.6)
+    return f"unknown key; did you mean '{nearest[0]}'" if nearest else "unknown key"
 
 
 def _refuse_constant(name: str) -> Any:

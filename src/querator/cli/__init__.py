@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from typing import TYPE_CHECKING
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
 from querator.cli import commands as client_commands
 from querator.cli import console, consume, serve
@@ -13,10 +15,32 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
+#: A negative duration (``-5s``, ``-1.5h``): argparse would read it as an unknown option and say
+#: "expected one argument" instead of letting the command say what is wrong with the value.
+_NEGATIVE_DURATION = re.compile(r"-[0-9.]+[a-zµμ]")
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` that takes ``--lease-timeout -5s`` as an option and its value."""
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if _NEGATIVE_DURATION.match(arg_string):
+            return None  # a value, not an option
+        return super()._parse_optional(arg_string)
+
+
+def package_version() -> str:
+    """The installed ``querator`` version (``0.0.0`` from a source tree never installed)."""
+    try:
+        return metadata.version("querator")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="querator", description="A lease (reservation) FIFO queue: local server and client."
-    )
+    # Subparsers are made with the class of their parent, so every command gets ``Parser``.
+    parser = Parser(prog="querator", description="A lease (reservation) FIFO queue: local server and client.")
+    parser.add_argument("--version", action="version", version=f"querator {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve.register(commands)
     common = client_commands.register(commands)

@@ -29,6 +29,7 @@ from querator.cli.output import (
     ExitCode,
     Progress,
     Waiting,
+    exit_code_for,
     guarded,
     key_values,
     preview,
@@ -55,7 +56,7 @@ from querator.client.models import (
 from querator.domain.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from querator.client import Lease, QueueInfo, QueueStats, StoredItem
 
@@ -304,7 +305,9 @@ def _show_queue(args: argparse.Namespace, info: QueueInfo) -> None:
     if args.output == "json":
         print_json(info.to_wire())
     else:
-        print(key_values(list(info.to_wire().items())))  # noqa: T201
+        # The values, not their wire strings, so durations read as in the tables (1m, not 1m0s).
+        pairs = [(key, getattr(info, key, value)) for key, value in info.to_wire().items()]
+        print(key_values(pairs))  # noqa: T201
 
 
 def _queues_create(args: argparse.Namespace) -> int:
@@ -404,11 +407,14 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Produce items: one per PAYLOAD argument; else one per line of --file or of stdin.\n"
             "--format jsonl: each line a JSON object with payload (text) or bytes (base64), and\n"
-            "  optionally reference, encoding, kind, enqueue_at, priority, group; any other JSON\n"
-            "  value is the payload.\n"
+            "  optionally reference, encoding, kind, enqueue_at or enqueue_in, priority, group; any\n"
+            "  other JSON"
+            " value is the payload.\n"
             "--format csv: a header row; the payload column (or every column, as a JSON object)\n"
-            "  is the payload; reference, encoding, kind, enqueue_at, priority and group columns\n"
-            "  are used when present.\n"
+            "  is the payload; reference, encoding, kind, enqueue_at, enqueue_in, priority and group\n"
+            "  columns are used when present.\n"
+            "--in 5m (or --delay 5m) schedules the items 5 minutes after the server's clock at the call;\n"
+            "  --enqueue-at an RFC 3339 time; a line's own enqueue_at / enqueue_in wins.\n"
             "--priority: 0-9, lower leases first (default 5); a line's own priority wins.\n"
             "--group: the group (tenant, customer) of every item; a line's own group wins.\n"
             "Items go in batches of --batch-size, each sent with its own Idempotency-Key so a\n"
@@ -453,7 +459,11 @@ def _register_produce(commands: Any, common: argparse.ArgumentParser) -> None:
     when = produce.add_mutually_exclusive_group()
     when.add_argument("--enqueue-at", metavar="TIMESTAMP", help="schedule the items for this RFC 3339 time")
     when.add_argument(
-        "--delay", metavar="DURATION", help="schedule the items this long from now (Go duration)"
+        "--in",
+        "--delay",
+        dest="delay",
+        metavar="DURATION",
+        help="schedule the items this long after the server's clock (Go duration, e.g. 5m)",
     )
 
 
@@ -465,15 +475,17 @@ class _Defaults:
     enqueue_at: datetime | str | None
     priority: int
     group: str = ""
+    #: ``--in``: a delay the server counts from its clock (``enqueue_at`` is then ``None``).
+    enqueue_in: timedelta | None = None
 
 
 def _produce(args: argparse.Namespace) -> int:
     if not 1 <= args.batch_size <= 1000:
         raise CliError("--batch-size must be between 1 and 1000", ExitCode.USAGE)
-    enqueue_at: datetime | str | None = args.enqueue_at
-    if args.delay:
-        enqueue_at = datetime.now(UTC) + parse_duration_delta(args.delay, "--delay")
-    defaults = _Defaults(args.reference, args.kind, args.encoding, enqueue_at, args.priority, args.group)
+    enqueue_in = parse_delay(args.delay, "--in") if args.delay else None
+    defaults = _Defaults(
+        args.reference, args.kind, args.encoding, args.enqueue_at, args.priority, args.group, enqueue_in
+    )
     produced = batches = 0
     key_prefix = uuid.uuid4().hex
     with make_client(args) as client, _input(args) as (lines, size, fmt):
@@ -482,8 +494,11 @@ def _produce(args: argparse.Namespace) -> int:
         progress = Progress(size, label=f"produce {args.queue_name}")
         progress.enabled = progress.enabled and not args.payloads
         try:
-            for batch, position in _batches(_items(lines, fmt, defaults), args.batch_size):
-                client.produce(args.queue_name, batch, idempotency_key=f"{key_prefix}-{batches}")
+            for batch, position, numbers in _batches(_items(lines, fmt, defaults), args.batch_size):
+                try:
+                    client.produce(args.queue_name, batch, idempotency_key=f"{key_prefix}-{batches}")
+                except ApiError as exc:
+                    raise _on_line(exc, numbers, "PAYLOAD" if args.payloads else "line", produced) from exc
                 produced += len(batch)
                 batches += 1
                 progress.advance(position, produced)
@@ -501,6 +516,14 @@ def parse_duration_delta(text: str, what: str) -> timedelta:
         return parse_duration(text)
     except InvalidRequestError as exc:
         raise CliError(f"{what}: {exc}", ExitCode.BAD_REQUEST) from exc
+
+
+def parse_delay(text: str, what: str) -> timedelta:
+    """A delay option (``--in``): a Go duration, 0 or more."""
+    delay = parse_duration_delta(text, what)
+    if delay < timedelta(0):
+        raise CliError(f"{what}: must not be negative, not {text!r}", ExitCode.BAD_REQUEST)
+    return delay
 
 
 class _input:  # noqa: N801 - a context manager used like a function
@@ -534,14 +557,30 @@ class _input:  # noqa: N801 - a context manager used like a function
             self.handle.close()
 
 
-def _items(lines: Iterable[str], fmt: str, defaults: _Defaults) -> Iterator[tuple[NewItem, int]]:
-    """Items with the number of input characters consumed so far (progress)."""
+def _on_line(exc: ApiError, numbers: Sequence[int], what: str, produced: int) -> CliError:
+    """The server's refusal of a batch, naming the input line of the item it names (``items[3]``)."""
+    match = _ITEM_INDEX.search(exc.message)
+    where = ""
+    if match is not None and int(match.group(1)) < len(numbers):
+        where = f"{what} {numbers[int(match.group(1))]}: "
+    return CliError(
+        f"{where}{exc.code} {exc.code_text}: {exc.message} ({produced} item(s) before it were produced)",
+        exit_code_for(exc),
+    )
+
+
+#: Where the server names an item of a batch: ``items[3].enqueue_at: ...``.
+_ITEM_INDEX: Final = re.compile(r"\bitems\[(\d+)\]")
+
+
+def _items(lines: Iterable[str], fmt: str, defaults: _Defaults) -> Iterator[tuple[NewItem, int, int]]:
+    """Items with the number of input characters consumed so far (progress) and their line number."""
     consumed = 0
     if fmt == "csv":
         counted = _counting(lines)
         reader = csv.DictReader(counted)
         for number, row in enumerate(reader, start=2):
-            yield _csv_item(row, defaults, number), counted.consumed
+            yield _csv_item(row, defaults, number), counted.consumed, number
         return
     for number, line in enumerate(lines, start=1):
         consumed += len(line.encode("utf-8"))
@@ -549,9 +588,9 @@ def _items(lines: Iterable[str], fmt: str, defaults: _Defaults) -> Iterator[tupl
         if fmt == "jsonl":
             if not text.strip():
                 continue
-            yield _jsonl_item(text, defaults, number), consumed
+            yield _jsonl_item(text, defaults, number), consumed, number
         else:
-            yield _item(text, {}, defaults), consumed
+            yield _item(text, {}, defaults, number), consumed, number
 
 
 class _counting:  # noqa: N801 - an iterator wrapper
@@ -582,15 +621,23 @@ def _item(payload: bytes | str, fields: dict[str, Any], defaults: _Defaults, num
         check_group(group)
     except ValueError as exc:
         raise CliError(f"line {number}: {exc}", ExitCode.BAD_REQUEST) from exc
-    return NewItem(
-        payload=payload,
-        reference=str(fields.get("reference") or defaults.reference),
-        encoding=str(fields.get("encoding") or defaults.encoding),
-        kind=str(fields.get("kind") or defaults.kind),
-        enqueue_at=fields.get("enqueue_at") or defaults.enqueue_at,
-        priority=priority,
-        group=group,
-    )
+    # A line's own time, either form, wins over --enqueue-at / --in.
+    enqueue_at, enqueue_in = fields.get("enqueue_at") or None, fields.get("enqueue_in") or None
+    if enqueue_at is None and enqueue_in is None:
+        enqueue_at, enqueue_in = defaults.enqueue_at, defaults.enqueue_in
+    try:
+        return NewItem(
+            payload=payload,
+            reference=str(fields.get("reference") or defaults.reference),
+            encoding=str(fields.get("encoding") or defaults.encoding),
+            kind=str(fields.get("kind") or defaults.kind),
+            enqueue_at=enqueue_at,
+            enqueue_in=enqueue_in,
+            priority=priority,
+            group=group,
+        )
+    except ValueError as exc:
+        raise CliError(f"line {number}: {exc}", ExitCode.BAD_REQUEST) from exc
 
 
 def _jsonl_item(text: str, defaults: _Defaults, number: int) -> NewItem:
@@ -623,22 +670,27 @@ def _csv_item(row: dict[str, Any], defaults: _Defaults, number: int) -> NewItem:
     return _item(json.dumps(row, ensure_ascii=False), {}, defaults)
 
 
-def _batches(items: Iterator[tuple[NewItem, int]], size: int) -> Iterator[tuple[list[NewItem], int]]:
-    """Batches of at most ``size`` items and ``MAX_BATCH_BYTES``, each with the input position after it."""
+def _batches(
+    items: Iterator[tuple[NewItem, int, int]], size: int
+) -> Iterator[tuple[list[NewItem], int, list[int]]]:
+    """Batches of at most ``size`` items and ``MAX_BATCH_BYTES``, each with the input position after it
+    and the line number of each item."""
     batch: list[NewItem] = []
+    numbers: list[int] = []
     batch_bytes = 0
     position = 0
-    for item, consumed in items:
+    for item, consumed, number in items:
         # A rough upper bound of the item's JSON size: base64 grows by 4/3, the rest is small.
         item_bytes = len(item.payload) * 4 // 3 + 200
         if batch and (len(batch) >= size or batch_bytes + item_bytes > MAX_BATCH_BYTES):
-            yield batch, position
-            batch, batch_bytes = [], 0
+            yield batch, position, numbers
+            batch, numbers, batch_bytes = [], [], 0
         batch.append(item)
+        numbers.append(number)
         batch_bytes += item_bytes
         position = consumed
     if batch:
-        yield batch, position
+        yield batch, position, numbers
 
 
 # -- lease, complete, retry, renew --------------------------------------------------------------------
@@ -653,9 +705,9 @@ def _register_lease(commands: Any, common: argparse.ArgumentParser) -> None:
         help="lease items (exit 4 when there is nothing to lease)",
         description=(
             "Lease up to --batch-size items of one partition, oldest first, waiting up to --wait for one.\n"
-            "Prints the partition and each item's id, attempts, priority, lease deadline and payload;\n"
-            "complete, retry or renew them with the ids and --partition. Items of a lower priority\n"
-            "lease first. Exits 4 when there was nothing to lease."
+            "Prints the partition and each item's id, attempts, priority, group, lease deadline and\n"
+            "payload; complete, retry or renew them with the ids and --partition. Items of a lower\n"
+            "priority lease first. Exits 4 when there was nothing to lease."
         ),
     )
     lease.add_argument("queue_name", metavar="QUEUE")
@@ -677,8 +729,10 @@ def _lease(args: argparse.Namespace) -> int:
         print_json(_lease_json(lease))
     elif lease.items:
         print(f"queue {shown(lease.queue_name)}, partition {lease.partition}")  # noqa: T201
-        rows = [[i.id, i.attempts, i.priority, i.lease_deadline, preview(i.payload)] for i in lease.items]
-        print(table(["ID", "ATTEMPTS", "PRIORITY", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
+        rows = [
+            [i.id, i.attempts, i.priority, i.group, i.lease_deadline, preview(i.payload)] for i in lease.items
+        ]
+        print(table(["ID", "ATTEMPTS", "PRIORITY", "GROUP", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
     if not lease.items:
         print(f"querator lease: nothing to lease in {shown(args.queue_name)}", file=sys.stderr)  # noqa: T201
         return ExitCode.TRY_AGAIN
@@ -719,7 +773,8 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
         _retry,
         help="put leased items back: now, later, or into the dead-letter queue",
         description=(
-            "Put leased items back in the queue now, at --at / after --in (scheduled), or with --dead\n"
+            "Put leased items back in the queue now, at --at / after --in (scheduled; --in counts from\n"
+            "the server's clock), or with --dead\n"
             "into the queue's dead-letter queue (a queue without one: exit 3, nothing is done).\n"
             "--priority N puts them back with priority N (0-9, lower leases first) instead of their own.\n"
             "A stale or unknown id exits 3 naming it; the others apply."
@@ -848,9 +903,8 @@ def _retry(args: argparse.Namespace) -> int:
             ExitCode.USAGE,
         )
     ids = _ids(args)
-    retry_at: datetime | str | None = args.at
-    if args.delay:
-        retry_at = datetime.now(UTC) + parse_duration_delta(args.delay, "--in")
+    retry_at: str | None = args.at
+    retry_in = parse_delay(args.delay, "--in") if args.delay else None
     with make_client(args) as client:
         dead_queue = ""
         if args.dead:
@@ -867,7 +921,12 @@ def _retry(args: argparse.Namespace) -> int:
         try:
             client.retry(
                 args.queue_name,
-                [RetryItem(id=i, retry_at=retry_at, dead=args.dead, priority=args.priority) for i in ids],
+                [
+                    RetryItem(
+                        id=i, retry_at=retry_at, retry_in=retry_in, dead=args.dead, priority=args.priority
+                    )
+                    for i in ids
+                ],
                 partition=_partition(args),
             )
         except ItemNotLeasedError as exc:
@@ -1223,7 +1282,7 @@ def _register_peek(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Show the first items of a queue in lease order (storage/items.list: priority, then FIFO),\n"
             "partition by partition, without leasing or changing them: id, whether leased, attempts,\n"
-            "priority, created time, reference and payload. --scheduled shows the scheduled items\n"
+            "priority, group, created time, reference and payload. --scheduled shows the scheduled items\n"
             "(storage/scheduled.list) instead."
         ),
     )
@@ -1253,6 +1312,7 @@ def _peek(args: argparse.Namespace) -> int:
             i.is_leased,
             i.attempts,
             i.priority,
+            i.group,
             i.enqueue_at if args.scheduled else i.created_at,
             i.reference,
             preview(i.payload, 40),
@@ -1260,7 +1320,7 @@ def _peek(args: argparse.Namespace) -> int:
         for p, i in items
     ]
     when = "ENQUEUE AT" if args.scheduled else "CREATED"
-    headers = ["PARTITION", "ID", "LEASED", "ATTEMPTS", "PRIORITY", when, "REFERENCE", "PAYLOAD"]
+    headers = ["PARTITION", "ID", "LEASED", "ATTEMPTS", "PRIORITY", "GROUP", when, "REFERENCE", "PAYLOAD"]
     print(table(headers, rows))  # noqa: T201
     return ExitCode.OK
 

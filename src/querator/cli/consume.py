@@ -43,6 +43,8 @@ ENV_REFERENCE: Final = "QUERATOR_ITEM_REFERENCE"
 ENV_KIND: Final = "QUERATOR_ITEM_KIND"
 ENV_ENCODING: Final = "QUERATOR_ITEM_ENCODING"
 ENV_PRIORITY: Final = "QUERATOR_ITEM_PRIORITY"
+#: The item's group ("" when it has none): in a fair queue, the tenant the command works for.
+ENV_GROUP: Final = "QUERATOR_ITEM_GROUP"
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Lease items of QUEUE and run COMMAND once per item, the payload on its stdin and the\n"
             f"item in ${ENV_QUEUE}, ${ENV_ID}, ${ENV_PARTITION}, ${ENV_ATTEMPTS},\n"
-            f"${ENV_REFERENCE}, ${ENV_KIND}, ${ENV_ENCODING}, ${ENV_PRIORITY}. Put COMMAND after '--'.\n"
+            f"${ENV_REFERENCE}, ${ENV_KIND}, ${ENV_ENCODING}, ${ENV_PRIORITY}, ${ENV_GROUP}.\n"
+            "Put COMMAND after '--'.\n"
             "Exit 0 completes the item; --dead-letter-exit CODE sends it to the dead-letter queue\n"
             "(deleted when the queue has none); any other exit puts it back after a backoff that\n"
             "doubles per attempt (--backoff, up to 5m, half of it random), and the queue's\n"
@@ -227,6 +230,7 @@ class _Runner:
             ENV_KIND: item.kind,
             ENV_ENCODING: item.encoding,
             ENV_PRIORITY: str(item.priority),
+            ENV_GROUP: item.group,
         }
         # Its own session: Ctrl-C in the terminal stops the consumer, which lets the command finish
         # (--shutdown-timeout) instead of the terminal killing it mid-item.

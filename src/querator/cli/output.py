@@ -178,11 +178,40 @@ def _json_escape(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
+def human_duration(value: timedelta) -> str:
+    """A duration as a person reads it in a table: ``1m``, ``1m30s``, ``18.7s``, ``250ms``, ``24h``.
+
+    Rounded (a tenth of a second under a minute, whole seconds above), with no zero parts, and still
+    Go syntax, so a value read off a table can be typed back (``--lease-timeout 1m``). ``-o json``
+    keeps the API's exact form (``1m0s``, ``18.666667s``).
+    """
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    sign, micros = ("-", -micros) if micros < 0 else ("", micros)
+    if micros == 0:
+        return "0s"
+    if micros < 1_000:
+        return f"{sign}{micros}µs"
+    if micros < 999_950:  # under a second once rounded to a tenth of a millisecond
+        return f"{sign}{_tenths(micros / 1_000)}ms"
+    if micros < 59_950_000:  # under a minute once rounded to a tenth of a second
+        return f"{sign}{_tenths(micros / 1_000_000)}s"
+    seconds = round(micros / 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, second = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (second, "s")) if n]
+    return sign + "".join(parts)
+
+
+def _tenths(number: float) -> str:
+    text = f"{number:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
 def cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, timedelta):
-        return format_duration(value)
+        return human_duration(value)
     if isinstance(value, datetime):
         return format_timestamp(value)
     if isinstance(value, bool):

@@ -48,7 +48,7 @@ from querator.client.models import (
     RetryItem,
     StoredItem,
 )
-from querator.client.worker import DeadLetter, WorkerReport, consume, default_backoff
+from querator.client.worker import DeadLetter, RetryLater, WorkerReport, consume, default_backoff
 
 __all__ = [
     "DEFAULT_URL",
@@ -79,6 +79,7 @@ __all__ = [
     "RequestInProgressError",
     "RetryError",
     "RetryItem",
+    "RetryLater",
     "ServerError",
     "StoredItem",
     "StreamClosedError",

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from querator.client.errors import (
@@ -48,11 +49,13 @@ from querator.client.models import (
     check_priority,
     duration_seconds,
     duration_to_wire,
+    when_to_wire,
 )
 from querator.client.transport import RequestSigner, SigV4Signer, Transport
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
+    from datetime import timedelta
 
     from botocore.credentials import Credentials
 
@@ -365,8 +368,12 @@ class Client:
         *,
         idempotency_key: str | None = None,
         request_timeout: Duration | None = None,
+        enqueue_in: Duration | None = None,
     ) -> Produced:
         """``queue.produce``: 1-1000 items, stored together; returns once all are durably stored.
+
+        ``enqueue_in`` (a ``timedelta``, seconds or ``"5m"``) schedules the items given as bare
+        payloads that long after the server's clock; a ``NewItem`` carries its own time.
 
         With an ``idempotency_key`` the call is retried like an idempotent one (the server replays
         its first reply, and ``Produced.replayed`` says whether this call stored nothing because an
@@ -374,7 +381,7 @@ class Client:
         """
         body: dict[str, Any] = {
             "queue_name": queue_name,
-            "items": [as_new_item(item).to_wire() for item in items],
+            "items": [_scheduled(as_new_item(item), item, enqueue_in).to_wire() for item in items],
         }
         if request_timeout is not None:
             body["request_timeout"] = duration_to_wire(request_timeout)
@@ -445,19 +452,23 @@ class Client:
         items: Iterable[RetryItem | LeasedItem | str],
         *,
         partition: int | None = None,
-        retry_at: Timestamp | None = None,
+        retry_at: Timestamp | timedelta | None = None,
+        retry_in: Duration | None = None,
         dead: bool = False,
         priority: int | None = None,
     ) -> None:
-        """``queue.retry``: put leased items back now, at ``retry_at``, or (``dead``) into the
-        dead-letter queue; with ``priority`` (0-9) instead of their own. ``retry_at`` / ``dead`` /
-        ``priority`` apply to the items not given as ``RetryItem``.
+        """``queue.retry``: put leased items back now, at ``retry_at``, after ``retry_in`` (a delay
+        from the server's clock: ``timedelta(seconds=30)``, ``30`` or ``"30s"``), or (``dead``) into
+        the dead-letter queue; with ``priority`` (0-9) instead of their own. ``retry_at`` takes a
+        delay too (sent as ``retry_in``). ``retry_at`` / ``retry_in`` / ``dead`` / ``priority`` apply
+        to the items not given as ``RetryItem``.
 
         Raises ``ItemNotLeasedError`` naming the ids that were not applied; the others were. A bad
-        ``priority`` raises ``ValueError`` before anything is sent.
+        ``priority``, a negative delay or both times raise ``ValueError`` before anything is sent.
         """
         if priority is not None:
             check_priority(priority)
+        when_to_wire({}, retry_at, retry_in, "retry_at", "retry_in")
         retry_items: list[RetryItem] = []
         partitions: set[int] = set()
         for item in items:
@@ -467,7 +478,9 @@ class Client:
             if isinstance(item, LeasedItem):
                 partitions.add(item.partition)
             item_id = item.id if isinstance(item, LeasedItem) else item
-            retry_items.append(RetryItem(id=item_id, retry_at=retry_at, dead=dead, priority=priority))
+            retry_items.append(
+                RetryItem(id=item_id, retry_at=retry_at, retry_in=retry_in, dead=dead, priority=priority)
+            )
         body = {
             "queue_name": queue_name,
             "partition": _one_partition(partitions, partition),
@@ -662,6 +675,13 @@ def _decode(raw: bytes) -> object:
         return json.loads(raw)
     except ValueError:
         return None
+
+
+def _scheduled(new: NewItem, given: object, enqueue_in: Duration | None) -> NewItem:
+    """``new`` with ``enqueue_in`` when it was given as a bare payload (a ``NewItem`` keeps its own)."""
+    if enqueue_in is None or isinstance(given, NewItem):
+        return new
+    return replace(new, enqueue_in=enqueue_in)
 
 
 def _import_wire(item: StoredItem) -> dict[str, Any]:

@@ -66,6 +66,43 @@ def timestamp_to_wire(value: Timestamp) -> str:
     return format_timestamp(value)
 
 
+def is_duration_text(value: object) -> bool:
+    """Whether ``value`` is a Go duration string (``"30s"``); an RFC 3339 timestamp never is one."""
+    if not isinstance(value, str):
+        return False
+    try:
+        parse_duration(value)
+    except InvalidRequestError:
+        return False
+    return True
+
+
+def when_to_wire(
+    body: dict[str, Any], at: Timestamp | Duration | None, delay: Duration | None, at_key: str, in_key: str
+) -> None:
+    """Put a time into ``body``: ``at`` as ``at_key`` (RFC 3339), or a delay as ``in_key``.
+
+    ``at`` may be a delay too (a ``timedelta`` or a duration string such as ``"30s"``): it is sent as
+    ``in_key``, counted from the server's clock, so ``retry_at=timedelta(seconds=30)`` and
+    ``retry_at="30s"`` mean what they say. Both given, or a negative delay, raises ``ValueError``
+    before anything is sent.
+    """
+    if isinstance(at, timedelta) or is_duration_text(at):
+        if delay is not None:
+            raise ValueError(f"give {at_key} or {in_key}, not both")
+        at, delay = None, at
+    if at is not None and delay is not None:
+        raise ValueError(f"give {at_key} or {in_key}, not both")
+    if delay is not None:
+        if duration_seconds(delay) < 0:
+            raise ValueError(f"{in_key} must not be negative, not {delay!r}")
+        body[in_key] = duration_to_wire(delay)
+    elif at is not None:
+        if isinstance(at, (int, float)):
+            raise ValueError(f"{at_key} must be a datetime, an RFC 3339 string or a delay, not {at!r}")
+        body[at_key] = timestamp_to_wire(at)
+
+
 def check_priority(value: object, what: str = "priority") -> int:
     """``value`` as a priority, or ``ValueError``: an ``int`` 0-9 (not a ``bool``, ``float`` or ``str``,
     which the server refuses too), checked before anything is sent."""
@@ -185,7 +222,9 @@ class QueueInfo:
 class NewItem:
     """An item to produce. ``payload`` as ``str`` is sent as ``utf8``, as ``bytes`` as base64 ``bytes``.
 
-    ``enqueue_at`` in the future makes the item scheduled: invisible to lease until then.
+    ``enqueue_at`` in the future makes the item scheduled: invisible to lease until then; so does
+    ``enqueue_in``, a delay counted from the server's clock (a ``timedelta``, seconds or ``"30s"``).
+    ``enqueue_at`` takes a delay too (``timedelta(minutes=5)`` or ``"5m"``), sent as ``enqueue_in``.
     ``priority`` is 0-9, lower leases first (5 by default); anything else raises ``ValueError``.
     ``group`` names a tenant, customer or endpoint the item belongs to (``check_group``).
     """
@@ -194,13 +233,15 @@ class NewItem:
     reference: str = ""
     encoding: str = ""
     kind: str = ""
-    enqueue_at: Timestamp | None = None
+    enqueue_at: Timestamp | timedelta | None = None
+    enqueue_in: Duration | None = None
     priority: int = DEFAULT_PRIORITY
     group: str = ""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
         check_group(self.group)
+        when_to_wire({}, self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {}
@@ -213,8 +254,7 @@ class NewItem:
         for key in ("reference", "encoding", "kind", "group"):
             if value := getattr(self, key):
                 body[key] = value
-        if self.enqueue_at is not None:
-            body["enqueue_at"] = timestamp_to_wire(self.enqueue_at)
+        when_to_wire(body, self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
         # Left out at the default: the body is the one a server from before priorities accepts.
         if self.priority != DEFAULT_PRIORITY:
             body["priority"] = self.priority
@@ -320,24 +360,27 @@ class Lease:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryItem:
-    """One item of ``queue.retry``: back now, at ``retry_at`` (scheduled), or ``dead`` (dead letter).
+    """One item of ``queue.retry``: back now, at ``retry_at`` (scheduled), after ``retry_in`` (a delay
+    from the server's clock: a ``timedelta``, seconds or ``"30s"``), or ``dead`` (dead letter).
+    ``retry_at`` takes a delay too (``timedelta(seconds=30)`` or ``"30s"``), sent as ``retry_in``.
 
     ``priority`` (0-9) puts it back with that priority instead of its own; ``None`` keeps its own.
     """
 
     id: str
-    retry_at: Timestamp | None = None
+    retry_at: Timestamp | timedelta | None = None
+    retry_in: Duration | None = None
     dead: bool = False
     priority: int | None = None
 
     def __post_init__(self) -> None:
         if self.priority is not None:
             check_priority(self.priority)
+        when_to_wire({}, self.retry_at, self.retry_in, "retry_at", "retry_in")
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {"id": self.id}
-        if self.retry_at is not None:
-            body["retry_at"] = timestamp_to_wire(self.retry_at)
+        when_to_wire(body, self.retry_at, self.retry_in, "retry_at", "retry_in")
         if self.dead:
             body["dead"] = True
         if self.priority is not None:

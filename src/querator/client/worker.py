@@ -43,7 +43,7 @@ from querator.client.errors import (
     UnknownMethodError,
     UnsupportedContentError,
 )
-from querator.client.models import LeasedItem, Renewal, RetryItem
+from querator.client.models import Duration, LeasedItem, Renewal, RetryItem, duration_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -85,6 +85,19 @@ _POLLED: Final = -1
 
 class DeadLetter(Exception):  # noqa: N818 - an instruction to the worker, not an error report
     """Raise from a handler to send the item to the dead-letter queue now, without more attempts."""
+
+
+class RetryLater(Exception):  # noqa: N818 - an instruction to the worker, not an error report
+    """Raise from a handler to put the item back for another attempt after ``delay`` (a ``timedelta``,
+    seconds or a duration string such as ``"30s"``), counted from the server's clock, instead of
+    after the worker's backoff: ``raise RetryLater("30s")`` when the handler knows when to come back
+    (a rate limit's ``Retry-After``). It uses an attempt, like any failure."""
+
+    def __init__(self, delay: Duration, message: str = "") -> None:
+        if duration_seconds(delay) < 0:
+            raise ValueError(f"RetryLater takes a delay of 0 or more, not {delay!r}")
+        super().__init__(message or f"retry in {delay}")
+        self.delay = delay
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,7 +208,7 @@ def consume(
     batch_size: int = 10,
     concurrency: int = 4,
     request_timeout: float = 5.0,
-    backoff: Callable[[int], timedelta] | None = None,
+    backoff: Callable[[int], Duration] | None = None,
     dead_letter_on: type[BaseException] | tuple[type[BaseException], ...] = DeadLetter,
     renew_every: float | None = None,
     shutdown_timeout: float = 10.0,
@@ -219,7 +232,9 @@ def consume(
         Seconds a lease call waits for items (at most ``idle_timeout`` when that is set); also bounds
         how long a stop waits for the lease loop.
     backoff
-        ``attempts -> delay`` before a failed item may be leased again; ``default_backoff`` if None.
+        ``attempts -> delay`` before a failed item may be leased again (a ``timedelta``, seconds or a
+        duration string such as ``"30s"``, counted from the server's clock); ``default_backoff`` if
+        None. A handler that raises ``RetryLater(delay)`` sets the delay of its item itself.
     dead_letter_on
         Exception type(s) that send the item to the dead-letter queue at once.
     renew_every
@@ -289,7 +304,7 @@ class _Worker:
         batch_size: int,
         concurrency: int,
         request_timeout: float,
-        backoff: Callable[[int], timedelta],
+        backoff: Callable[[int], Duration],
         dead_letter_on: type[BaseException] | tuple[type[BaseException], ...],
         renew_every: float | None,
         shutdown_timeout: float,
@@ -834,6 +849,13 @@ class _Worker:
         item = job.item
         try:
             self.handler(item)
+        except RetryLater as exc:
+            self.state.count("failures")
+            last = self.max_attempts > 0 and item.attempts >= self.max_attempts
+            log.info("item %s of %s: retry in %s", item.id, self.queue_name, exc.delay)
+            self._settle(
+                job, RetryItem(id=item.id, retry_in=exc.delay), "dead_lettered" if last else "retried"
+            )
         except self.dead_letter_on as exc:
             self.state.count("failures")
             log.info("item %s of %s: dead letter (%r)", item.id, self.queue_name, exc)
@@ -844,12 +866,12 @@ class _Worker:
         except BaseException as exc:
             self.state.count("failures")
             last = self.max_attempts > 0 and item.attempts >= self.max_attempts
-            retry_at = datetime.now(UTC) + self.backoff(item.attempts)
+            # A delay, not a time: the server counts it from its own clock, so a consumer whose clock
+            # is off does not bring its items back early or late.
+            delay = self.backoff(item.attempts)
             log.info("item %s of %s failed on attempt %d (%r)", item.id, self.queue_name, item.attempts, exc)
             # The server dead-letters a retried item that used its max_attempts; count it as such.
-            self._settle(
-                job, RetryItem(id=item.id, retry_at=retry_at), "dead_lettered" if last else "retried"
-            )
+            self._settle(job, RetryItem(id=item.id, retry_in=delay), "dead_lettered" if last else "retried")
         else:
             self._settle(job, None, "completed")
 

@@ -45,6 +45,31 @@ def check_schedulable(value: datetime, what: str) -> datetime:
     return value
 
 
+def check_delay(value: timedelta, what: str) -> timedelta:
+    """Return ``value``, refusing a negative delay (``0``: now)."""
+    if not isinstance(value, timedelta):
+        raise InvalidRequestError(f"{what} must be a duration", field=what)
+    if value < timedelta(0):
+        raise InvalidRequestError(f"{what} must not be negative", field=what)
+    return value
+
+
+def check_one_time(at: datetime | None, delay: timedelta | None, at_name: str, delay_name: str) -> None:
+    """Refuse a time given both ways: which one is meant would be a guess."""
+    if at is not None and delay is not None:
+        raise InvalidRequestError(f"give {at_name} or {delay_name}, not both", field=delay_name)
+
+
+def resolve_time(at: datetime | None, delay: timedelta | None, now: datetime, what: str) -> datetime | None:
+    """The absolute time of ``at`` or of ``now + delay`` (``None`` when neither is given).
+
+    A relative delay is counted from the server's clock at the call (``now``), never the caller's.
+    """
+    if delay is None:
+        return at
+    return check_schedulable(now + delay, what)
+
+
 def check_aware(value: datetime, what: str) -> datetime:
     """Return ``value`` in UTC, refusing naive datetimes."""
     if value.tzinfo is None or value.utcoffset() is None:
@@ -180,6 +205,8 @@ class NewItem:
     kind: str = ""
     #: When set and in the future, the item is scheduled: invisible to lease until then.
     enqueue_at: datetime | None = None
+    #: The same, relative: scheduled this long after the server's clock at the produce call.
+    enqueue_in: timedelta | None = None
     #: 0-9, lower leases first (``querator.domain.priority``).
     priority: int = DEFAULT_PRIORITY
     #: The item's group (``querator.domain.groups``); ``""``: none.
@@ -188,6 +215,9 @@ class NewItem:
     def __post_init__(self) -> None:
         validate_priority(self.priority)
         validate_group(self.group)
+        if self.enqueue_in is not None:
+            check_delay(self.enqueue_in, "enqueue_in")
+            check_one_time(self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
         if len(self.payload) > MAX_PAYLOAD_BYTES:
             raise InvalidRequestError(
                 f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload"
@@ -292,6 +322,8 @@ class RetryRequest:
     id: str
     #: ``None``: back to the tail now; otherwise scheduled for that time.
     retry_at: datetime | None = None
+    #: The same, relative: scheduled this long after the server's clock at the retry call.
+    retry_in: timedelta | None = None
     #: Straight to the dead-letter queue (deleted when the queue has none).
     dead: bool = False
     #: The priority the item goes back with (``None``: the one it has; doq's nack with a priority).
@@ -302,6 +334,9 @@ class RetryRequest:
             validate_priority(self.priority)
         if self.retry_at is not None:
             object.__setattr__(self, "retry_at", check_schedulable(self.retry_at, "retry_at"))
+        if self.retry_in is not None:
+            check_delay(self.retry_in, "retry_in")
+            check_one_time(self.retry_at, self.retry_in, "retry_at", "retry_in")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -406,6 +441,8 @@ class StorageItem:
     expire_deadline: datetime | None = None
     created_at: datetime | None = None
     enqueue_at: datetime | None = None
+    #: The same, relative to the server's clock at the import call.
+    enqueue_in: timedelta | None = None
     source_id: str = ""
     priority: int = DEFAULT_PRIORITY
     group: str = ""
@@ -415,6 +452,9 @@ class StorageItem:
         validate_group(self.group)
         if self.enqueue_at is not None:
             object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
+        if self.enqueue_in is not None:
+            check_delay(self.enqueue_in, "enqueue_in")
+            check_one_time(self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
 
 
 def utc_from_timestamp_us(us: int) -> datetime:

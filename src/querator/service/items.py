@@ -19,6 +19,7 @@ from querator.domain.model import (
     RenewOutcome,
     Reprioritized,
     check_aware,
+    resolve_time,
 )
 from querator.domain.priority import band_end, band_start, validate_priority
 from querator.ports import Guard, Move
@@ -73,6 +74,10 @@ class ItemCalls:
         for request in wanted.values():
             if request.retry_at is not None:
                 check_aware(request.retry_at, "retry_at")
+            if request.retry_in is not None:
+                # Counted from this call's clock, the one the item's lease and schedule are read by.
+                retry_at = resolve_time(None, request.retry_in, now, "retry_in")
+                wanted[request.id] = replace(request, retry_at=retry_at, retry_in=None)
         items = self._store.get_many(queue.name, partition, list(wanted))
         requeue: list[Move] = []
         dead: list[Item] = []
@@ -319,7 +324,8 @@ class ItemCalls:
                 continue
             seen.add(item.source_id)
             created = item.created_at or now
-            visible = item.enqueue_at if item.enqueue_at is not None and item.enqueue_at > now else now
+            enqueue_at = resolve_time(item.enqueue_at, item.enqueue_in, now, "enqueue_in")
+            visible = enqueue_at if enqueue_at is not None and enqueue_at > now else now
             fresh.append(
                 Item(
                     id=self._ids.new_id(visible, item.priority, queue.lane_for(item.group)),
@@ -333,7 +339,7 @@ class ItemCalls:
                     expire_deadline=item.expire_deadline
                     or lifecycle.expire_deadline(visible, queue.expire_timeout),
                     created_at=created,
-                    enqueue_at=item.enqueue_at if visible > now else None,
+                    enqueue_at=enqueue_at if visible > now else None,
                     source_id=item.source_id,
                 )
             )

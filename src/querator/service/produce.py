@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from querator.domain import lifecycle
 from querator.domain.errors import InvalidRequestError, RequestInProgressError
-from querator.domain.model import MAX_BATCH, Item, ProduceReceipt
+from querator.domain.model import MAX_BATCH, Item, ProduceReceipt, resolve_time
 from querator.ports import IdempotencyRecord
 from querator.service.tuning import IDEMPOTENCY_STALE_AFTER, IDEMPOTENCY_TTL
 
@@ -98,8 +98,9 @@ class Producer:
         return ProduceReceipt(queue_name=queue.name, partition=partition, ids=ids)
 
     def _new_item(self, queue: QueueInfo, item: NewItem, now: datetime) -> Item:
-        scheduled = item.enqueue_at is not None and item.enqueue_at > now
-        visible = item.enqueue_at if scheduled and item.enqueue_at is not None else now
+        enqueue_at = resolve_time(item.enqueue_at, item.enqueue_in, now, "enqueue_in")
+        scheduled = enqueue_at is not None and enqueue_at > now
+        visible = enqueue_at if scheduled and enqueue_at is not None else now
         return Item(
             id=self._ids.new_id(visible, item.priority, queue.lane_for(item.group)),
             payload=item.payload,

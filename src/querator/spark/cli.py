@@ -248,6 +248,7 @@ def produce_main(argv: Sequence[str] | None = None, *, spark: SparkSession | Non
     2 a re-run that asks for another plan than its first run's, 3 invalid rows found."""
     args = _parse(produce_parser(), argv)
     session = spark or _session("querator-produce")
+    _logs_past_spark_submit(session)
     try:
         counts = run_produce(session, args)
     except PlanMismatchError as exc:
@@ -267,6 +268,7 @@ def export_main(argv: Sequence[str] | None = None, *, spark: SparkSession | None
     """``jobs/export_queue.py``: writes the queue's items to Parquet and prints how many it wrote."""
     args = _parse(export_parser(), argv)
     session = spark or _session("querator-export")
+    _logs_past_spark_submit(session)
     count = export_queue(
         session, queue=args.queue, target=direct_target(args), path=args.output, mode=args.mode
     )
@@ -285,15 +287,73 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     return args
 
 
+class DriverLogHandler(logging.Handler):
+    """The product's log lines on stderr, also under ``spark-submit``, so stdout holds only the JSON
+    summary (``| jq`` reads it).
+
+    ``spark-submit`` runs the Python driver with its stderr merged into its stdout (Spark's
+    ``PythonRunner``), so a line written to Python's stderr there lands beside the summary. Under a
+    JVM that launched this process (``PYSPARK_GATEWAY_PORT`` set at start: spark-submit, Glue), the
+    lines go through the JVM's log4j instead, whose console appender writes to the real stderr; the
+    lines logged before the session exists are held until ``attach`` and then sent. Started by
+    ``python jobs/produce.py``, Python's stderr is the process's own, and the lines go there.
+    """
+
+    def __init__(self, *, through_jvm: bool) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self._through_jvm = through_jvm
+        self._jvm_logger: Any = None
+        self._held: list[logging.LogRecord] = []
+
+    def attach(self, session: SparkSession) -> None:
+        """Send the lines through ``session``'s JVM from now on (and the ones held so far)."""
+        if self._through_jvm and self._jvm_logger is None:
+            try:
+                jvm = session.sparkContext._jvm
+                self._jvm_logger = jvm.org.apache.logging.log4j.LogManager.getLogger("querator")  # type: ignore[union-attr]
+            except Exception:
+                self._through_jvm = False
+        held, self._held = self._held, []
+        for record in held:
+            self.emit(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if not self._through_jvm:
+                sys.stderr.write(self.format(record) + "\n")
+            elif self._jvm_logger is None:
+                self._held.append(record)
+            else:
+                # log4j's own line carries the time, level and logger: the message is enough.
+                text = record.getMessage()
+                if record.exc_info:
+                    text += "\n" + logging.Formatter().formatException(record.exc_info)
+                level = (
+                    "error"
+                    if record.levelno >= logging.ERROR
+                    else "warn"
+                    if record.levelno >= logging.WARNING
+                    else "info"
+                )
+                getattr(self._jvm_logger, level)(text)
+        except Exception:
+            self.handleError(record)
+
+
 def _log_to_stderr() -> None:
-    """The product's own INFO lines (the summary) on the driver's stderr; Spark's and py4j's stay as
-    Spark configures them."""
+    """The product's own INFO lines (the summary) on the driver's stderr (``DriverLogHandler``);
+    Spark's and py4j's stay as Spark configures them."""
     logger = logging.getLogger("querator")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
+    if not any(isinstance(h, DriverLogHandler) for h in logger.handlers):
+        logger.addHandler(DriverLogHandler(through_jvm="PYSPARK_GATEWAY_PORT" in os.environ))
     logger.setLevel(logging.INFO)
+
+
+def _logs_past_spark_submit(session: SparkSession) -> None:
+    for handler in logging.getLogger("querator").handlers:
+        if isinstance(handler, DriverLogHandler):
+            handler.attach(session)
 
 
 def _session(name: str) -> SparkSession:

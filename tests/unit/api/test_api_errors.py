@@ -198,3 +198,16 @@ def test_the_client_reads_the_failed_ids_back_from_the_message() -> None:
 def test_error_body_model_matches_envelope() -> None:
     body = errors.envelope(453, "Queue is being deleted")
     assert errors.ErrorBody.from_json(json.dumps(body).encode()).to_wire() == body
+
+
+def test_an_unknown_path_near_a_route_names_it() -> None:
+    assert str(errors.unknown_path("POST", "/v1/queue.list")) == (
+        "Not implemented; no such method: POST /v1/queue.list; did you mean /v1/queues.list"
+    )
+    assert str(errors.unknown_path("POST", "/v1/storage/item.list")).endswith(
+        "did you mean /v1/storage/items.list"
+    )
+    assert (
+        str(errors.unknown_path("GET", "/nothing/here"))
+        == "Not implemented; no such method: GET /nothing/here"
+    )

@@ -875,3 +875,67 @@ def test_a_queue_to_create_may_not_hold_control_characters(name: str) -> None:
 def test_a_lookup_takes_any_name_a_queue_could_have_been_created_with() -> None:
     # Queues created before the rule keep their names; a lookup of one nobody could create finds none.
     assert parse(schemas.DeleteQueueRequest, {"queue_name": "old\x1bq"}).queue_name == "old\x1bq"
+
+
+# -- relative delays ----------------------------------------------------------------------------------
+
+
+def test_retry_in_enqueue_in_are_durations_beside_their_timestamps() -> None:
+    retry = parse(schemas.RetryRequest, {"queue_name": "q", "items": [{"id": "a", "retryIn": "30s"}]})
+    assert retry.to_domain() == [RetryRequest(id="a", retry_in=timedelta(seconds=30))]
+    produce = parse(
+        schemas.ProduceRequest, {"queue_name": "q", "items": [{"utf8": "x", "enqueue_in": "1m30s"}]}
+    )
+    assert produce.to_domain()[0].enqueue_in == timedelta(minutes=1, seconds=30)
+    imported = parse(schemas.ImportItemsRequest, {"queue_name": "q", "items": [{"enqueue_in": "0"}]})
+    assert imported.to_domain()[0].enqueue_in == timedelta(0)
+
+
+@pytest.mark.parametrize(
+    ("model", "item", "named"),
+    [
+        (schemas.RetryRequest, {"id": "a", "retry_in": "-30s"}, "items[0].retry_in: must not be negative"),
+        (
+            schemas.ProduceRequest,
+            {"utf8": "x", "enqueue_in": "-1ms"},
+            "items[0].enqueue_in: must not be negative",
+        ),
+        (schemas.ImportItemsRequest, {"enqueue_in": "-1h"}, "items[0].enqueue_in: must not be negative"),
+        (schemas.RetryRequest, {"id": "a", "retry_in": "30"}, "items[0].retry_in: invalid duration"),
+        (
+            schemas.RetryRequest,
+            {"id": "a", "retry_in": "30s", "retry_at": "2026-11-22T06:00:00Z"},
+            "items[0]: give 'retry_at' or 'retry_in', not both",
+        ),
+        (
+            schemas.ProduceRequest,
+            {"utf8": "x", "enqueue_in": "30s", "enqueue_at": "2026-11-22T06:00:00Z"},
+            "items[0]: give 'enqueue_at' or 'enqueue_in', not both",
+        ),
+        (
+            schemas.ImportItemsRequest,
+            {"enqueue_in": "30s", "enqueue_at": "2026-11-22T06:00:00Z"},
+            "items[0]: give 'enqueue_at' or 'enqueue_in', not both",
+        ),
+    ],
+)
+def test_a_negative_delay_or_both_forms_are_a_400_naming_the_field(
+    model: type[schemas.WireRequest], item: dict[str, object], named: str
+) -> None:
+    assert named in invalid(model, {"queue_name": "q", "items": [item]})
+
+
+def test_an_item_the_domain_refuses_is_named_by_its_place() -> None:
+    body = {"queue_name": "q", "items": [{"utf8": "ok"}, {"utf8": "x" * 380_001}]}
+    with pytest.raises(InvalidRequestError, match=r"^items\[1\]: item payload is larger than 380000 bytes$"):
+        parse(schemas.ProduceRequest, body).to_domain()
+
+
+def test_a_misspelt_key_gets_the_nearest_one() -> None:
+    assert unsupported(schemas.ListQueuesRequest, b'{"limt": 5}').endswith(
+        "limt: unknown key; did you mean 'limit'"
+    )
+    assert unsupported(
+        schemas.RetryRequest, b'{"queueName": "q", "items": [{"id": "a", "retryAtt": "1s"}]}'
+    ).endswith("items[0].retryAtt: unknown key; did you mean 'retry_at'")
+    assert unsupported(schemas.ListQueuesRequest, b'{"zzz": 5}').endswith("zzz: unknown key")

@@ -10,7 +10,7 @@ const MOVE_CHUNK = 100;   // items per import/delete call when moving dead lette
 
 const state = {
   config: { read_only: false, target: "", refresh_ms: 5000 },
-  features: { redrive: false, counters: false },
+  features: { redrive: false, counters: false, reprioritize: false },
   timer: null,
   refresh: null,          // the current view's refresh function
   history: new Map(),     // queue name -> [{t, ready, leased, scheduled, produced, completed}]
@@ -55,6 +55,17 @@ function fmtAge(seconds) {
   if (s < 7200) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
   if (s < 172800) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
   return `${Math.floor(s / 86400)}d`;
+}
+
+function fmtDuration(seconds) {
+  // A duration as people read it ("18.7s", "1m", "24h"), not the API's "18.666667s" / "1m0s"; still
+  // Go syntax. Tenths of a second under a minute, whole seconds above (the cell's title has the API's).
+  if (!seconds) return "0s";
+  if (seconds < 0.99995) return `${Math.round(seconds * 10000) / 10}ms`;
+  if (seconds < 59.95) return `${Math.round(seconds * 10) / 10}s`;
+  const whole = Math.round(seconds);
+  const parts = [[Math.floor(whole / 3600), "h"], [Math.floor((whole % 3600) / 60), "m"], [whole % 60, "s"]];
+  return parts.filter(([n]) => n).map(([n, unit]) => `${n}${unit}`).join("");
 }
 
 function goDuration(text) {
@@ -334,8 +345,11 @@ async function route() {
 async function queuesView(view, params) {
   const generation = state.generation;
   const pivot = params.get("pivot") || "";
-  const reply = await api("queues.list", { pivot, limit: PAGE_QUEUES + 1 });
+  // A queue is a dead-letter queue when another queue names it as its dead_queue: no setting says so,
+  // so the console reads every queue's settings (queues.list, paged) once per visit of the list.
+  const [reply, all] = await Promise.all([api("queues.list", { pivot, limit: PAGE_QUEUES + 1 }), listAllQueues()]);
   if (generation !== state.generation) return;
+  const sourcesOf = deadLetterSources(all);
   const queues = (reply.items || []).slice(0, PAGE_QUEUES);
   const next = (reply.items || [])[PAGE_QUEUES];
   const rows = new Map();
@@ -351,7 +365,7 @@ async function queuesView(view, params) {
     rows.set(queue.queue_name, cells);
     body.append(h("tr", { "data-queue": queue.queue_name },
       h("td", { class: "mono" }, h("a", { href: `#/queue/${encodeURIComponent(queue.queue_name)}` }, queue.queue_name),
-        fairMarker(queue)),
+        fairMarker(queue), deadLetterMarker(sourcesOf.get(queue.queue_name))),
       h("td", { class: "num" }, queue.requested_partitions || 1),
       cells.ready, cells.leased, cells.scheduled, cells.oldest, cells.dead, cells.produced, cells.completed,
       cells.chart));
@@ -403,6 +417,24 @@ async function queuesView(view, params) {
     }
   };
   await state.refresh();
+}
+
+function deadLetterSources(all) {
+  // Dead-letter queue name -> the queues that dead-letter into it.
+  const sources = new Map();
+  for (const queue of all) {
+    if (!queue.dead_queue) continue;
+    if (!sources.has(queue.dead_queue)) sources.set(queue.dead_queue, []);
+    sources.get(queue.dead_queue).push(queue.queue_name);
+  }
+  return sources;
+}
+
+function deadLetterMarker(sources) {
+  // A dead-letter queue says so next to its name, in text, and whose dead letters it holds.
+  if (!sources || !sources.length) return null;
+  return h("span", { class: "tag dead", "data-dead-letter-of": sources.join(","),
+    title: `dead-letter queue of: ${sources.join(", ")}` }, "Dead-letter queue");
 }
 
 function fairMarker(queue) {
@@ -498,7 +530,8 @@ async function queueView(view, name, params) {
     statsBody.replaceChildren(...partitionsOf(stats).map((p) => h("tr", { "data-partition": p.partition },
       h("td", { class: "num" }, p.partition), h("td", { class: "num" }, (p.total || 0) - (p.total_leased || 0)),
       h("td", { class: "num" }, p.total_leased || 0), h("td", { class: "num" }, p.scheduled || 0),
-      h("td", { class: "num" }, p.average_age || "0s"), h("td", { class: "num" }, p.average_leased_age || "0s"),
+      h("td", { class: "num", title: p.average_age || "0s" }, fmtDuration(goDuration(p.average_age))),
+      h("td", { class: "num", title: p.average_leased_age || "0s" }, fmtDuration(goDuration(p.average_leased_age))),
       h("td", { class: "num" }, counted ? p.produced || 0 : "—"), h("td", { class: "num" }, counted ? p.completed || 0 : "—"))));
   };
   await state.refresh();
@@ -546,16 +579,24 @@ function produceForm(info) {
   const payload = h("textarea", { name: "payload", "aria-label": "Payload (text)" }, "{\"hello\": \"world\"}");
   const reference = h("input", { name: "reference" });
   const group = h("input", { name: "group" });
+  const priority = h("input", { name: "priority", type: "number", min: 0, max: 9, step: 1, value: 5 });
   const enqueueAt = h("input", { name: "enqueue_at", placeholder: "2026-01-01T00:00:00Z" });
+  const enqueueIn = h("input", { name: "enqueue_in", placeholder: "5m" });
   const form = h("form", { class: "panel", "aria-label": "Produce a test item" }, h("h2", {}, "Produce a test item"),
     h("label", {}, "Payload (text)", payload),
     h("div", { class: "row" }, h("label", {}, "Reference", reference), h("label", {}, "Group (optional)", group),
-      h("label", {}, "Enqueue at (RFC 3339, optional)", enqueueAt), h("button", { type: "submit" }, "Produce")));
+      h("label", {}, "Priority (0-9, lower leases first)", priority),
+      h("label", {}, "Enqueue at (RFC 3339, optional)", enqueueAt),
+      h("label", {}, "or enqueue in (duration, optional)", enqueueIn), h("button", { type: "submit" }, "Produce")));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const item = { utf8: payload.value, reference: reference.value };
     if (enqueueAt.value) item.enqueue_at = enqueueAt.value;
+    if (enqueueIn.value) item.enqueue_in = enqueueIn.value;
     if (group.value) item.group = group.value;
+    // Sent as typed (a JSON integer when it is one), so the API judges it and names the field; left
+    // out at the default, so the body is the one a server without priorities takes.
+    if (priority.value !== "5") item.priority = /^-?[0-9]+$/.test(priority.value) ? Number(priority.value) : priority.value;
     const done = await guarded(() => api("queue.produce", { queue_name: info.queue_name, items: [item] }));
     if (done !== undefined) { showNotice("Item produced."); if (state.refresh) await state.refresh(); }
   });
@@ -740,6 +781,24 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
         if (done && generation === state.generation) { await route(); showNotice(`${chosen.length} items are ready now.`); }
       } }, "Retry selected now"));
     }
+    if (state.features.reprioritize) {
+      // queue.reprioritize: a waiting or scheduled item gets a new id (its place in the new priority),
+      // a leased one keeps its id and lease and comes back with the new priority.
+      const newPriority = h("input", { type: "number", min: 0, max: 9, step: 1, value: 5, id: "new-priority",
+        "aria-label": "New priority (0-9)" });
+      actions.push(h("label", { class: "inline" }, "Priority", newPriority),
+        h("button", { type: "button", class: "secondary", id: "reprioritize-selected", onclick: async () => {
+          const chosen = selected();
+          if (!chosen.length) { showError("Select items first."); return; }
+          const value = /^[0-9]+$/.test(newPriority.value) ? Number(newPriority.value) : newPriority.value;
+          const done = await guarded(() => api("queue.reprioritize",
+            { queue_name: info.queue_name, partition, ids: chosen.map((i) => i.id), priority: value }));
+          if (done !== undefined && generation === state.generation) {
+            await route();
+            showNotice(`${chosen.length} items now have priority ${value}.`);
+          }
+        } }, "Reprioritize selected"));
+    }
     if (sources.length) {
       actions.push(h("button", { type: "button", id: "redrive-selected", onclick: async () => {
         const chosen = selected().filter((i) => !i.is_leased);
@@ -844,6 +903,7 @@ async function start() {
   try {
     const openapi = await (await fetch("/openapi.json")).json();
     state.features.redrive = Boolean(openapi.paths && openapi.paths["/v1/queue.redrive"]);
+    state.features.reprioritize = Boolean(openapi.paths && openapi.paths["/v1/queue.reprioritize"]);
     const schemas = Object.values((openapi.components && openapi.components.schemas) || {});
     state.features.counters = schemas.some((s) => s && s.properties && "produced" in s.properties && "completed" in s.properties);
   } catch (_) { /* no document: assume the older API */ }
