@@ -196,6 +196,7 @@ def test_past_the_ceiling_a_connection_is_answered_503_never_dropped(server: Loc
                 assert status.startswith(b"HTTP/1.1 503 "), reply
                 assert b"Retry-After: 1" in status and b"Connection: close" in status
                 body = json.loads(rest)
+                assert b'", "' not in rest  # as compact as the handlers' envelopes
                 assert body["code"] == 503
                 assert body["message"].startswith("Service unavailable; the server holds its limit of 3")
                 assert body["code_text"] == "Service Unavailable"

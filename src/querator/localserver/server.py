@@ -160,7 +160,7 @@ class _Reply:
     @classmethod
     def of(cls, error: BaseException, request_id: str | None = None) -> _Reply:
         reply = error_response(error, request_id=request_id)
-        return cls(reply.status, dict(_JSON), json.dumps(reply.body).encode())
+        return cls(reply.status, dict(_JSON), json.dumps(reply.body, separators=(",", ":")).encode())
 
     @property
     def nothing_to_lease(self) -> bool:
