@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 from urllib.parse import urlsplit
 
 import pytest
 
+from querator.config import load_settings
+from querator.localserver import LocalServer
+
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 
 @dataclass
@@ -87,3 +93,17 @@ def eventually(check: Callable[[], Any], *, timeout: float = 15.0, every: float 
         if time.monotonic() > deadline:
             pytest.fail(f"condition not met within {timeout}s: last result {result!r}")
         time.sleep(every)
+
+
+@contextlib.contextmanager
+def in_process_server(**options: Any) -> Iterator[LocalServer]:
+    """A ``LocalServer`` in this process on a free port (memory store, no reaper runs), stopped
+    afterwards; it sets the variables it needs in this process, which are put back."""
+    with mock.patch.dict(os.environ):
+        load_settings.cache_clear()
+        local = LocalServer(port=0, store="memory", reaper_interval=3600, **options).start()
+        try:
+            yield local
+        finally:
+            local.stop()
+            load_settings.cache_clear()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
@@ -22,13 +21,13 @@ from websockets.sync.client import connect
 
 from querator import bootstrap
 from querator.client.stream import stream_url
-from querator.config import load_settings
-from querator.localserver import LocalServer
 from querator.testing import serve_process
-from tests.http.conftest import Http, eventually
+from tests.http.conftest import Http, eventually, in_process_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from querator.localserver import LocalServer
 
 pytestmark = pytest.mark.server
 
@@ -37,15 +36,8 @@ DEADLINE = 15.0
 
 @pytest.fixture
 def server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
-    ceiling = getattr(request, "param", 10_000)
-    with mock.patch.dict(os.environ):
-        load_settings.cache_clear()
-        local = LocalServer(port=0, store="memory", reaper_interval=3600, max_connections=ceiling).start()
-        try:
-            yield local
-        finally:
-            local.stop()
-            load_settings.cache_clear()
+    with in_process_server(max_connections=getattr(request, "param", 10_000)) as local:
+        yield local
 
 
 @pytest.fixture

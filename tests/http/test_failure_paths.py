@@ -17,10 +17,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from querator import bootstrap
-from querator.config import load_settings
 from querator.domain.errors import StoreUnavailableError
 from querator.localserver import REQUEST_LOGGER, LocalServer
-from tests.http.conftest import Http, decoded, eventually
+from tests.http.conftest import Http, decoded, eventually, in_process_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -31,15 +30,8 @@ BODY_TIMEOUT = 0.3
 
 @pytest.fixture
 def server() -> Iterator[LocalServer]:
-    # The server sets the variables it needs in this process: patch.dict puts them back afterwards.
-    with mock.patch.dict(os.environ):
-        load_settings.cache_clear()
-        local = LocalServer(port=0, store="memory", reaper_interval=3600, body_timeout=BODY_TIMEOUT).start()
-        try:
-            yield local
-        finally:
-            local.stop()
-            load_settings.cache_clear()
+    with in_process_server(body_timeout=BODY_TIMEOUT) as local:
+        yield local
 
 
 @pytest.fixture
