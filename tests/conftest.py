@@ -102,6 +102,16 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def no_metrics_carried_over() -> None:
+    """Powertools keeps one metric set per process: a test that counted without flushing (a call of
+    an endpoint, a handler still running on another thread) would hand its metrics to the next test
+    that flushes, as a line of its stdout. Each test starts with the set empty."""
+    from querator import observability  # noqa: PLC0415 - the package under test, imported late
+
+    observability.metrics.clear_metrics()
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
