@@ -26,7 +26,9 @@ L-tx    an append-only log with a claim cursor (Kafka offsets, CORFU): a sequenc
         (``cur = :a`` -> ``:b``) in a transaction with a small lease record ``L<deadline><token>``;
         complete deletes the record (or adds the completed positions to it); item rows go by TTL.
 L-one   the same log with the lease records kept in the head row itself, so that a claim is one
-        conditional UpdateItem; the head row grows by ~60 B per lease in flight.
+        conditional UpdateItem; the head row grows by ~45 B per lease in flight.
+L-add   L-one claiming by fetch-and-add (``SET la.#tok = cur, cur = cur + :k`` while the backlog
+        holds a batch): consumers stop losing races on the cursor; the rows are read after the claim.
 
 An expired lease (P: its indexes are free again in place; L: its undone items are re-appended at
 the tail, under the record's removal, in one transaction) and a dead writer (L: a hole in the
