@@ -29,11 +29,14 @@ L-one   the same log with the lease records kept in the head row itself, so that
         conditional UpdateItem; the head row grows by ~45 B per lease in flight.
 L-add   L-one claiming by fetch-and-add (``SET la.#tok = cur, cur = cur + :k`` while the backlog
         holds a batch): consumers stop losing races on the cursor; the rows are read after the claim.
+L-spill L-add with a bounded head: past 32 records a lease moves the oldest 16 to record rows as
+        L-tx keeps them, in one transaction (ADR 0100's proposal).
 
 An expired lease (P: its indexes are free again in place; L: its undone items are re-appended at
 the tail, under the record's removal, in one transaction) and a dead writer (L: a hole in the
 positions, filled after ``HOLE_TIMEOUT`` by a conditional filler; the late writer re-takes
-positions) are run once each, with a clock the benchmark moves.
+positions) are run once each, with a clock the benchmark moves; then one lease of 10 behind 4,000
+items held in valid leases (400 with ``--quick``), for v2 and the log's variants.
 
 Units: ``benchmarks.meter.CostMeter`` (DynamoDB's published rules; moto's ConsumedCapacity ignored).
 Prices: DynamoDB on demand $0.625 per million write units, $0.125 per million read units; API
@@ -749,6 +752,53 @@ class ClaimLog(Candidate):
     def tail_values(self, tail: int, count: int) -> dict[str, Any]:
         return {":t": {"N": str(tail)}, ":t2": {"N": str(tail + count)}}
 
+    def settle_record_row(self, run: Run, done: Sequence[int], whole: bool, now: int) -> None:
+        """Complete against a lease record row ``L<deadline><token>`` (L-tx, and L-spill's spilled ones)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": self.key(run.record),
+            # The fence: the record exists (not re-appended) and its deadline has not passed.
+            "ConditionExpression": "d > :now",
+        }
+        try:
+            if whole:
+                self.client.delete_item(**kwargs, ExpressionAttributeValues={":now": {"N": str(now)}})
+            else:
+                self.client.update_item(
+                    **kwargs,
+                    UpdateExpression="ADD dn :p",
+                    ExpressionAttributeValues={":now": {"N": str(now)}, ":p": {"NS": [str(p) for p in done]}},
+                )
+        except ClientError as exc:
+            if not conditional_failure(exc):
+                raise
+            raise StaleLeaseError(run.record) from exc
+
+    def record_row_actions(self, record_key: str, tail: int, count: int) -> list[Any]:
+        """Re-append actions for a record row: delete it (if still there), move the tail."""
+        actions: list[Any] = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": self.key(record_key),
+                    "ConditionExpression": "attribute_exists(sk)",
+                }
+            }
+        ]
+        if count:
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": self.key(self.HEAD),
+                        "UpdateExpression": "SET tail = :t2",
+                        "ConditionExpression": "tail = :t",
+                        "ExpressionAttributeValues": self.tail_values(tail, count),
+                    }
+                }
+            )
+        return actions
+
 
 @dataclass
 class Found:
@@ -820,49 +870,10 @@ class ClaimLogTx(ClaimLog):
         return True
 
     def settle(self, run: Run, token: str, done: Sequence[int], whole: bool, now: int) -> None:
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "Key": self.key(run.record),
-            # The fence: the record exists (not re-appended) and its deadline has not passed.
-            "ConditionExpression": "d > :now",
-        }
-        try:
-            if whole:
-                self.client.delete_item(**kwargs, ExpressionAttributeValues={":now": {"N": str(now)}})
-            else:
-                self.client.update_item(
-                    **kwargs,
-                    UpdateExpression="ADD dn :p",
-                    ExpressionAttributeValues={":now": {"N": str(now)}, ":p": {"NS": [str(p) for p in done]}},
-                )
-        except ClientError as exc:
-            if not conditional_failure(exc):
-                raise
-            raise StaleLeaseError(run.record) from exc
+        self.settle_record_row(run, done, whole, now)
 
     def reappend_actions(self, record_key: str, tail: int, count: int) -> list[Any]:
-        actions: list[Any] = [
-            {
-                "Delete": {
-                    "TableName": self.table,
-                    "Key": self.key(record_key),
-                    "ConditionExpression": "attribute_exists(sk)",
-                }
-            }
-        ]
-        if count:
-            actions.append(
-                {
-                    "Update": {
-                        "TableName": self.table,
-                        "Key": self.key(self.HEAD),
-                        "UpdateExpression": "SET tail = :t2",
-                        "ConditionExpression": "tail = :t",
-                        "ExpressionAttributeValues": self.tail_values(tail, count),
-                    }
-                }
-            )
-        return actions
+        return self.record_row_actions(record_key, tail, count)
 
 
 class ClaimLogOne(ClaimLog):
@@ -1000,8 +1011,13 @@ class ClaimLogAdd(ClaimLogOne):
                 if not found.payloads:  # a run of fillers only: settled at once, claim again
                     self.settle(found.run, token, [], whole=True, now=now)
                     continue
+            found.run.record = f"L{now + LEASE_US:014x}{token}"
+            self.after_claim(head, now)
             return Lease(token, [identity(p) for p in found.payloads], detail=found.run)
         return None
+
+    def after_claim(self, head: AttributeMap, now: int) -> None:
+        """Hook: what a claim does to the head row besides the claim (L-spill bounds it)."""
 
     def add_claim(self, token: str, count: int, limit: int, now: int) -> int | None:
         try:
@@ -1052,7 +1068,8 @@ class ClaimLogAdd(ClaimLogOne):
                     ":hi": {"S": f"D{end - 1:012x}"},
                 },
                 "ScanIndexForward": False,
-                "Limit": ROW_PAGE,
+                # The row holding the run's end often holds its start too: read it alone first.
+                "Limit": 1 if page_start is None else ROW_PAGE,
             }
             if page_start is not None:
                 kwargs["ExclusiveStartKey"] = page_start
@@ -1133,12 +1150,96 @@ class ClaimLogAdd(ClaimLogOne):
         return [action]
 
 
+class ClaimLogSpill(ClaimLogAdd):
+    """L-spill: L-add with a bounded head row. Past ``HEAD_BOUND`` records a lease moves the oldest
+    ``SPILL`` of them to ``L<deadline><token>`` rows in one transaction (as L-tx keeps them); one
+    Query then reads the head and the spilled records already due. Complete tries the head first and
+    the spilled row after (a lease does not know whether its record moved)."""
+
+    name = "L-spill"
+    HEAD_BOUND = 32
+    SPILL = 16
+
+    def read_head(self, now: int) -> tuple[AttributeMap, list[tuple[str, AttributeMap]]]:
+        items = self.client.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :h AND :due",
+            ExpressionAttributeValues={
+                ":pk": {"S": PK},
+                ":h": {"S": self.HEAD},
+                ":due": {"S": f"L{now:014x}~"},
+            },
+            ConsistentRead=True,
+        ).get("Items", [])
+        head = next(i for i in items if i["sk"]["S"] == self.HEAD)
+        due = [(i["sk"]["S"], i) for i in items if i["sk"]["S"] != self.HEAD]
+        for token, entry in head["ls"]["M"].items():
+            if int(entry["M"]["d"]["N"]) <= now:
+                due.append((token, self.in_head_record(head, token)))
+        return head, due
+
+    @staticmethod
+    def in_head_record(head: AttributeMap, token: str) -> AttributeMap:
+        entry = head["ls"]["M"][token]["M"]
+        start = int(head["la"]["M"][token]["N"])
+        return {**entry, "a": {"N": str(start)}, "b": {"N": str(start + int(entry["k"]["N"]))}}
+
+    def after_claim(self, head: AttributeMap, now: int) -> None:
+        records = head["ls"]["M"]
+        if len(records) + 1 < self.HEAD_BOUND:
+            return
+        oldest = sorted(records, key=lambda t: int(records[t]["M"]["d"]["N"]))[: self.SPILL]
+        names = {f"#s{n}": token for n, token in enumerate(oldest)}
+        actions: list[Any] = [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": self.key(self.HEAD),
+                    "UpdateExpression": "REMOVE " + ", ".join(f"ls.{n}, la.{n}" for n in names),
+                    # Each record still there: a record completed or re-appended meanwhile cancels
+                    # the move (the next lease tries again).
+                    "ConditionExpression": " AND ".join(f"attribute_exists(ls.{n})" for n in names),
+                    "ExpressionAttributeNames": names,
+                }
+            }
+        ]
+        for token in oldest:
+            record = self.in_head_record(head, token)
+            deadline = int(record["d"]["N"])
+            row = {
+                **self.key(f"L{deadline:014x}{token}"),
+                "a": record["a"],
+                "b": record["b"],
+                "d": record["d"],
+            }
+            if "dn" in record:
+                row["dn"] = record["dn"]
+            actions.append({"Put": {"TableName": self.table, "Item": row}})
+        try:
+            self.client.transact_write_items(TransactItems=actions)
+        except ClientError as exc:
+            if not conditional_failure(exc):
+                raise
+
+    def settle(self, run: Run, token: str, done: Sequence[int], whole: bool, now: int) -> None:
+        try:
+            super().settle(run, token, done, whole, now)
+        except StaleLeaseError:
+            self.settle_record_row(run, done, whole, now)
+
+    def reappend_actions(self, record_key: str, tail: int, count: int) -> list[Any]:
+        if record_key.startswith("L"):
+            return self.record_row_actions(record_key, tail, count)
+        return super().reappend_actions(record_key, tail, count)
+
+
 P_SIZES = (1, 4, 16)
 CANDIDATES: tuple[type[Candidate], ...] = (
     *(PackedRows.sized(kb) for kb in P_SIZES),
     ClaimLogTx,
     ClaimLogOne,
     ClaimLogAdd,
+    ClaimLogSpill,
 )
 
 
@@ -1401,6 +1502,67 @@ def dead_writer(kind: type[ClaimLog], endpoint: str, *, dies: bool) -> Figures:
     return figures_of(kind.name, EXPIRY, produced, delivered, meter.snapshot(), 0.0)
 
 
+# -- a lease behind many valid leases -----------------------------------------------------------
+
+#: Items held in valid leases of 10 before the measured lease (issue 35: "a lease of 10 right after
+#: 4,000 items were produced and leased", v2 13-104 read units).
+DEPTH = 4000
+QUICK_DEPTH = 400
+DEPTH_CANDIDATES: tuple[type[Candidate], ...] = (ClaimLogTx, ClaimLogAdd, ClaimLogSpill)
+
+
+@dataclass(frozen=True)
+class DepthRun:
+    """One lease of 10 and its complete, with ``held`` items in valid leases ahead of it."""
+
+    candidate: str
+    held: int
+    read_units: float
+    write_units: float
+    requests: int
+    delivered: int
+
+
+def depth_raw(kind: type[Candidate], endpoint: str, held: int) -> DepthRun:
+    model, meter = build(kind, endpoint, Clock())
+    for _ in range(0, held + 10, 100):
+        model.produce([tagged_payload(100) for _ in range(100)])
+    for _ in range(held // 10):
+        if model.lease(10) is None:
+            raise RuntimeError(f"{kind.name}: nothing to lease while filling")
+    meter.reset()
+    lease = model.lease(10)
+    if lease is None:
+        raise RuntimeError(f"{kind.name}: nothing to lease behind {held} held items")
+    model.complete(lease)
+    snap = meter.snapshot()
+    return DepthRun(kind.name, held, snap.read_units, snap.write_units, snap.requests, len(lease.identities))
+
+
+def depth_v2(endpoint: str, held: int) -> DepthRun:
+    metered = metered_service(endpoint)
+    name = f"v3-depth-{secrets.token_hex(4)}"
+    v2_queue(metered, name)
+    service = metered.service
+    for _ in range(0, held + 10, 100):
+        service.produce(name, [NewItem(payload=tagged_payload(100)) for _ in range(100)])
+    for _ in range(held // 10):
+        service.lease(name, batch_size=10, client_id="holds")
+    metered.meter.reset()
+    metered.catalog_meter.reset()
+    lease = service.lease(name, batch_size=10, client_id="measured")
+    service.complete(name, lease.partition, [i.id for i in lease.items])
+    snap, catalog = metered.meter.snapshot(), metered.catalog_meter.snapshot()
+    return DepthRun(
+        "v2",
+        held,
+        snap.read_units - catalog.read_units,
+        snap.write_units,
+        snap.requests - catalog.requests,
+        len(lease.items),
+    )
+
+
 # -- the whole measurement -----------------------------------------------------------------------
 
 
@@ -1410,6 +1572,7 @@ class Report:
     episodes: list[Episode]
     count: int
     contention_count: int
+    depth: list[DepthRun] = field(default_factory=list)
 
     def get(self, candidate: str, workload: Workload) -> Figures:
         return next(f for f in self.figures if f.candidate == candidate and f.workload == workload)
@@ -1427,6 +1590,7 @@ def measure(
     workloads: Sequence[Workload] = WORKLOADS,
     candidates: Sequence[type[Candidate]] = CANDIDATES,
     episodes: bool = True,
+    depth: int = DEPTH,
 ) -> Report:
     metered = metered_service(endpoint)
     figures: list[Figures] = []
@@ -1466,7 +1630,11 @@ def measure(
                         EXPIRY.batch,
                     )
                 )
-    return Report(figures=figures, episodes=found, count=count, contention_count=contention_count)
+    runs: list[DepthRun] = []
+    if depth:
+        runs.append(depth_v2(endpoint, depth))
+        runs += [depth_raw(kind, endpoint, depth) for kind in DEPTH_CANDIDATES if kind in candidates]
+    return Report(figures=figures, episodes=found, count=count, contention_count=contention_count, depth=runs)
 
 
 #: Leases in flight at which the head row of L-one / L-add is sized (issue 35: O(work) at 100,000).
@@ -1602,6 +1770,18 @@ def format_report(report: Report) -> str:
                 f" {f.failed_conditional_writes:>6} | {e.extra_per_item('write_units'):>14.2f}"
                 f" {e.extra_per_item('read_units'):>14.2f} | {'yes' if f.exactly_once else 'NO':>4}"
             )
+    if report.depth:
+        lines += [
+            "",
+            f"One lease of 10 (and its complete) right after {report.depth[0].held:,} items of 100 B were"
+            " leased in leases of 10, still valid:",
+            f"{'candidate':<9} | {'RCU':>6} {'WCU':>6} {'requests':>8} | {'leased':>6}",
+        ]
+        for d in report.depth:
+            lines.append(
+                f"{d.candidate:<9} | {d.read_units:>6.1f} {d.write_units:>6.0f} {d.requests:>8} |"
+                f" {d.delivered:>6}"
+            )
     lines += [
         "",
         "L-one / L-add keep their lease records in the head row, which every claim and complete writes:",
@@ -1644,7 +1824,9 @@ def main(argv: list[str] | None = None) -> int:
     count = QUICK_COUNT if args.quick else COUNT
     contention = QUICK_CONTENTION_COUNT if args.quick else CONTENTION_COUNT
     with moto_server_process() as endpoint:
-        report = measure(endpoint, count=count, contention_count=contention)
+        report = measure(
+            endpoint, count=count, contention_count=contention, depth=QUICK_DEPTH if args.quick else DEPTH
+        )
     print(format_report(report))
     if args.json is not None:
         document = {
@@ -1664,6 +1846,7 @@ def main(argv: list[str] | None = None) -> int:
                 for f in report.figures
             ],
             "episodes": [asdict(e) for e in report.episodes],
+            "depth": [asdict(d) for d in report.depth],
         }
         args.json.write_text(json.dumps(document, indent=2) + "\n")
     broken = [f"{f.candidate} {f.workload.name}" for f in report.figures if not f.exactly_once]

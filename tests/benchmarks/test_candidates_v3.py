@@ -18,6 +18,7 @@ from benchmarks.candidates_v3 import (
     TARGETS,
     ClaimLogAdd,
     ClaimLogOne,
+    ClaimLogSpill,
     ClaimLogTx,
     Clock,
     Figures,
@@ -135,7 +136,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         yield boto3.client("dynamodb", region_name="us-east-1")
 
 
-KINDS = [ClaimLogTx, ClaimLogOne, ClaimLogAdd, PackedRows.sized(1)]
+KINDS = [ClaimLogTx, ClaimLogOne, ClaimLogAdd, ClaimLogSpill, PackedRows.sized(1)]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
@@ -158,7 +159,7 @@ def test_an_expired_lease_is_fenced_and_its_items_delivered_once_more(
     assert delivered == Counter(identity(p) for p in payloads)
 
 
-@pytest.mark.parametrize("kind", [ClaimLogTx, ClaimLogOne, ClaimLogAdd], ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", [ClaimLogTx, ClaimLogOne, ClaimLogAdd, ClaimLogSpill], ids=lambda k: k.name)
 def test_the_log_delivers_in_produce_order_and_a_late_writer_loses_its_positions(
     client: Any, kind: type[ClaimLogTx]
 ) -> None:
@@ -182,3 +183,28 @@ def test_the_log_delivers_in_produce_order_and_a_late_writer_loses_its_positions
     model.produce(stalled)
     order += drain(model, consumers=1, batch=5, limit=10).keys()
     assert order == [identity(p) for p in later + stalled]
+
+
+def test_the_bounded_head_spills_records_that_still_complete_and_expire(client: Any) -> None:
+    clock = Clock()
+    model = ClaimLogSpill(client, "v3-test", clock)
+    model.HEAD_BOUND, model.SPILL = 4, 2
+    model.create_table()
+    payloads = [tagged_payload(100) for _ in range(100)]
+    model.produce(payloads)
+    leases = [model.lease(10) for _ in range(8)]
+    head = client.get_item(TableName="v3-test", Key=model.key(model.HEAD), ConsistentRead=True)["Item"]
+    assert len(head["ls"]["M"]) < 4  # the rest were moved to record rows
+    spilled = client.query(
+        TableName="v3-test",
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :l)",
+        ExpressionAttributeValues={":pk": {"S": "bench~0"}, ":l": {"S": "L"}},
+    )["Items"]
+    assert len(spilled) + len(head["ls"]["M"]) == 8
+    for lease in leases[:4]:  # the oldest: spilled, completed through their rows
+        assert lease is not None
+        model.complete(lease)
+    clock.advance(LEASE_US + 1)  # the other four run out, wherever their records are
+    delivered = drain(model, consumers=1, batch=10, limit=20)
+    done = [i for lease in leases[:4] if lease is not None for i in lease.identities]
+    assert delivered + Counter(done) == Counter(identity(p) for p in payloads)
