@@ -86,7 +86,7 @@ COUNT = 300
 #: Items per case; a case always runs at least one full batch (100 items at batch 100).
 QUICK_COUNT = 40
 CONTENTION_COUNT = 400
-QUICK_CONTENTION_COUNT = 120
+QUICK_CONTENTION_COUNT = 100
 LEASE_US = 60_000_000
 EXPIRE_US = 3_600_000_000
 #: A position nobody wrote for this long is a dead writer's: a lease fills it (L).
@@ -297,6 +297,8 @@ class Candidate:
         self.client = client
         self.table = table
         self.clock = clock
+        #: How long a lease holds (the depth case holds its leases longer than it takes to fill).
+        self.lease_us = LEASE_US
         self._lock = threading.Lock()
         self._seq = itertools.count(secrets.randbelow(16**6))
 
@@ -428,7 +430,7 @@ class PackedRows(Candidate):
             values: dict[str, Any] = {
                 ":v": row["v"],
                 ":one": {"N": "1"},
-                ":entry": {"M": {"d": {"N": str(now + LEASE_US)}, "i": {"NS": [str(i) for i in take]}}},
+                ":entry": {"M": {"d": {"N": str(now + self.lease_us)}, "i": {"NS": [str(i) for i in take]}}},
             }
             names = {"#tok": lease.token}
             sets = ["ls.#tok = :entry", "v = v + :one"]
@@ -617,7 +619,7 @@ class ClaimLog(Candidate):
                 self.fill(found.hole, found.after_hole, now)
                 continue
             run = found.run
-            run.record = f"L{now + LEASE_US:014x}{token}"
+            run.record = f"L{now + self.lease_us:014x}{token}"
             if not self.claim(run, found.crow, token, now):
                 continue
             if not found.payloads:  # only fillers up to the tail: passed, settled at once
@@ -857,7 +859,7 @@ class ClaimLogTx(ClaimLog):
                                 **self.key(run.record),
                                 "a": {"N": str(run.start)},
                                 "b": {"N": str(run.end)},
-                                "d": {"N": str(now + LEASE_US)},
+                                "d": {"N": str(now + self.lease_us)},
                             },
                         }
                     },
@@ -908,7 +910,7 @@ class ClaimLogOne(ClaimLog):
                         "M": {
                             "a": {"N": str(run.start)},
                             "b": {"N": str(run.end)},
-                            "d": {"N": str(now + LEASE_US)},
+                            "d": {"N": str(now + self.lease_us)},
                         }
                     },
                 },
@@ -1011,7 +1013,7 @@ class ClaimLogAdd(ClaimLogOne):
                 if not found.payloads:  # a run of fillers only: settled at once, claim again
                     self.settle(found.run, token, [], whole=True, now=now)
                     continue
-            found.run.record = f"L{now + LEASE_US:014x}{token}"
+            found.run.record = f"L{now + self.lease_us:014x}{token}"
             self.after_claim(head, now)
             return Lease(token, [identity(p) for p in found.payloads], detail=found.run)
         return None
@@ -1030,7 +1032,7 @@ class ClaimLogAdd(ClaimLogOne):
                 ExpressionAttributeValues={
                     ":k": {"N": str(count)},
                     ":lim": {"N": str(limit)},
-                    ":rec": {"M": {"k": {"N": str(count)}, "d": {"N": str(now + LEASE_US)}}},
+                    ":rec": {"M": {"k": {"N": str(count)}, "d": {"N": str(now + self.lease_us)}}},
                 },
                 ReturnValues="UPDATED_OLD",
             )
@@ -1117,7 +1119,9 @@ class ClaimLogAdd(ClaimLogOne):
                 ExpressionAttributeValues={
                     ":a": {"N": str(run.start)},
                     ":b": {"N": str(run.end)},
-                    ":rec": {"M": {"k": {"N": str(run.end - run.start)}, "d": {"N": str(now + LEASE_US)}}},
+                    ":rec": {
+                        "M": {"k": {"N": str(run.end - run.start)}, "d": {"N": str(now + self.lease_us)}}
+                    },
                 },
             )
         except ClientError as exc:
@@ -1508,6 +1512,8 @@ def dead_writer(kind: type[ClaimLog], endpoint: str, *, dies: bool) -> Figures:
 #: 4,000 items were produced and leased", v2 13-104 read units).
 DEPTH = 4000
 QUICK_DEPTH = 400
+#: The held leases must stay valid while the case fills (minutes on moto), or they come back.
+DEPTH_LEASE_US = 30 * 60 * 1_000_000
 DEPTH_CANDIDATES: tuple[type[Candidate], ...] = (ClaimLogTx, ClaimLogAdd, ClaimLogSpill)
 
 
@@ -1525,6 +1531,7 @@ class DepthRun:
 
 def depth_raw(kind: type[Candidate], endpoint: str, held: int) -> DepthRun:
     model, meter = build(kind, endpoint, Clock())
+    model.lease_us = DEPTH_LEASE_US
     for _ in range(0, held + 10, 100):
         model.produce([tagged_payload(100) for _ in range(100)])
     for _ in range(held // 10):
@@ -1542,7 +1549,7 @@ def depth_raw(kind: type[Candidate], endpoint: str, held: int) -> DepthRun:
 def depth_v2(endpoint: str, held: int) -> DepthRun:
     metered = metered_service(endpoint)
     name = f"v3-depth-{secrets.token_hex(4)}"
-    v2_queue(metered, name)
+    v2_queue(metered, name, lease_timeout=timedelta(microseconds=DEPTH_LEASE_US))
     service = metered.service
     for _ in range(0, held + 10, 100):
         service.produce(name, [NewItem(payload=tagged_payload(100)) for _ in range(100)])
