@@ -520,7 +520,7 @@ def run_product(metered: MeteredService, *, batch: int, count: int, payload: int
     )
 
 
-def _in_threads(threads: int, work: Callable[[int], list[str]]) -> Counter[str]:
+def in_threads(threads: int, work: Callable[[int], list[str]]) -> Counter[str]:
     """Run ``work(i)`` in ``threads`` threads; the identities they delivered, counted."""
     results: list[list[str]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
@@ -557,7 +557,7 @@ def drain_in_threads(service: QueueService, queue: str, *, consumers: int, batch
                 raise RuntimeError("complete failed on a freshly leased item")
             done += ids
 
-    return _in_threads(consumers, work)
+    return in_threads(consumers, work)
 
 
 def contend_raw(
@@ -576,7 +576,7 @@ def contend_raw(
             done += [c.identity for c in claims]
         return done
 
-    delivered = _in_threads(threads, work)
+    delivered = in_threads(threads, work)
     return _contention_run(
         kind.name, threads=threads, batch=batch, produced=produced, delivered=delivered, meter=meter
     )

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from botocore.exceptions import ClientError
 
-from benchmarks.candidates import drain_in_threads
+from benchmarks.candidates import drain_in_threads, in_threads
 from benchmarks.cost import metered_service, use_fake_credentials
 from benchmarks.meter import CostMeter, CostSnapshot, item_size, read_units, write_units
 from querator.domain.errors import NothingToLeaseError
@@ -921,12 +921,15 @@ class ClaimLogOne(ClaimLog):
             return False
         return True
 
+    #: What a complete of the whole run removes from the head row: its lease record.
+    SETTLE_REMOVES = "REMOVE ls.#tok"
+
     def settle(self, run: Run, token: str, done: Sequence[int], whole: bool, now: int) -> None:
         try:
             self.client.update_item(
                 TableName=self.table,
                 Key=self.key(self.HEAD),
-                UpdateExpression="REMOVE ls.#tok" if whole else "ADD ls.#tok.dn :p",
+                UpdateExpression=self.SETTLE_REMOVES if whole else "ADD ls.#tok.dn :p",
                 ConditionExpression="ls.#tok.d > :now",
                 ExpressionAttributeNames={"#tok": token},
                 ExpressionAttributeValues={":now": {"N": str(now)}}
@@ -1130,21 +1133,8 @@ class ClaimLogAdd(ClaimLogOne):
             return False
         return True
 
-    def settle(self, run: Run, token: str, done: Sequence[int], whole: bool, now: int) -> None:
-        try:
-            self.client.update_item(
-                TableName=self.table,
-                Key=self.key(self.HEAD),
-                UpdateExpression="REMOVE ls.#tok, la.#tok" if whole else "ADD ls.#tok.dn :p",
-                ConditionExpression="ls.#tok.d > :now",
-                ExpressionAttributeNames={"#tok": token},
-                ExpressionAttributeValues={":now": {"N": str(now)}}
-                | ({} if whole else {":p": {"NS": [str(p) for p in done]}}),
-            )
-        except ClientError as exc:
-            if not conditional_failure(exc):
-                raise
-            raise StaleLeaseError(token) from exc
+    #: ... and its claim's start (``la``), which L-add keeps beside it.
+    SETTLE_REMOVES = "REMOVE ls.#tok, la.#tok"
 
     def reappend_actions(self, record_key: str, tail: int, count: int) -> list[Any]:
         (action,) = super().reappend_actions(record_key, tail, count)
@@ -1260,27 +1250,6 @@ def build(kind: type[C], endpoint: str, clock: Clock) -> tuple[C, CostMeter]:
     meter = CostMeter(dynamodb_client(endpoint, max_pool=32))
     meter.attach(client)
     return model, meter
-
-
-def in_threads(threads: int, work: Callable[[int], list[str]]) -> Counter[str]:
-    """Run ``work(i)`` in ``threads`` threads; the identities they delivered, counted."""
-    results: list[list[str]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
-
-    def target(i: int) -> None:
-        try:
-            results[i] = work(i)
-        except BaseException as exc:  # re-raised in the caller's thread below
-            errors.append(exc)
-
-    workers = [threading.Thread(target=target, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
-    return Counter(itertools.chain.from_iterable(results))
 
 
 def drain(model: Candidate, *, consumers: int, batch: int, limit: int) -> Counter[str]:

@@ -16,6 +16,7 @@ from benchmarks.candidates_v3 import (
     LEASE_US,
     ROW_OVERHEAD,
     TARGETS,
+    WORKLOADS,
     ClaimLogAdd,
     ClaimLogOne,
     ClaimLogSpill,
@@ -100,17 +101,8 @@ def figures(
 
 
 def test_targets_mark_met_and_not_met_from_the_figures() -> None:
-    workloads = [
-        Workload(100, 100),
-        Workload(100, 10),
-        Workload(100, 1),
-        Workload(1000, 100),
-        Workload(1000, 1),
-        Workload(1000, 10, consumers=4),
-        Workload(100, 10, consumers=16),
-    ]
-    rows = [figures("v2", w, 300.0, 50.0, failed=131) for w in workloads]
-    rows += [figures("X", w, 30.0, 40.0, failed=5) for w in workloads]
+    rows = [figures("v2", w, 300.0, 50.0, failed=131) for w in WORKLOADS]
+    rows += [figures("X", w, 30.0, 40.0, failed=5) for w in WORKLOADS]
     report = Report(figures=rows, episodes=[], count=100, contention_count=100)
     verdicts = {t.label: t.check(report, "X") for t in TARGETS}
     assert verdicts["WCU/item 100 B x100 <= 0.5"] == (pytest.approx(0.3), True)

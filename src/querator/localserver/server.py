@@ -504,7 +504,7 @@ class _Loop:
         if request is None:
             # Not one the server can read: the handler says what is wrong with it.
             return await self._invoke(routes.LEASE.function, head, body, connection.peer)
-        queue_name, client_id, wait, key = request
+        queue_name, client_id, wait, key, parsed = request
         holder = self._parked.get((queue_name, client_id))
         if holder is not None and not holder.gone:
             # As the service answers a second lease of a client id whose lease waits inside it.
@@ -514,7 +514,9 @@ class _Loop:
         if wait <= 0 or self.stopping.is_set():
             return await self._invoke(routes.LEASE.function, head, body, connection.peer)
         wait = min(wait, load_settings().lease_wait_cap.total_seconds(), INVOCATION_SECONDS - 1)
-        asking = json.dumps({**json.loads(body), key: "0s"}).encode()
+        asking = json.dumps({**parsed, key: "0s"}).encode()
+        size = parsed.get("batch_size", parsed.get("batchSize", 1))
+        batch_size = size if isinstance(size, int) else 1
         deadline = self.loop.time() + wait
         waiter = Waiter(queue_name)
         self._parked[(queue_name, client_id)] = connection
@@ -526,7 +528,7 @@ class _Loop:
                 full = False
                 try:
                     reply = await self._invoke(routes.LEASE.function, head, asking, connection.peer)
-                    full = reply.status == HTTPStatus.OK and _leased(reply) >= _batch_size(body)
+                    full = reply.status == HTTPStatus.OK and _leased(reply) >= batch_size
                 finally:
                     self.waiters.attempted(waiter, full=full)
                 left = deadline - self.loop.time()
@@ -713,9 +715,9 @@ def _framing_reply(error: http1.FramingError) -> _Reply:
     return _Reply.of(WireError(error.status, stable, str(error)))
 
 
-def _lease_request(body: bytes) -> tuple[str, str, float, str] | None:
-    """(queue, client id, seconds it asks to wait, the key that said so) of a lease; None for one the
-    handler must judge (it answers what is wrong with it)."""
+def _lease_request(body: bytes) -> tuple[str, str, float, str, dict[str, Any]] | None:
+    """(queue, client id, seconds it asks to wait, the key that said so, the body as parsed) of a
+    lease; None for one the handler must judge (it answers what is wrong with it)."""
     try:
         request = json.loads(body)
     except ValueError:
@@ -728,10 +730,10 @@ def _lease_request(body: bytes) -> tuple[str, str, float, str] | None:
     if len(keys) > 1 or not isinstance(queue_name, str) or not isinstance(client_id, str) or not client_id:
         return None
     if not keys:
-        return queue_name, client_id, 0.0, "request_timeout"
+        return queue_name, client_id, 0.0, "request_timeout", request
     timeout = request[keys[0]]
     if timeout is None:
-        return queue_name, client_id, 0.0, keys[0]
+        return queue_name, client_id, 0.0, keys[0], request
     if not isinstance(timeout, str):
         return None
     try:
@@ -740,13 +742,7 @@ def _lease_request(body: bytes) -> tuple[str, str, float, str] | None:
         return None
     if wait < timedelta(0):
         return None
-    return queue_name, client_id, wait.total_seconds(), keys[0]
-
-
-def _batch_size(body: bytes) -> int:
-    request = json.loads(body)
-    size = request.get("batch_size", request.get("batchSize", 1))
-    return size if isinstance(size, int) else 1
+    return queue_name, client_id, wait.total_seconds(), keys[0], request
 
 
 def _leased(reply: _Reply) -> int:
