@@ -12,7 +12,10 @@ import asyncio
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: The most a request line and its headers may take (http.server's limits came to about this).
 HEAD_LIMIT: Final = 64 * 1024
@@ -68,11 +71,13 @@ class RequestHead:
         return "close" not in tokens
 
 
-async def read_head(reader: asyncio.StreamReader, *, timeout: float) -> RequestHead | None:
+async def read_head(
+    reader: asyncio.StreamReader, *, timeout: float, started: Callable[[], None] | None = None
+) -> RequestHead | None:
     """The next request's head, or None when the client closed the connection between requests.
 
     Waits for the first byte as long as it takes (an idle keep-alive connection costs a socket, not a
-    thread); from there the whole head must arrive within ``timeout`` seconds.
+    thread), calls ``started``, and from there the whole head must arrive within ``timeout`` seconds.
 
     Raises
     ------
@@ -85,6 +90,8 @@ async def read_head(reader: asyncio.StreamReader, *, timeout: float) -> RequestH
         first = await reader.read(1)
         if not first:
             return None
+    if started is not None:
+        started()  # a request is under way from its first byte
     try:
         rest = await asyncio.wait_for(reader.readuntil(_CRLF + _CRLF), timeout)
     except asyncio.LimitOverrunError as error:

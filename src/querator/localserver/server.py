@@ -11,9 +11,11 @@ the loop until a produce, a retry or the queue's probe wakes it (``waiting``), t
 
 from __future__ import annotations
 
+import array
 import asyncio
 import base64
 import contextlib
+import fcntl
 import functools
 import json
 import logging
@@ -21,6 +23,7 @@ import os
 import queue
 import resource
 import socket
+import termios
 import threading
 import time
 import uuid
@@ -347,7 +350,11 @@ class _Loop:
     async def _serve(self, connection: _Connection) -> None:
         while not self.stopping.is_set():
             try:
-                head = await http1.read_head(connection.reader, timeout=self.body_timeout)
+                head = await http1.read_head(
+                    connection.reader,
+                    timeout=self.body_timeout,
+                    started=functools.partial(_begun, connection),
+                )
             except http1.FramingError as error:
                 connection.busy = True
                 await self._write(connection, None, _framing_reply(error), close=True)
@@ -700,12 +707,29 @@ class _Loop:
 def _idle(connection: _Connection) -> bool:
     """Between requests with nothing of the next one received: closing it loses nothing. A stream
     is not idle: it closes itself (1001) when the server stops."""
-    return not connection.busy and not connection.streaming and not _has_bytes(connection.reader)
+    return not connection.busy and not connection.streaming and not _has_bytes(connection)
 
 
-def _has_bytes(reader: asyncio.StreamReader) -> bool:
-    # StreamReader has no public "bytes waiting" test; its buffer is what a next request has sent.
-    return bool(getattr(reader, "_buffer", b""))
+def _begun(connection: _Connection) -> None:
+    """A request's first byte has arrived: from here ``stop`` waits for its reply."""
+    connection.busy = True
+
+
+def _has_bytes(connection: _Connection) -> bool:
+    """Bytes of a next request have arrived: in the reader's buffer, or still in the kernel's, where
+    the loop has not read them yet (a request sent just before SIGTERM gets its answer)."""
+    # StreamReader has no public "bytes waiting" test.
+    if getattr(connection.reader, "_buffer", b""):
+        return True
+    sock = connection.writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    waiting = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, waiting)
+    except OSError:
+        return False
+    return waiting[0] > 0
 
 
 def _framing_reply(error: http1.FramingError) -> _Reply:
