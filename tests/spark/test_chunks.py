@@ -14,9 +14,9 @@ from pyspark.sql import Row
 from querator.domain.ids import ID_LENGTH, is_item_id, time_key
 from querator.domain.model import NewItem, QueueInfo
 from querator.domain.priority import band, lane_of, priority_of, unbanded
-from querator.spark.chunks import ChunkPlan
 from querator.spark.job import _columns_record, _from_plan, _RowPreparer, plan_schema
 from querator.spark.mapping import ColumnMap, RowError
+from querator.storage.dynamodb.bulk import ChunkPlan
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc

@@ -24,12 +24,12 @@ from querator.domain.errors import (
 from querator.domain.model import QueueInfo
 from querator.domain.priority import BANDS, band_of
 from querator.service import QueueService
-from querator.spark.chunks import ChunkWriter
 from querator.spark.job import PartitionWriter, ProduceCounts
 from querator.spark.mapping import ColumnMap, RowError, item_digest, row_key, row_to_item
 from querator.spark.producer import ChunkReceipt, DirectProducer
 from querator.spark.retry import RetryPolicy
 from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.bulk import ChunkWriter
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 from querator.testing import FakeClock, dynamodb_client

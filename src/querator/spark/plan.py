@@ -32,7 +32,7 @@ PLAN_VERSION = 1
 
 
 #: A re-run later than this after the first run is refused: the chunk records that make it store
-#: nothing twice live 24 hours (``querator.spark.chunks.RECORD_TTL``, the service's window), and a
+#: nothing twice live 24 hours (``querator.storage.dynamodb.bulk.RECORD_TTL``, the service's window), and a
 #: re-run must finish before they go.
 RERUN_WINDOW_SECONDS = 23 * 3600
 

@@ -15,9 +15,6 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import boto3
-from botocore.config import Config
-
 from querator.client import Client, QueratorClientError
 from querator.client import NewItem as ClientItem
 from querator.client import errors as client_errors
@@ -32,7 +29,7 @@ from querator.domain.errors import (
     StoreUnavailableError,
 )
 from querator.service import QueueService
-from querator.spark.chunks import IN_FLIGHT, ChunkWriter
+from querator.storage.dynamodb.bulk import ChunkWriter, bulk_client
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 
@@ -84,14 +81,6 @@ class Target(Protocol):
 
 # -- direct: QueueService over the DynamoDB tables ------------------------------------------------
 
-#: Standard retry mode backs off on throttling below our own retries; the pool holds every batch
-#: request a chunk writer keeps in flight, plus the record and counter calls.
-_DIRECT_CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 4},
-    connect_timeout=5,
-    read_timeout=30,
-    max_pool_connections=IN_FLIGHT + 4,
-)
 #: The Spark local property naming one run of a produce job (set by the driver, read in the tasks):
 #: a chunk record's owner is the run and the task, so a task's retry resumes its chunk at once.
 RUN_PROPERTY = "querator.produce.run"
@@ -124,12 +113,7 @@ class DirectTarget:
 
 
 def _client(target: DirectTarget) -> Any:
-    return boto3.client(
-        "dynamodb",
-        region_name=target.settings.region,
-        endpoint_url=target.endpoint_url,
-        config=_DIRECT_CLIENT_CONFIG,
-    )
+    return bulk_client(target.settings.region, target.endpoint_url)
 
 
 @functools.lru_cache(maxsize=4)
@@ -167,7 +151,7 @@ def _direct_service(target: DirectTarget) -> QueueService:
 
 
 class DirectProducer:
-    """``Producer`` over the chunk writer (``querator.spark.chunks``); the queue check goes through
+    """``Producer`` over the chunk writer (``querator.storage.dynamodb.bulk``); the queue check goes through
     ``QueueService``. Errors are the domain's."""
 
     def __init__(self, service: QueueService, writer: ChunkWriter) -> None:

@@ -1,4 +1,8 @@
-"""Spark producer, direct write path: one chunk into one queue partition, with a compact chunk record.
+"""Storage layer: bulk loads (the Spark producer's direct path), one chunk into one queue partition,
+with a compact chunk record.
+
+The Spark job (``querator.spark.producer``) drives it; every DynamoDB call it makes is here, beside
+the store's own, so the storage package stays the only code that speaks DynamoDB.
 
 ``QueueService.produce`` keeps, per idempotent call, a record holding every item id (~31 KB for
 1,000 items) and lets a half-written call be taken over only when that record is 15 minutes old.
@@ -37,6 +41,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import botocore.session
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from querator.domain import lifecycle
@@ -410,4 +416,26 @@ def _plan(attrs: dict[str, Any]) -> ChunkPlan:
     )
 
 
-__all__ = ["CHUNK_LEASE", "ChunkOutcome", "ChunkPlan", "ChunkWriter"]
+#: Standard retry mode backs off on throttling below our own retries; the pool holds every batch
+#: request a chunk writer keeps in flight, plus the record and counter calls.
+BULK_CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 4},
+    connect_timeout=5,
+    read_timeout=30,
+    max_pool_connections=IN_FLIGHT + 4,
+)
+
+
+def bulk_client(region: str | None, endpoint_url: str | None = None) -> Any:
+    """A DynamoDB client for a bulk writer (one per Spark worker process).
+
+    ``endpoint_url`` ``None`` leaves the endpoint to botocore, which honours
+    ``AWS_ENDPOINT_URL_DYNAMODB`` in the executor's environment. botocore's own session, as
+    ``boto3.client`` uses underneath, without importing boto3's resource machinery.
+    """
+    return botocore.session.Session().create_client(
+        "dynamodb", region_name=region, endpoint_url=endpoint_url, config=BULK_CLIENT_CONFIG
+    )
+
+
+__all__ = ["BULK_CLIENT_CONFIG", "CHUNK_LEASE", "ChunkOutcome", "ChunkPlan", "ChunkWriter", "bulk_client"]
