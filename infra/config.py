@@ -28,7 +28,8 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
                             policy or private endpoint; docs/adr/0094-api-flavour.md). Stage ``prod``
                             sets ``http``. Switching a deployed stage replaces its API: a new URL
 ``apiThrottleRate`` / ``apiThrottleBurst``   stage-wide API Gateway throttling (requests/s, burst)
-``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true)
+``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true; REST only: an
+                            HTTP API writes its access logs without it)
 ``tracing``                 X-Ray active tracing (default true)
 ``leaseWaitCapSeconds``     longest a lease request waits (default 20; API Gateway gives up at 29)
 ``oldestItemAgeAlarmSeconds``  alarm when the oldest due item is older (default 3600)

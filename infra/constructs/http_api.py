@@ -81,15 +81,16 @@ class _AccessLog:
         return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS, separators=(",", ":")))
 
 
-def _integration(
-    construct_id: str, function: ServiceFunction, *, per_route: bool
-) -> integrations.HttpLambdaIntegration:
+def _integration(construct_id: str, function: ServiceFunction) -> integrations.HttpLambdaIntegration:
     return integrations.HttpLambdaIntegration(
         construct_id,
         function.target,
         # 1.0 is the REST proxy's event and response: the handlers read httpMethod, path, headers.
         payload_format_version=apigw2.PayloadFormatVersion.VERSION_1_0,
-        scope_permission_to_route=per_route,
+        # Scoped: the route's own path, and for the $default route ``<api>/*/*``, which matches what
+        # API Gateway sends for it (``<api>/<stage>/$default``). CDK's unscoped ``<api>/*/*/*`` does not
+        # match that ARN (one segment short): the catch-all would answer 500 without invoking.
+        scope_permission_to_route=True,
         # REST's limit on both flavours, so the lease wait cap (infra/timeouts.py) holds for either.
         timeout=Duration.seconds(API_GATEWAY_SECONDS),
     )
@@ -139,7 +140,7 @@ class HttpQueueApi(Construct):
             # One integration per route: CDK binds an integration's Lambda permission once, on its
             # first route, so a shared route-scoped one would leave the other routes unauthorized.
             integration = _integration(
-                f"{route.method} {route.path}".replace("/", "|"), functions[route.function], per_route=True
+                f"{route.method} {route.path}".replace("/", "|"), functions[route.function]
             )
             self.routes += self.api.add_routes(
                 path=route.path,
@@ -155,7 +156,7 @@ class HttpQueueApi(Construct):
             "DefaultRoute",
             http_api=self.api,
             route_key=apigw2.HttpRouteKey.DEFAULT,
-            integration=_integration("Misses", functions[Function.META], per_route=False),
+            integration=_integration("Misses", functions[Function.META]),
             authorizer=authorizer,
         )
         self.routes.append(self.default_route)
