@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from cfnlint.api import ManualArgs, lint
 
+from infra.constructs.api import QueueApi
 from infra.constructs.http_api import HttpQueueApi
 from infra.permissions import Caller, caller_routes
 from querator.api.routes import ROUTES
@@ -164,6 +165,21 @@ def test_execute_api_arn_grants_any_value_of_a_path_parameter_and_any_method_for
     assert (
         http_synth.stack.resolve(api.execute_api_arn("ANY", "/v1/x"))["Fn::Join"][1][-1] == "/$default/*/v1/x"
     )
+
+
+def test_the_rest_apis_execute_api_arn_is_cdks_for_every_route(synth: Synth) -> None:
+    # The caller policies are built through execute_api_arn on both flavours; on REST it must name
+    # what CDK's arn_for_execute_api named before, or the deployed policies would change.
+    api = synth.stack.api
+    assert isinstance(api, QueueApi)
+    for route in ROUTES:
+        ours = synth.stack.resolve(api.execute_api_arn(route.method, route.path))
+        cdks = synth.stack.resolve(
+            api.api.arn_for_execute_api(route.method, route.path, synth.stack.config.stage)
+        )
+        assert ours == cdks
+    param = synth.stack.resolve(api.execute_api_arn("POST", "/v1/queues/{queue}/queue.produce"))
+    assert param["Fn::Join"][1][-1] == f"/{synth.stack.config.stage}/POST/v1/queues/*/queue.produce"
 
 
 def test_the_api_alarms_watch_the_http_apis_metrics(http_synth: Synth) -> None:
