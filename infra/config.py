@@ -26,7 +26,8 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
 ``apiFlavour``              ``rest`` (default: a REST API, which LocalStack Community serves) or ``http``
                             (an HTTP API: $1.00 per million calls against $3.50, no WAF, resource
                             policy or private endpoint; docs/adr/0094-api-flavour.md). Stage ``prod``
-                            sets ``http``. Switching a deployed stage replaces its API: a new URL
+                            sets ``http``. Switching a deployed stage replaces its API (a new
+                            ``ApiUrl``; docs/deploy.md, "Which API")
 ``apiThrottleRate`` / ``apiThrottleBurst``   stage-wide API Gateway throttling (requests/s, burst)
 ``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true; REST only: an
                             HTTP API writes its access logs without it)
