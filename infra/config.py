@@ -23,8 +23,14 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
                             ``<`` is a placeholder (``cdk.json`` prod has one) and counts as unset.
 ``accountConcurrencyAlarm`` alarm when the account's concurrent executions reach this many (default
                             800: 80 % of Lambda's default 1,000 per region; set it from your quota)
+``apiFlavour``              ``rest`` (default: a REST API, which LocalStack Community serves) or ``http``
+                            (an HTTP API: $1.00 per million calls against $3.50, no WAF, resource
+                            policy or private endpoint; docs/adr/0094-api-flavour.md). Stage ``prod``
+                            sets ``http``. Switching a deployed stage replaces its API (a new
+                            ``ApiUrl``; docs/deploy.md, "Which API")
 ``apiThrottleRate`` / ``apiThrottleBurst``   stage-wide API Gateway throttling (requests/s, burst)
-``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true)
+``apiCloudWatchRole``       create API Gateway's account-wide logging role (default true; REST only: an
+                            HTTP API writes its access logs without it)
 ``tracing``                 X-Ray active tracing (default true)
 ``leaseWaitCapSeconds``     longest a lease request waits (default 20; API Gateway gives up at 29)
 ``oldestItemAgeAlarmSeconds``  alarm when the oldest due item is older (default 3600)
@@ -59,6 +65,8 @@ if TYPE_CHECKING:
 #: Runtimes the layer can be built for (``layers/core/build.py --python-version``).
 RUNTIMES: Final = ("python3.12", "python3.13")
 ARCHITECTURES: Final = ("arm64", "x86_64")
+#: API Gateway's two kinds of HTTP front door (docs/adr/0094-api-flavour.md).
+API_FLAVOURS: Final = ("rest", "http")
 #: The values CloudWatch Logs accepts for a retention, in days.
 RETENTION_DAYS: Final = frozenset(
     {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
@@ -94,6 +102,7 @@ class StageConfig:
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
     account_concurrency_alarm: int = 800
+    api_flavour: str = "rest"
     api_throttle_rate: int = 100
     api_throttle_burst: int = 200
     api_cloud_watch_role: bool = True
@@ -114,6 +123,8 @@ class StageConfig:
             raise StageConfigError(f"runtime={self.runtime!r}: one of {', '.join(RUNTIMES)}")
         if self.architecture not in ARCHITECTURES:
             raise StageConfigError(f"architecture={self.architecture!r}: one of {', '.join(ARCHITECTURES)}")
+        if self.api_flavour not in API_FLAVOURS:
+            raise StageConfigError(f"apiFlavour={self.api_flavour!r}: one of {', '.join(API_FLAVOURS)}")
         if self.log_retention_days not in RETENTION_DAYS:
             raise StageConfigError(f"logRetentionDays={self.log_retention_days}: not a CloudWatch value")
         if not 1 <= self.reaper_rate_minutes <= 60:

@@ -10,6 +10,7 @@ from infra.constructs.api import QueueApi
 from infra.constructs.callers import CallerPolicies
 from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
+from infra.constructs.http_api import HttpQueueApi
 from infra.constructs.monitoring import QueueMonitoring
 from infra.constructs.reaper import Reaper
 from infra.constructs.stream import QueueStream
@@ -48,13 +49,15 @@ class QueratorStack(Stack):
             STREAM: self.stream.function,
             DISPATCHER: self.stream.dispatcher,
         }
-        self.api = QueueApi(self, "Api", config=config, functions=self.api_functions.by_name)
+        # One id for both flavours (docs/adr/0094-api-flavour.md): switching replaces the API.
+        api_flavour = HttpQueueApi if config.api_flavour == "http" else QueueApi
+        self.api: QueueApi | HttpQueueApi = api_flavour(
+            self, "Api", config=config, functions=self.api_functions.by_name
+        )
         self.monitoring = QueueMonitoring(
             self, "Monitoring", config=config, tables=self.tables, functions=self.functions, api=self.api.api
         )
-        self.callers = CallerPolicies(
-            self, "Callers", config=config, api=self.api.api, stream=self.stream.api
-        )
+        self.callers = CallerPolicies(self, "Callers", config=config, api=self.api, stream=self.stream.api)
         CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL; append /v1/<noun>.<verb>")
         CfnOutput(
             self, "StreamUrl", value=self.stream.url, description="WebSocket URL of the stream (docs/api.md)"

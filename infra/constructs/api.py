@@ -16,7 +16,7 @@ from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.constructs.common import removal_policy, retention
+from infra.constructs.common import execute_api_arn, removal_policy, retention
 from infra.nag import acknowledge
 from querator.api.routes import ROUTES, Function
 
@@ -106,6 +106,7 @@ class QueueApi(Construct):
             )
         self._answer_misses_in_the_envelope(functions)
         self.url = self.api.url
+        self._stage = config.stage
 
         if config.api_cloud_watch_role:
             acknowledge(
@@ -133,6 +134,11 @@ class QueueApi(Construct):
             "Callers are IAM principals (SigV4); a Cognito user pool authorizer would add a second "
             "identity system the contract does not have.",
         )
+
+    def execute_api_arn(self, method: str, path: str) -> str:
+        """``arn:aws:execute-api:<region>:<account>:<api-id>/<stage>/<METHOD>/<path>``: what an IAM
+        policy grants to invoke ``method path`` (``ANY``: every method; ``{param}``: any value)."""
+        return execute_api_arn(self, self.api.rest_api_id, self._stage, method, path)
 
     def _answer_misses_in_the_envelope(self, functions: Mapping[str, ServiceFunction]) -> None:
         """Send what no route matches to the meta function, which answers as the contract says.

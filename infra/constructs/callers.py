@@ -11,7 +11,7 @@ WebSocket API; its messages need no further grant).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
@@ -20,10 +20,15 @@ from constructs import Construct
 from infra.permissions import Caller, caller_routes
 
 if TYPE_CHECKING:
-    from aws_cdk import aws_apigateway as apigw
     from aws_cdk import aws_apigatewayv2 as apigw2
 
     from infra.config import StageConfig
+
+
+class ExecuteApi(Protocol):
+    """Either flavour of the API construct (``QueueApi``, ``HttpQueueApi``): the ARN a policy grants."""
+
+    def execute_api_arn(self, method: str, path: str) -> str: ...
 
 
 class CallerPolicies(Construct):
@@ -35,7 +40,7 @@ class CallerPolicies(Construct):
         construct_id: str,
         *,
         config: StageConfig,
-        api: apigw.RestApi,
+        api: ExecuteApi,
         stream: apigw2.WebSocketApi,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -57,8 +62,7 @@ class CallerPolicies(Construct):
                     iam.PolicyStatement(
                         actions=["execute-api:Invoke"],
                         resources=[
-                            api.arn_for_execute_api(route.method, route.path, config.stage)
-                            for route in caller_routes(caller)
+                            api.execute_api_arn(route.method, route.path) for route in caller_routes(caller)
                         ],
                     ),
                     *stream_grants,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 
 if TYPE_CHECKING:
+    from constructs import Construct
+
     from infra.config import StageConfig
 
 RUNTIMES: Final = {"python3.12": lambda_.Runtime.PYTHON_3_12, "python3.13": lambda_.Runtime.PYTHON_3_13}
@@ -48,3 +50,16 @@ def retention(config: StageConfig) -> logs.RetentionDays:
 def removal_policy(config: StageConfig) -> RemovalPolicy:
     """Stateful resources (tables, logs) outlive the stack outside dev stages."""
     return RemovalPolicy.RETAIN if config.retains_data else RemovalPolicy.DESTROY
+
+
+def execute_api_arn(scope: Construct, api_id: str, stage: str, method: str, path: str) -> str:
+    """The ``execute-api:Invoke`` resource of ``method path`` on ``stage`` of API ``api_id``."""
+    if not path.startswith("/"):
+        raise ValueError(f"path {path!r} must start with '/'")
+    verb = "*" if method.upper() == "ANY" else method.upper()
+    pattern = "/".join(
+        "*" if part.startswith("{") and part.endswith("}") else part for part in path.split("/")
+    )
+    return Stack.of(scope).format_arn(
+        service="execute-api", resource=api_id, resource_name=f"{stage}/{verb}{pattern}"
+    )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from aws_cdk import aws_apigateway as apigw
+    from aws_cdk import aws_apigatewayv2 as apigw2
 
     from infra.config import StageConfig
     from infra.constructs.functions import ServiceFunction
@@ -82,7 +83,7 @@ class QueueMonitoring(Construct):
         config: StageConfig,
         tables: QueueTables,
         functions: Mapping[str, ServiceFunction],
-        api: apigw.RestApi,
+        api: apigw.RestApi | apigw2.HttpApi,
     ) -> None:
         super().__init__(scope, construct_id)
         self.topic = self._topic(config)
@@ -219,7 +220,7 @@ class QueueMonitoring(Construct):
         config: StageConfig,
         tables: QueueTables,
         functions: Mapping[str, ServiceFunction],
-        api: apigw.RestApi,
+        api: apigw.RestApi | apigw2.HttpApi,
     ) -> cloudwatch.Dashboard:
         dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"querator-{config.stage}")
         dashboard.add_widgets(
@@ -306,7 +307,7 @@ class QueueMonitoring(Construct):
         return dashboard
 
     @staticmethod
-    def client_errors(config: StageConfig, api: apigw.RestApi) -> cloudwatch.MathExpression:
+    def client_errors(config: StageConfig, api: apigw.RestApi | apigw2.HttpApi) -> cloudwatch.MathExpression:
         """API Gateway's 4XX count less the 454 answers of leases that waited and found nothing: an
         empty queue is the normal state of a long-poll, not a client error."""
         return cloudwatch.MathExpression(

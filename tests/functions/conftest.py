@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 from moto import mock_aws
@@ -44,6 +45,37 @@ def api_event(
     return event
 
 
+def http_api_event(
+    path: str, body: Any = None, *, method: str = "POST", headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """An HTTP API event in payload format 1.0 (``apiFlavour: http``, infra/constructs/http_api.py),
+    re-aimed at ``path`` with ``body``: REST's shape plus ``version``, lower-case header names, the
+    ``$default`` stage (no stage in ``path``), and ``$default`` as the resource of a catch-all miss."""
+    event: dict[str, Any] = json.loads((EVENTS / "apigw_http_v1_proxy.json").read_text())
+    event = copy.deepcopy(event)
+    event["path"] = event["requestContext"]["path"] = path
+    event["httpMethod"] = event["requestContext"]["httpMethod"] = method
+    route = routes.by_path(path)
+    routed = route is not None and route.method == method
+    event["resource"] = event["requestContext"]["resourcePath"] = path if routed else "$default"
+    event["requestContext"]["resourceId"] = f"{method} {path}" if routed else "$default"
+    if headers is not None:
+        lower = {name.lower(): value for name, value in headers.items()}
+        event["headers"] = {**event["headers"], **lower}
+        event["multiValueHeaders"] = {k: [v] for k, v in event["headers"].items()}
+    if isinstance(body, bytes):
+        event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode(), True
+    else:
+        event["body"] = body if isinstance(body, str) or body is None else json.dumps(body)
+    return event
+
+
+class EventFactory(Protocol):
+    def __call__(
+        self, path: str, body: Any = None, *, method: str = "POST", headers: dict[str, str] | None = None
+    ) -> dict[str, Any]: ...
+
+
 @dataclass
 class Reply:
     status: int
@@ -52,7 +84,11 @@ class Reply:
 
 
 class Api:
-    """Invokes the function that serves each path, exactly as API Gateway would."""
+    """Invokes the function that serves each path, exactly as API Gateway would (its REST flavour, or
+    the HTTP API's with ``event=http_api_event``)."""
+
+    def __init__(self, event: EventFactory = api_event) -> None:
+        self._event = event
 
     def call(
         self,
@@ -67,7 +103,7 @@ class Api:
         name = function or (route.function if route else routes.Function.META)
         handler = importlib.import_module(f"functions.{name}.handler").lambda_handler
         result = handler(
-            api_event(path, body, method=method, headers=headers),
+            self._event(path, body, method=method, headers=headers),
             LocalContext(function_name=name, timeout_seconds=29),
         )
         text = result["body"]
@@ -83,6 +119,19 @@ class Api:
 
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    with _functions_over_moto(monkeypatch):
+        yield Api()
+
+
+@pytest.fixture
+def http_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    """The same functions, invoked as the HTTP API flavour invokes them."""
+    with _functions_over_moto(monkeypatch):
+        yield Api(event=http_api_event)
+
+
+@contextlib.contextmanager
+def _functions_over_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(EnvVar.ITEMS_TABLE, "items")
     monkeypatch.setenv(EnvVar.CATALOG_TABLE, "queues")
     monkeypatch.setenv(EnvVar.REGION, "us-east-1")
@@ -90,7 +139,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     with mock_aws():
         bootstrap.reset()
         schema.create_tables(bootstrap.get_client(), items_table="items", catalog_table="queues")
-        yield Api()
+        yield
     bootstrap.reset()
 
 

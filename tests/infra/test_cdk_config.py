@@ -69,6 +69,16 @@ def test_the_local_stage_suits_localstack() -> None:
     assert not config.tracing
 
 
+@pytest.mark.parametrize(("stage", "flavour"), [("dev", "rest"), ("local", "rest"), ("prod", "http")])
+def test_each_stage_gets_the_api_flavour_adr_0094_chose(stage: str, flavour: str) -> None:
+    # LocalStack Community serves only REST APIs; prod saves $2.50 per million calls on an HTTP API.
+    context = {**CDK_JSON["context"], "stage": stage, "alarmTopicArn": TOPIC}
+    assert StageConfig.from_context(App(context=context).node).api_flavour == flavour
+    assert StageConfig(stage="staging", alarm_email="ops@example.com").api_flavour == "rest"
+    context["apiFlavour"] = "rest"  # -c apiFlavour=rest: a prod that needs WAF or a resource policy
+    assert StageConfig.from_context(App(context=context).node).api_flavour == "rest"
+
+
 def test_an_unnamed_stage_is_not_a_dev_stage_unless_told() -> None:
     assert StageConfig(stage="staging", alarm_email="ops@example.com").retains_data
     assert not StageConfig(stage="staging", retain_data=False).retains_data
@@ -95,6 +105,8 @@ def test_a_stage_that_retains_data_needs_an_alarm_destination_and_a_placeholder_
     [
         ({"runtime": "python3.9"}, "runtime"),
         ({"architecture": "sparc"}, "architecture"),
+        ({"apiFlavour": "websocket"}, "apiFlavour"),
+        ({"apiFlavour": "HTTP"}, "apiFlavour"),
         ({"logRetentionDays": 31}, "logRetentionDays"),
         ({"reservedConcurrency": {"nope": 1}}, "reservedConcurrency"),
         ({"memoryMb": {"lease": 64}}, "memoryMb"),
