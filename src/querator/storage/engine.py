@@ -248,7 +248,7 @@ class SortedRowsStore:
                 partition,
                 _admitting(
                     _with_bands(
-                        replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted),
+                        counts.applied(head, schedule_mark=mark, recounted_at=recounted),
                         (item.id for item in items),
                         now,
                     ),
