@@ -50,7 +50,16 @@ from querator.domain.model import (
     timestamp_us,
     utc_from_timestamp_us,
 )
-from querator.ports import GroupLedger, IdempotencyRecord, LeaseRecord, PartitionHead, Recount
+from querator.ports import (
+    BatchResult,
+    GroupLedger,
+    Guard,
+    IdempotencyRecord,
+    LeaseRecord,
+    PartitionHead,
+    Recount,
+)
+from querator.storage.counters import CounterDeltas, still_scheduled
 from querator.storage.engine import SortedRowsStore
 
 if TYPE_CHECKING:
@@ -398,6 +407,28 @@ class SQLiteDatabase:
 #: Converted rows kept by a store (``_SQLiteRows.states``): a few pages of many partitions, a few MB.
 _KNOWN_STATES = 20_000
 
+#: ``RETURNING`` (SQLite 3.35, 2021) lets a claim or a delete check, write and read its row in one
+#: statement; an older library takes the engine's read-then-write (the same result, two statements).
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
+_CLAIM_ITEM = (
+    "UPDATE items SET lease_us = ?, attempts = attempts + 1"  # noqa: S608
+    " WHERE queue = ? AND part = ? AND id = ? AND lease_us IS NULL AND expire_us > ?"
+    f" RETURNING {_ITEM_COLUMNS}"
+)
+#: ``engine._guard_holds`` as a condition on the row; each statement binds the time (maybe unused).
+_GUARD_CONDITIONS = {
+    Guard.ANY: "? IS NOT NULL",
+    Guard.NEVER_LEASED: "lease_us IS NULL AND ? IS NOT NULL",
+    Guard.LEASE_VALID: "lease_us > ?",
+    Guard.LEASE_EXPIRED: "lease_us <= ?",
+    Guard.NOT_VALIDLY_LEASED: "(lease_us IS NULL OR lease_us <= ?)",
+}
+_REMOVE_GUARDED = {
+    guard: f"DELETE FROM items WHERE queue = ? AND part = ? AND id = ? AND {condition}"  # noqa: S608
+    f" RETURNING {_STATE_COLUMNS}"
+    for guard, condition in _GUARD_CONDITIONS.items()
+}
+
 _PUT_ITEM = (
     f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -509,6 +540,17 @@ class _SQLiteRows:
         """``put`` of every item, in one statement run over them (a produce of 100 is one call
         into SQLite, not 100)."""
         self._c.executemany(_PUT_ITEM, [_item_row(queue, partition, item) for item in items])
+
+    def claim_row(self, queue: str, partition: int, item_id: str, deadline_us: int, now_us: int) -> Any:
+        """The item's row after leasing it until ``deadline_us``, if it was never leased and has not
+        expired by ``now_us`` (``engine``'s claim condition, checked and written in one statement);
+        ``None`` otherwise."""
+        return self._c.execute(_CLAIM_ITEM, (deadline_us, queue, partition, item_id, now_us)).fetchone()
+
+    def remove_guarded(self, queue: str, partition: int, item_id: str, guard: Guard, now_us: int) -> Any:
+        """Delete the item if ``guard`` holds: its state row (``_STATE_COLUMNS``) as it was, or
+        ``None`` (it is not there, or the guard does not hold)."""
+        return self._c.execute(_REMOVE_GUARDED[guard], (queue, partition, item_id, now_us)).fetchone()
 
     def remove(self, queue: str, partition: int, item_id: str) -> None:
         self._c.execute(
@@ -661,6 +703,63 @@ class SQLiteItemStore(SortedRowsStore):
         with self._write() as rows:
             rows.put_all(queue, partition, items)
             self._count_added(rows, queue, partition, items, now)
+
+    def claim(
+        self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
+    ) -> BatchResult[Item]:
+        # The engine's, with each id's check and write one UPDATE ... RETURNING (not a read of the
+        # whole row, a copy and a write of it back).
+        if not _RETURNING:
+            return super().claim(queue, partition, ids, lease_deadline=lease_deadline, now=now)
+        result: BatchResult[Item] = BatchResult()
+        deadline_us, now_us = timestamp_us(lease_deadline), timestamp_us(now)
+        with self._write() as rows:
+            for item_id in ids:
+                row = rows.claim_row(queue, partition, item_id, deadline_us, now_us)
+                if row is None:
+                    result.rejected.append(item_id)
+                else:
+                    result.applied.append(_item(row))
+        return result
+
+    def delete(
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
+    ) -> BatchResult[str]:
+        # The engine's, with each id's guard and delete one DELETE ... RETURNING what the counters
+        # need (not a read of the whole row first).
+        if not _RETURNING:
+            return super().delete(queue, partition, ids, guard=guard, now=now, completed=completed)
+        result: BatchResult[str] = BatchResult()
+        counts = CounterDeltas()
+        now_us = timestamp_us(now)
+        with self._write() as rows:
+            mark = rows.head(queue, partition).schedule_mark
+            for item_id in dict.fromkeys(ids):
+                row = rows.remove_guarded(queue, partition, item_id, guard, now_us)
+                if row is None:
+                    # Not there (fine for Guard.ANY: gone already), or the guard does not hold.
+                    (result.applied if guard is Guard.ANY else result.rejected).append(item_id)
+                    continue
+                result.applied.append(item_id)
+                state = _state(row)
+                counts.add(
+                    state.created_at,
+                    sign=-1,
+                    leased=state.lease_deadline is not None,
+                    scheduled=still_scheduled(state, mark),
+                )
+            if completed:
+                counts.completed = -counts.items
+            if counts.items:
+                rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
+        return result
 
 
 _QUEUE_COLUMNS = (
