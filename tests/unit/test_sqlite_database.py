@@ -15,8 +15,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from querator.domain.model import NewItem, QueueInfo
-from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase
+from querator.domain.errors import StoreThrottledError
+from querator.domain.model import Item, NewItem, QueueInfo
+from querator.storage import sqlite as sqlite_module
+from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase, SQLiteItemStore
 from querator.testing import FakeClock, sqlite_service
 
 pytestmark = pytest.mark.disable_socket
@@ -220,3 +222,48 @@ def test_the_store_url_chooses_how_every_commit_is_synced(tmp_path, url, pragma)
         assert path.exists() and not (tmp_path / "q.db?sync=full").exists()
     finally:
         stores.close()
+
+
+def _item(item_id: str, now: datetime) -> Item:
+    return Item(id=item_id, payload=b"x", created_at=now, expire_deadline=now + timedelta(hours=1))
+
+
+def test_a_store_call_that_fails_midway_writes_nothing_and_its_connection_serves_the_next(tmp_path):
+    """The store's own transactions (not ``SQLiteDatabase.transaction``): rolled back on any error,
+    the connection back in the pool with no transaction left open."""
+    database = SQLiteDatabase(tmp_path / "q.db")
+    store = SQLiteItemStore(database)
+    now = datetime.now(UTC)
+    with pytest.raises(RuntimeError, match="midway"), store._write() as rows:
+        rows.put("jobs", 0, _item("a" * 32, now))
+        raise RuntimeError("midway")
+    assert store.get("jobs", 0, "a" * 32) is None
+    (connection,) = database._idle
+    assert not connection.in_transaction
+
+    store.put_new("jobs", 0, [_item("b" * 32, now)], now=now)
+    assert store.get("jobs", 0, "b" * 32) is not None
+    database.close()
+
+
+def test_a_store_write_behind_a_held_lock_is_a_throttle_and_holds_nothing_after(tmp_path, monkeypatch):
+    """Another writer holds the file's lock past ``busy_timeout``: the call fails as a throttle (the
+    client retries), and once the lock is free the next call writes."""
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 50)
+    path = tmp_path / "q.db"
+    database = SQLiteDatabase(path)
+    store = SQLiteItemStore(database)
+    now = datetime.now(UTC)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreThrottledError):
+            store.put_new("jobs", 0, [_item("a" * 32, now)], now=now)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert all(not c.in_transaction for c in database._idle)
+
+    store.put_new("jobs", 0, [_item("a" * 32, now)], now=now)
+    assert store.get("jobs", 0, "a" * 32) is not None
+    database.close()
