@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import tempfile
 import time
@@ -198,9 +199,10 @@ def report(result: Result, names: list[str], count: int, rounds: int) -> str:
     head = (
         f"{'workload':18} | " + " ".join(f"{name:>14}" for name in names) + f" | {'querator/best peer':>18}"
     )
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"embedded, in process: items/s, {count:,} items of 100 B per workload in {rounds} interleaved"
-        f" rounds; every queue {DURABILITY}",
+        f" rounds; every queue {DURABILITY}; load average at the end {load} ({os.cpu_count()} CPUs)",
         head,
         "-" * len(head),
     ]
