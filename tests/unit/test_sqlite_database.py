@@ -267,3 +267,42 @@ def test_a_store_write_behind_a_held_lock_is_a_throttle_and_holds_nothing_after(
     store.put_new("jobs", 0, [_item("a" * 32, now)], now=now)
     assert store.get("jobs", 0, "a" * 32) is not None
     database.close()
+
+
+def test_a_produce_counted_by_one_update_leaves_the_head_the_engine_would(tmp_path, monkeypatch):
+    """``put_new``'s counters-only UPDATE against the engine's read-and-rewrite of the head, over the
+    same writes: a first produce (no head yet), plain ones, a scheduled one, another priority's (a
+    band to register) and one that lands below the cursor (pulled back): every head field equal."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def writes(store: SQLiteItemStore) -> list[object]:
+        ids = [f"{n:032x}" for n in range(1, 9)]
+        heads = []
+        for n, (item_id, enqueue) in enumerate(
+            [(ids[1], None), (ids[2], None), (ids[3], timedelta(hours=1)), (".3" + ids[4][2:], None)]
+        ):
+            now = start + timedelta(seconds=n)
+            item = _item(item_id, now)
+            if enqueue is not None:
+                item = Item(
+                    id=item_id,
+                    payload=b"x",
+                    created_at=now,
+                    enqueue_at=now + enqueue,
+                    expire_deadline=now + timedelta(hours=2),
+                )
+            store.put_new("jobs", 0, [item, _item(item_id[:-1] + "f", now)], now=now)
+            heads.append(store.heads("jobs", [0])[0])
+        store.note_leased("jobs", 0, [], cursor=ids[5])
+        store.put_new("jobs", 0, [_item(ids[0], start), _item(ids[6], start)], now=start)  # below it
+        heads.append(store.heads("jobs", [0])[0])
+        return heads
+
+    fast = writes(SQLiteItemStore(SQLiteDatabase(tmp_path / "fast.db")))
+    monkeypatch.setattr(sqlite_module._SQLiteRows, "count_produced", lambda *_args: False)
+    engine = writes(SQLiteItemStore(SQLiteDatabase(tmp_path / "engine.db")))
+
+    assert fast == engine
+    assert fast[-1].items == 10
+    assert fast[-1].scheduled == 1
+    assert fast[-1].cursor == f"{0:031x}1"
