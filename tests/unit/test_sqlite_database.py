@@ -16,7 +16,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from querator.domain.errors import StoreThrottledError
+from querator.domain.ids import IdFactory, key_after
 from querator.domain.model import Item, NewItem, QueueInfo
+from querator.ports import Guard
 from querator.storage import sqlite as sqlite_module
 from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase, SQLiteItemStore
 from querator.testing import FakeClock, sqlite_service
@@ -269,40 +271,58 @@ def test_a_store_write_behind_a_held_lock_is_a_throttle_and_holds_nothing_after(
     database.close()
 
 
-def test_a_produce_counted_by_one_update_leaves_the_head_the_engine_would(tmp_path, monkeypatch):
-    """``put_new``'s counters-only UPDATE against the engine's read-and-rewrite of the head, over the
-    same writes: a first produce (no head yet), plain ones, a scheduled one, another priority's (a
-    band to register) and one that lands below the cursor (pulled back): every head field equal."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
+def test_counters_added_by_one_update_leave_the_head_the_engine_would(tmp_path, monkeypatch):
+    """``put_new``'s and ``delete``'s counters-only UPDATEs against the engine's read-and-rewrite of
+    the head, over the same writes: a first produce (no head yet), plain ones, a scheduled one,
+    another priority's (a band to register), one below the cursor (pulled back), a complete and a
+    delete of a still-scheduled item: every head field equal after each."""
+    start = datetime.now(UTC).replace(microsecond=0)
 
     def writes(store: SQLiteItemStore) -> list[object]:
-        ids = [f"{n:032x}" for n in range(1, 9)]
+        ids = IdFactory(node=1, seed=0)
         heads = []
-        for n, (item_id, enqueue) in enumerate(
-            [(ids[1], None), (ids[2], None), (ids[3], timedelta(hours=1)), (".3" + ids[4][2:], None)]
-        ):
-            now = start + timedelta(seconds=n)
-            item = _item(item_id, now)
-            if enqueue is not None:
-                item = Item(
-                    id=item_id,
-                    payload=b"x",
-                    created_at=now,
-                    enqueue_at=now + enqueue,
-                    expire_deadline=now + timedelta(hours=2),
-                )
-            store.put_new("jobs", 0, [item, _item(item_id[:-1] + "f", now)], now=now)
+
+        def produce(now: datetime, *, priority: int = 5, enqueue: timedelta | None = None) -> str:
+            visible = now + enqueue if enqueue else now
+            item_id = ids.new_id(visible, priority)
+            item = Item(
+                id=item_id,
+                payload=b"x",
+                created_at=now,
+                enqueue_at=visible if enqueue else None,
+                expire_deadline=visible + timedelta(hours=1),
+            )
+            store.put_new("jobs", 0, [item], now=now)
             heads.append(store.heads("jobs", [0])[0])
-        store.note_leased("jobs", 0, [], cursor=ids[5])
-        store.put_new("jobs", 0, [_item(ids[0], start), _item(ids[6], start)], now=start)  # below it
+            return item_id
+
+        early = ids.new_id(start)  # minted first, written last: below the cursor by then
+        first = produce(start)
+        produce(start + timedelta(seconds=1))
+        scheduled = produce(start + timedelta(seconds=2), enqueue=timedelta(hours=1))
+        produce(start + timedelta(seconds=3), priority=3)
+        store.note_leased("jobs", 0, [], cursor=key_after(first))
+        store.put_new("jobs", 0, [_item(early, start)], now=start)
+        heads.append(store.heads("jobs", [0])[0])
+        now = start + timedelta(seconds=4)
+        (leased,) = store.claim(
+            "jobs", 0, [first], lease_deadline=now + timedelta(minutes=5), now=now
+        ).applied
+        store.note_leased("jobs", 0, [leased], cursor=None)
+        store.delete("jobs", 0, [first], guard=Guard.LEASE_VALID, now=now, completed=True)
+        heads.append(store.heads("jobs", [0])[0])
+        store.delete("jobs", 0, [scheduled, "gone"], guard=Guard.ANY, now=now)
         heads.append(store.heads("jobs", [0])[0])
         return heads
 
-    fast = writes(SQLiteItemStore(SQLiteDatabase(tmp_path / "fast.db")))
+    store = SQLiteItemStore(SQLiteDatabase(tmp_path / "fast.db"))
+    fast = writes(store)
+    with store._read() as rows:  # the one column a delete reads, against the whole head's
+        assert rows.schedule_mark("jobs", 0) == rows._read_head("jobs", 0).schedule_mark != ""
+        assert rows.schedule_mark("jobs", 1) == "" == rows.head("jobs", 1).schedule_mark
     monkeypatch.setattr(sqlite_module._SQLiteRows, "count_produced", lambda *_args: False)
+    monkeypatch.setattr(sqlite_module._SQLiteRows, "add_counts", lambda *_args: False)
     engine = writes(SQLiteItemStore(SQLiteDatabase(tmp_path / "engine.db")))
 
     assert fast == engine
-    assert fast[-1].items == 10
-    assert fast[-1].scheduled == 1
-    assert fast[-1].cursor == f"{0:031x}1"
+    assert [(h.items, h.scheduled, h.completed) for h in fast[-3:]] == [(5, 1, 0), (4, 1, 1), (3, 0, 1)]

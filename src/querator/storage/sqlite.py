@@ -582,6 +582,41 @@ class _SQLiteRows:
         self._heads.pop((queue, partition), None)
         return changed > 0
 
+    def schedule_mark(self, queue: str, partition: int) -> str:
+        """The head's schedule mark, read alone (a delete needs no more of the head before it counts)."""
+        known = self._heads.get((queue, partition))
+        if known is not None:
+            return known.schedule_mark
+        row = self._c.execute(
+            "SELECT schedule_mark FROM heads WHERE queue = ? AND part = ?", (queue, partition)
+        ).fetchone()
+        return "" if row is None else str(row[0])
+
+    def add_counts(self, queue: str, partition: int, counts: CounterDeltas) -> bool:
+        """``counts.applied`` to the head row in place, one ``UPDATE``; ``False`` (nothing written)
+        when the partition has no head row yet."""
+        changed = self._c.execute(
+            "UPDATE heads SET items = items + ?, leased = leased + ?, scheduled = scheduled + ?,"
+            " created_sum = created_sum + ?, leased_created_sum = leased_created_sum + ?,"
+            " scheduled_created_sum = scheduled_created_sum + ?, produced = produced + ?,"
+            " completed = completed + ?, version = version + ? WHERE queue = ? AND part = ?",
+            (
+                counts.items,
+                counts.leased,
+                counts.scheduled,
+                counts.created,
+                counts.leased_created,
+                counts.scheduled_created,
+                counts.produced,
+                counts.completed,
+                1 if counts.changed() else 0,
+                queue,
+                partition,
+            ),
+        ).rowcount
+        self._heads.pop((queue, partition), None)
+        return changed > 0
+
     def claim_row(self, queue: str, partition: int, item_id: str, deadline_us: int, now_us: int) -> Any:
         """The item's row after leasing it until ``deadline_us``, if it was never leased and has not
         expired by ``now_us`` (``engine``'s claim condition, checked and written in one statement);
@@ -825,7 +860,7 @@ class SQLiteItemStore(SortedRowsStore):
         counts = CounterDeltas()
         now_us = timestamp_us(now)
         with self._write() as rows:
-            mark = rows.head(queue, partition).schedule_mark
+            mark = rows.schedule_mark(queue, partition)
             for item_id in dict.fromkeys(ids):
                 row = rows.remove_guarded(queue, partition, item_id, guard, now_us)
                 if row is None:
@@ -842,7 +877,8 @@ class SQLiteItemStore(SortedRowsStore):
                 )
             if completed:
                 counts.completed = -counts.items
-            if counts.items:
+            # Only counters change: added in place, unless there is no head row to add them to.
+            if counts.items and not rows.add_counts(queue, partition, counts):
                 rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
         return result
 
