@@ -20,6 +20,7 @@ from querator.domain.ids import IdFactory, key_after
 from querator.domain.model import Item, NewItem, QueueInfo
 from querator.ports import Guard
 from querator.storage import sqlite as sqlite_module
+from querator.storage.engine import SortedRowsStore
 from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase, SQLiteItemStore
 from querator.testing import FakeClock, sqlite_service
 
@@ -271,11 +272,12 @@ def test_a_store_write_behind_a_held_lock_is_a_throttle_and_holds_nothing_after(
     database.close()
 
 
-def test_counters_added_by_one_update_leave_the_head_the_engine_would(tmp_path, monkeypatch):
-    """``put_new``'s and ``delete``'s counters-only UPDATEs against the engine's read-and-rewrite of
-    the head, over the same writes: a first produce (no head yet), plain ones, a scheduled one,
-    another priority's (a band to register), one below the cursor (pulled back), a complete and a
-    delete of a still-scheduled item: every head field equal after each."""
+def test_counters_and_cursor_written_in_place_leave_the_head_the_engine_would(tmp_path, monkeypatch):
+    """``put_new``'s, ``note_leased``'s and ``delete``'s UPDATEs in place against the engine's
+    read-and-rewrite of the head, over the same writes: a first produce (no head yet), plain ones, a
+    scheduled one, another priority's (a band to register), one below the cursor (pulled back), a
+    lease of two (one still scheduled) whose cursor move stops at the late one, a complete and a
+    delete of a leased item: every head field equal after each."""
     start = datetime.now(UTC).replace(microsecond=0)
 
     def writes(store: SQLiteItemStore) -> list[object]:
@@ -305,10 +307,11 @@ def test_counters_added_by_one_update_leave_the_head_the_engine_would(tmp_path, 
         store.put_new("jobs", 0, [_item(early, start)], now=start)
         heads.append(store.heads("jobs", [0])[0])
         now = start + timedelta(seconds=4)
-        (leased,) = store.claim(
-            "jobs", 0, [first], lease_deadline=now + timedelta(minutes=5), now=now
+        leased = store.claim(
+            "jobs", 0, [first, scheduled], lease_deadline=now + timedelta(minutes=5), now=now
         ).applied
-        store.note_leased("jobs", 0, [leased], cursor=None)
+        store.note_leased("jobs", 0, leased, cursor=key_after(scheduled))  # the early one stops it
+        heads.append(store.heads("jobs", [0])[0])
         store.delete("jobs", 0, [first], guard=Guard.LEASE_VALID, now=now, completed=True)
         heads.append(store.heads("jobs", [0])[0])
         store.delete("jobs", 0, [scheduled, "gone"], guard=Guard.ANY, now=now)
@@ -322,7 +325,15 @@ def test_counters_added_by_one_update_leave_the_head_the_engine_would(tmp_path, 
         assert rows.schedule_mark("jobs", 1) == "" == rows.head("jobs", 1).schedule_mark
     monkeypatch.setattr(sqlite_module._SQLiteRows, "count_produced", lambda *_args: False)
     monkeypatch.setattr(sqlite_module._SQLiteRows, "add_counts", lambda *_args: False)
+    monkeypatch.setattr(SQLiteItemStore, "note_leased", SortedRowsStore.note_leased)
     engine = writes(SQLiteItemStore(SQLiteDatabase(tmp_path / "engine.db")))
 
     assert fast == engine
-    assert [(h.items, h.scheduled, h.completed) for h in fast[-3:]] == [(5, 1, 0), (4, 1, 1), (3, 0, 1)]
+    assert [(h.items, h.leased, h.scheduled, h.completed) for h in fast[-4:]] == [
+        (5, 0, 1, 0),
+        (5, 2, 0, 0),
+        (4, 1, 0, 1),
+        (3, 0, 0, 1),
+    ]
+    # The produce below the cursor pulled it back to itself; the lease could not pass it.
+    assert fast[-4].cursor == fast[-3].cursor != ""

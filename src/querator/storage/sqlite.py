@@ -60,8 +60,13 @@ from querator.ports import (
     PartitionHead,
     Recount,
 )
-from querator.storage.counters import CounterDeltas, scheduled_when_written, still_scheduled
-from querator.storage.engine import SortedRowsStore
+from querator.storage.counters import (
+    CounterDeltas,
+    scheduled_until_claimed,
+    scheduled_when_written,
+    still_scheduled,
+)
+from querator.storage.engine import SortedRowsStore, open_before
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -582,6 +587,36 @@ class _SQLiteRows:
         self._heads.pop((queue, partition), None)
         return changed > 0
 
+    def cursor_and_mark(self, queue: str, partition: int) -> tuple[str, str] | None:
+        """The head's cursor (priority 5's) and schedule mark, read alone; ``None``: no head row."""
+        known = self._heads.get((queue, partition))
+        if known is not None:
+            return known.cursor, known.schedule_mark
+        row = self._c.execute(
+            "SELECT cursor, schedule_mark FROM heads WHERE queue = ? AND part = ?", (queue, partition)
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def note_claims(self, queue: str, partition: int, counts: CounterDeltas, cursor: str | None) -> None:
+        """Add a lease's counters and set priority 5's cursor (``None``: it stays) in one ``UPDATE``
+        of a head row that exists."""
+        self._c.execute(
+            "UPDATE heads SET leased = leased + ?, leased_created_sum = leased_created_sum + ?,"
+            " scheduled = scheduled + ?, scheduled_created_sum = scheduled_created_sum + ?,"
+            " version = version + ?, cursor = coalesce(?, cursor) WHERE queue = ? AND part = ?",
+            (
+                counts.leased,
+                counts.leased_created,
+                counts.scheduled,
+                counts.scheduled_created,
+                1 if counts.changed() else 0,
+                cursor,
+                queue,
+                partition,
+            ),
+        )
+        self._heads.pop((queue, partition), None)
+
     def schedule_mark(self, queue: str, partition: int) -> str:
         """The head's schedule mark, read alone (a delete needs no more of the head before it counts)."""
         known = self._heads.get((queue, partition))
@@ -823,6 +858,37 @@ class SQLiteItemStore(SortedRowsStore):
             # Most produces change only counters: one UPDATE, not a read, decode and rewrite of the head.
             if not rows.count_produced(queue, partition, items, now):
                 self._count_added(rows, queue, partition, items, now)
+
+    def note_leased(
+        self,
+        queue: str,
+        partition: int,
+        items: Sequence[Item],
+        *,
+        cursor: str | None,
+        ring: tuple[str, str] | None = None,
+    ) -> None:
+        # The engine's, reading of the head only the cursor and schedule mark and writing only the
+        # counters and the cursor, for a lease in priority 5's band outside fair lanes (the usual
+        # one); the engine's read and rewrite of the whole head for the others.
+        if ring is not None or (cursor is not None and lane_of(cursor)):
+            super().note_leased(queue, partition, items, cursor=cursor, ring=ring)
+            return
+        if not items and cursor is None:
+            return
+        with self._write() as rows:
+            found = rows.cursor_and_mark(queue, partition)
+            if found is None:
+                self._note_leased_in(rows, queue, partition, items, cursor=cursor, ring=None)
+                return
+            old_cursor, mark = found
+            counts = CounterDeltas()
+            for item in items:
+                # By the mark in this transaction: a schedule pass counts only items never leased.
+                counts.lease(item.created_at, was_scheduled=scheduled_until_claimed(item, mark))
+            if cursor is not None:
+                cursor = open_before(rows, queue, partition, PartitionHead(cursor=old_cursor), cursor)
+            rows.note_claims(queue, partition, counts, cursor)
 
     def claim(
         self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
