@@ -3,6 +3,11 @@
 Run ``uv run python -m benchmarks.local_stores`` (``--quick`` for a smaller run; ``--depths
 0,10000,100000`` for the deep case; ``--idle 600`` for the issue's ten idle minutes).
 
+``--embedded`` runs the in-process comparison instead: ``querator.embedded`` on SQLite against
+persist-queue and litequeue, interleaved (``benchmarks.embedded_peers``; the peers are installed for
+the run only: ``uv run --with persist-queue --with litequeue python -m benchmarks.local_stores
+--embedded``).
+
 For each store (``sqlite`` in a temporary file, ``sqlite-full`` the same with ``?sync=full``,
 ``memory``, ``dynamodb`` = the embedded
 single-threaded moto server) one ``querator serve`` child process, driven over HTTP by the Python
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks import embedded_peers
 from querator.client import Client
 
 if TYPE_CHECKING:
@@ -166,7 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--depths", default=",".join(map(str, DEPTHS)), help="items already queued")
     parser.add_argument("--idle", type=float, default=IDLE_SECONDS, metavar="SECONDS")
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="in process instead: SQLite against persist-queue and litequeue (benchmarks.embedded_peers)",
+    )
     args = parser.parse_args(argv)
+    if args.embedded:
+        return embedded_peers.main(["--quick"] if args.quick else [])
     count = QUICK_COUNT if args.quick else COUNT
     depths = tuple(int(d) for d in args.depths.split(","))
     results = [measure_store(s, depths, count, args.idle) for s in args.stores.split(",")]

@@ -15,8 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from querator.domain.model import NewItem, QueueInfo
-from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase
+from querator.domain.errors import StoreThrottledError
+from querator.domain.ids import IdFactory, key_after
+from querator.domain.model import Item, NewItem, QueueInfo
+from querator.ports import Guard
+from querator.storage import sqlite as sqlite_module
+from querator.storage.engine import SortedRowsStore
+from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase, SQLiteItemStore
 from querator.testing import FakeClock, sqlite_service
 
 pytestmark = pytest.mark.disable_socket
@@ -220,3 +225,115 @@ def test_the_store_url_chooses_how_every_commit_is_synced(tmp_path, url, pragma)
         assert path.exists() and not (tmp_path / "q.db?sync=full").exists()
     finally:
         stores.close()
+
+
+def _item(item_id: str, now: datetime) -> Item:
+    return Item(id=item_id, payload=b"x", created_at=now, expire_deadline=now + timedelta(hours=1))
+
+
+def test_a_store_call_that_fails_midway_writes_nothing_and_its_connection_serves_the_next(tmp_path):
+    """The store's own transactions (not ``SQLiteDatabase.transaction``): rolled back on any error,
+    the connection back in the pool with no transaction left open."""
+    database = SQLiteDatabase(tmp_path / "q.db")
+    store = SQLiteItemStore(database)
+    now = datetime.now(UTC)
+    with pytest.raises(RuntimeError, match="midway"), store._write() as rows:
+        rows.put("jobs", 0, _item("a" * 32, now))
+        raise RuntimeError("midway")
+    assert store.get("jobs", 0, "a" * 32) is None
+    (connection,) = database._idle
+    assert not connection.in_transaction
+
+    store.put_new("jobs", 0, [_item("b" * 32, now)], now=now)
+    assert store.get("jobs", 0, "b" * 32) is not None
+    database.close()
+
+
+def test_a_store_write_behind_a_held_lock_is_a_throttle_and_holds_nothing_after(tmp_path, monkeypatch):
+    """Another writer holds the file's lock past ``busy_timeout``: the call fails as a throttle (the
+    client retries), and once the lock is free the next call writes."""
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 50)
+    path = tmp_path / "q.db"
+    database = SQLiteDatabase(path)
+    store = SQLiteItemStore(database)
+    now = datetime.now(UTC)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreThrottledError):
+            store.put_new("jobs", 0, [_item("a" * 32, now)], now=now)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert all(not c.in_transaction for c in database._idle)
+
+    store.put_new("jobs", 0, [_item("a" * 32, now)], now=now)
+    assert store.get("jobs", 0, "a" * 32) is not None
+    database.close()
+
+
+def test_counters_and_cursor_written_in_place_leave_the_head_the_engine_would(tmp_path, monkeypatch):
+    """``put_new``'s, ``note_leased``'s and ``delete``'s UPDATEs in place against the engine's
+    read-and-rewrite of the head, over the same writes: a first produce (no head yet), plain ones, a
+    scheduled one, another priority's (a band to register), one below the cursor (pulled back), a
+    lease of two (one still scheduled) whose cursor move stops at the late one, a complete and a
+    delete of a leased item: every head field equal after each."""
+    start = datetime.now(UTC).replace(microsecond=0)
+
+    def writes(store: SQLiteItemStore) -> list[object]:
+        ids = IdFactory(node=1, seed=0)
+        heads = []
+
+        def produce(now: datetime, *, priority: int = 5, enqueue: timedelta | None = None) -> str:
+            visible = now + enqueue if enqueue else now
+            item_id = ids.new_id(visible, priority)
+            item = Item(
+                id=item_id,
+                payload=b"x",
+                created_at=now,
+                enqueue_at=visible if enqueue else None,
+                expire_deadline=visible + timedelta(hours=1),
+            )
+            store.put_new("jobs", 0, [item], now=now)
+            heads.append(store.heads("jobs", [0])[0])
+            return item_id
+
+        early = ids.new_id(start)  # minted first, written last: below the cursor by then
+        first = produce(start)
+        produce(start + timedelta(seconds=1))
+        scheduled = produce(start + timedelta(seconds=2), enqueue=timedelta(hours=1))
+        produce(start + timedelta(seconds=3), priority=3)
+        store.note_leased("jobs", 0, [], cursor=key_after(first))
+        store.put_new("jobs", 0, [_item(early, start)], now=start)
+        heads.append(store.heads("jobs", [0])[0])
+        now = start + timedelta(seconds=4)
+        leased = store.claim(
+            "jobs", 0, [first, scheduled], lease_deadline=now + timedelta(minutes=5), now=now
+        ).applied
+        store.note_leased("jobs", 0, leased, cursor=key_after(scheduled))  # the early one stops it
+        heads.append(store.heads("jobs", [0])[0])
+        store.delete("jobs", 0, [first], guard=Guard.LEASE_VALID, now=now, completed=True)
+        heads.append(store.heads("jobs", [0])[0])
+        store.delete("jobs", 0, [scheduled, "gone"], guard=Guard.ANY, now=now)
+        heads.append(store.heads("jobs", [0])[0])
+        return heads
+
+    store = SQLiteItemStore(SQLiteDatabase(tmp_path / "fast.db"))
+    fast = writes(store)
+    with store._read() as rows:  # the one column a delete reads, against the whole head's
+        assert rows.schedule_mark("jobs", 0) == rows._read_head("jobs", 0).schedule_mark != ""
+        assert rows.schedule_mark("jobs", 1) == "" == rows.head("jobs", 1).schedule_mark
+    monkeypatch.setattr(sqlite_module._SQLiteRows, "count_produced", lambda *_args: False)
+    monkeypatch.setattr(sqlite_module._SQLiteRows, "add_counts", lambda *_args: False)
+    monkeypatch.setattr(SQLiteItemStore, "note_leased", SortedRowsStore.note_leased)
+    engine = writes(SQLiteItemStore(SQLiteDatabase(tmp_path / "engine.db")))
+
+    assert fast == engine
+    assert [(h.items, h.leased, h.scheduled, h.completed) for h in fast[-4:]] == [
+        (5, 0, 1, 0),
+        (5, 2, 0, 0),
+        (4, 1, 0, 1),
+        (3, 0, 0, 1),
+    ]
+    # The produce below the cursor pulled it back to itself; the lease could not pass it.
+    assert fast[-4].cursor == fast[-3].cursor != ""

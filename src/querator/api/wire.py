@@ -588,9 +588,10 @@ class Message:
             The body is not JSON, or is not this message (each problem named).
         """
         try:
-            data = json.loads(
-                body.decode("utf-8"), parse_constant=_refuse_constant, object_pairs_hook=_object
-            )
+            text = body.decode("utf-8")
+            if text.startswith("\ufeff"):  # what json.loads says of it; the decoder alone would not
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+            data = _DECODER.decode(text)
         except ValueError as exc:  # also UnicodeDecodeError
             raise BodyError((), f"invalid JSON: {exc}") from exc
         except RecursionError as exc:
@@ -658,6 +659,10 @@ def _unknown_key(key: str, fields: Sequence[Field]) -> str:
 def _refuse_constant(name: str) -> Any:
     # json.loads takes NaN and Infinity, which are not JSON.
     raise ValueError(f"{name} is not JSON")
+
+
+#: ``json.loads`` with these arguments, made once (``loads`` builds a decoder per call when given any).
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_object)
 
 
 def _has_lone_surrogate(data: object) -> bool:

@@ -34,6 +34,11 @@ class Decision:
     reason: str = ""
 
 
+#: The two answers a lease page gives for nearly every item, made once (a lease of one reads 50 or more).
+_KEEP = Decision(Action.KEEP)
+_LEASE = Decision(Action.LEASE)
+
+
 def attempts_exhausted(attempts: int, max_attempts: int) -> bool:
     """``max_attempts`` counts leases; 0 means unlimited."""
     return max_attempts > 0 and attempts >= max_attempts
@@ -51,14 +56,14 @@ def decide_for_lease(item: ItemState, queue: QueueInfo, now: datetime) -> Decisi
     when it is past its expire deadline (the reaper or the next lease deals with it afterwards).
     """
     if item.lease_deadline is not None and item.lease_deadline > now:
-        return Decision(Action.KEEP)
+        return _KEEP
     if item.expire_deadline <= now:
         return Decision(Action.DEAD_LETTER, "expired")
     if item.lease_deadline is not None:
         if attempts_exhausted(item.attempts, queue.max_attempts):
             return Decision(Action.DEAD_LETTER, "max_attempts")
         return Decision(Action.REQUEUE, "lease_expired")
-    return Decision(Action.LEASE)
+    return _LEASE
 
 
 def decide_for_reaper(item: ItemState, queue: QueueInfo, now: datetime) -> Decision:

@@ -457,10 +457,17 @@ class StorageItem:
             check_one_time(self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
 
 
+#: The epoch of stored times, made once: every stored time converts through it (hot paths).
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def utc_from_timestamp_us(us: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    return _EPOCH + timedelta(microseconds=us)
 
 
 def timestamp_us(value: datetime) -> int:
-    delta = check_aware(value, "timestamp") - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    # Aware in any zone counts from the same epoch; only a naive time is refused (check_aware's rule).
+    if value.tzinfo is not UTC:
+        value = check_aware(value, "timestamp")
+    return (value - _EPOCH) // _MICROSECOND

@@ -7,7 +7,7 @@ Every store adds the same deltas by the same rules; only how it writes them diff
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from querator.domain.model import timestamp_us
 from querator.domain.priority import unbanded
@@ -66,11 +66,12 @@ class CounterDeltas:
             )
         )
 
-    def applied(self, head: PartitionHead) -> PartitionHead:
-        """``head`` with the deltas added; any change moves the version, so a recount under way
-        learns of it."""
+    def applied(self, head: PartitionHead, **changes: Any) -> PartitionHead:
+        """``head`` with the deltas added, and ``changes`` (fields of the head) made in the same
+        copy; any change of a counter moves the version, so a recount under way learns of it."""
         return replace(
             head,
+            **changes,
             version=head.version + 1 if self.changed() else head.version,
             items=head.items + self.items,
             leased=head.leased + self.leased,

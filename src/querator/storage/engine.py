@@ -173,7 +173,7 @@ def _with_sweep(head: PartitionHead, mark: str) -> PartitionHead:
 _CURSOR_CHECK = 1000
 
 
-def _open_before(rows: Rows, queue: str, partition: int, head: PartitionHead, cursor: str) -> str:
+def open_before(rows: Rows, queue: str, partition: int, head: PartitionHead, cursor: str) -> str:
     """Where a lease may move its lane's cursor to, at most ``cursor``: not past a never-leased item.
 
     The lease chose ``cursor`` from what it read, but a write that waited for the lock may have landed
@@ -248,7 +248,7 @@ class SortedRowsStore:
                 partition,
                 _admitting(
                     _with_bands(
-                        replace(counts.applied(head), schedule_mark=mark, recounted_at=recounted),
+                        counts.applied(head, schedule_mark=mark, recounted_at=recounted),
                         (item.id for item in items),
                         now,
                     ),
@@ -394,17 +394,30 @@ class SortedRowsStore:
         if not items and cursor is None and ring is None:
             return
         with self._write() as rows:
-            head = rows.head(queue, partition)
-            counts = CounterDeltas()
-            for item in items:
-                # By the mark in this transaction: a schedule pass counts only items never leased.
-                counts.lease(item.created_at, was_scheduled=scheduled_until_claimed(item, head.schedule_mark))
-            head = counts.applied(head)
-            if cursor is not None:
-                head = _with_cursor(head, _open_before(rows, queue, partition, head, cursor))
-            if ring is not None:
-                head = replace(head, rings={**head.rings, ring[0]: ring[1]})
-            rows.write_head(queue, partition, head)
+            self._note_leased_in(rows, queue, partition, items, cursor=cursor, ring=ring)
+
+    @staticmethod
+    def _note_leased_in(
+        rows: Rows,
+        queue: str,
+        partition: int,
+        items: Sequence[Item],
+        *,
+        cursor: str | None,
+        ring: tuple[str, str] | None,
+    ) -> None:
+        """``note_leased`` inside a transaction already open."""
+        head = rows.head(queue, partition)
+        counts = CounterDeltas()
+        for item in items:
+            # By the mark in this transaction: a schedule pass counts only items never leased.
+            counts.lease(item.created_at, was_scheduled=scheduled_until_claimed(item, head.schedule_mark))
+        head = counts.applied(head)
+        if cursor is not None:
+            head = _with_cursor(head, open_before(rows, queue, partition, head, cursor))
+        if ring is not None:
+            head = replace(head, rings={**head.rings, ring[0]: ring[1]})
+        rows.write_head(queue, partition, head)
 
     def lanes(self, queue: str, partition: int, band: str, *, after: str, limit: int) -> list[Lane]:
         with self._read() as rows:

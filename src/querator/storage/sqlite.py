@@ -42,12 +42,34 @@ from querator.domain.errors import (
     StoreUnavailableError,
 )
 from querator.domain.ids import join_ids, split_ids
-from querator.domain.model import Item, ItemState, QueueInfo, timestamp_us, utc_from_timestamp_us
-from querator.ports import GroupLedger, IdempotencyRecord, LeaseRecord, PartitionHead, Recount
-from querator.storage.engine import SortedRowsStore
+from querator.domain.model import (
+    REPLY_SIZE_THRESHOLD,
+    Item,
+    ItemState,
+    QueueInfo,
+    timestamp_us,
+    utc_from_timestamp_us,
+)
+from querator.domain.priority import lane_of
+from querator.ports import (
+    BatchResult,
+    GroupLedger,
+    Guard,
+    IdempotencyRecord,
+    LeaseRecord,
+    PartitionHead,
+    Recount,
+)
+from querator.storage.counters import (
+    CounterDeltas,
+    scheduled_until_claimed,
+    scheduled_when_written,
+    still_scheduled,
+)
+from querator.storage.engine import SortedRowsStore, open_before
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
     from datetime import datetime
 
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
@@ -185,30 +207,33 @@ def _us(value: datetime | None) -> int | None:
     return None if value is None else timestamp_us(value)
 
 
-def _time(value: int | None) -> datetime | None:
-    return None if value is None else utc_from_timestamp_us(value)
+# Rows become items and states on every lease (a page of 50 or more): the conversions are inlined,
+# from one epoch made once, rather than a call or two per column (docs/adr/0060-embedded-stores.md).
+_EPOCH = utc_from_timestamp_us(0)
 
 
 def _state(row: Any) -> ItemState:
+    lease_us, enqueue_us = row[2], row[5]
     return ItemState(
         id=row[0],
         attempts=row[1],
-        lease_deadline=_time(row[2]),
-        expire_deadline=utc_from_timestamp_us(row[3]),
-        created_at=utc_from_timestamp_us(row[4]),
-        enqueue_at=_time(row[5]),
+        lease_deadline=None if lease_us is None else _EPOCH + timedelta(microseconds=lease_us),
+        expire_deadline=_EPOCH + timedelta(microseconds=row[3]),
+        created_at=_EPOCH + timedelta(microseconds=row[4]),
+        enqueue_at=None if enqueue_us is None else _EPOCH + timedelta(microseconds=enqueue_us),
         payload_size=row[6],
     )
 
 
 def _item(row: Any) -> Item:
+    lease_us, enqueue_us = row[2], row[5]
     return Item(
         id=row[0],
         attempts=row[1],
-        lease_deadline=_time(row[2]),
-        expire_deadline=utc_from_timestamp_us(row[3]),
-        created_at=utc_from_timestamp_us(row[4]),
-        enqueue_at=_time(row[5]),
+        lease_deadline=None if lease_us is None else _EPOCH + timedelta(microseconds=lease_us),
+        expire_deadline=_EPOCH + timedelta(microseconds=row[3]),
+        created_at=_EPOCH + timedelta(microseconds=row[4]),
+        enqueue_at=None if enqueue_us is None else _EPOCH + timedelta(microseconds=enqueue_us),
         payload=bytes(row[7]),
         reference=row[8],
         encoding=row[9],
@@ -385,13 +410,85 @@ class SQLiteDatabase:
             connection.close()
 
 
+#: Converted rows kept by a store (``_SQLiteRows.states``): a few pages of many partitions, a few MB.
+_KNOWN_STATES = 20_000
+
+#: ``RETURNING`` (SQLite 3.35, 2021) lets a claim or a delete check, write and read its row in one
+#: statement; an older library takes the engine's read-then-write (the same result, two statements).
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
+_CLAIM_ITEM = (
+    "UPDATE items SET lease_us = ?, attempts = attempts + 1"  # noqa: S608
+    " WHERE queue = ? AND part = ? AND id = ? AND lease_us IS NULL AND expire_us > ?"
+    f" RETURNING {_ITEM_COLUMNS}"
+)
+#: ``engine._guard_holds`` as a condition on the row; each statement binds the time (maybe unused).
+_GUARD_CONDITIONS = {
+    Guard.ANY: "? IS NOT NULL",
+    Guard.NEVER_LEASED: "lease_us IS NULL AND ? IS NOT NULL",
+    Guard.LEASE_VALID: "lease_us > ?",
+    Guard.LEASE_EXPIRED: "lease_us <= ?",
+    Guard.NOT_VALIDLY_LEASED: "(lease_us IS NULL OR lease_us <= ?)",
+}
+_REMOVE_GUARDED = {
+    guard: f"DELETE FROM items WHERE queue = ? AND part = ? AND id = ? AND {condition}"  # noqa: S608
+    f" RETURNING {_STATE_COLUMNS}"
+    for guard, condition in _GUARD_CONDITIONS.items()
+}
+
+_COUNT_PRODUCED = (
+    "UPDATE heads SET items = items + ?, leased = leased + ?, scheduled = scheduled + ?,"
+    " created_sum = created_sum + ?, leased_created_sum = leased_created_sum + ?,"
+    " scheduled_created_sum = scheduled_created_sum + ?, produced = produced + ?, version = version + 1"
+    " WHERE queue = ? AND part = ? AND schedule_mark != '' AND recounted_us IS NOT NULL AND cursor <= ?"
+)
+
+_PUT_ITEM = (
+    f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+
+def _item_row(queue: str, partition: int, item: Item) -> tuple[Any, ...]:
+    size = item.reply_size()
+    return (
+        queue,
+        partition,
+        item.id,
+        item.attempts,
+        _us(item.lease_deadline),
+        timestamp_us(item.expire_deadline),
+        timestamp_us(item.created_at),
+        _us(item.enqueue_at),
+        size if size >= REPLY_SIZE_THRESHOLD else 0,
+        item.payload,
+        item.reference,
+        item.encoding,
+        item.kind,
+        item.source_id,
+        item.source_queue,
+        item.next_priority,
+        item.group,
+    )
+
+
 class _SQLiteRows:
     """``engine.Rows`` on one connection inside a transaction."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: sqlite3.Connection, states: dict[tuple[Any, ...], ItemState]) -> None:
         self._c = connection
+        #: Rows of the items table as read -> their state (``states``), shared by the store's calls.
+        self._states = states
+        #: The head rows this transaction read or wrote: a call that reads its head twice (a
+        #: delete: its schedule mark first, its counters last) reads and decodes it once.
+        self._heads: dict[tuple[str, int], PartitionHead] = {}
 
     def head(self, queue: str, partition: int) -> PartitionHead:
+        known = self._heads.get((queue, partition))
+        if known is None:
+            known = self._heads[(queue, partition)] = self._read_head(queue, partition)
+        return known
+
+    def _read_head(self, queue: str, partition: int) -> PartitionHead:
         row = self._c.execute(
             f"SELECT {_HEAD_COLUMNS} FROM heads WHERE queue = ? AND part = ?",  # noqa: S608
             (queue, partition),
@@ -417,6 +514,7 @@ class _SQLiteRows:
         )
 
     def write_head(self, queue: str, partition: int, head: PartitionHead) -> None:
+        self._heads[(queue, partition)] = head
         self._c.execute(
             f"INSERT OR REPLACE INTO heads (queue, part, {_HEAD_COLUMNS})"  # noqa: S608
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -449,30 +547,121 @@ class _SQLiteRows:
         return None if row is None else _item(row)
 
     def put(self, queue: str, partition: int, item: Item) -> None:
-        size = item.reply_size()
-        self._c.execute(
-            f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        self._c.execute(_PUT_ITEM, _item_row(queue, partition, item))
+
+    def put_all(self, queue: str, partition: int, items: Sequence[Item]) -> None:
+        """``put`` of every item, in one statement run over them (a produce of 100 is one call
+        into SQLite, not 100)."""
+        self._c.executemany(_PUT_ITEM, [_item_row(queue, partition, item) for item in items])
+
+    def count_produced(self, queue: str, partition: int, items: Sequence[Item], now: datetime) -> bool:
+        """``engine``'s counting of new items as one ``UPDATE`` of the head's counters, for the usual
+        produce: the head has its schedule mark and recount clock, every item is in priority 5's band
+        without a group lane, and none lands below the cursor, so there is nothing to register or
+        pull back and only counters change. ``False``, nothing written, otherwise (the engine's way)."""
+        if not items or any(lane_of(item.id) for item in items):
+            return False
+        counts = CounterDeltas()
+        for item in items:
+            counts.add(
+                item.created_at,
+                sign=1,
+                leased=item.lease_deadline is not None,
+                scheduled=scheduled_when_written(item, now),
+            )
+        changed = self._c.execute(
+            _COUNT_PRODUCED,
             (
+                counts.items,
+                counts.leased,
+                counts.scheduled,
+                counts.created,
+                counts.leased_created,
+                counts.scheduled_created,
+                counts.items,  # every write of new items is production, as in the engine
                 queue,
                 partition,
-                item.id,
-                item.attempts,
-                _us(item.lease_deadline),
-                timestamp_us(item.expire_deadline),
-                timestamp_us(item.created_at),
-                _us(item.enqueue_at),
-                size if size >= 1024 else 0,
-                item.payload,
-                item.reference,
-                item.encoding,
-                item.kind,
-                item.source_id,
-                item.source_queue,
-                item.next_priority,
-                item.group,
+                min(item.id for item in items),
+            ),
+        ).rowcount
+        self._heads.pop((queue, partition), None)
+        return changed > 0
+
+    def cursor_and_mark(self, queue: str, partition: int) -> tuple[str, str] | None:
+        """The head's cursor (priority 5's) and schedule mark, read alone; ``None``: no head row."""
+        known = self._heads.get((queue, partition))
+        if known is not None:
+            return known.cursor, known.schedule_mark
+        row = self._c.execute(
+            "SELECT cursor, schedule_mark FROM heads WHERE queue = ? AND part = ?", (queue, partition)
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def note_claims(self, queue: str, partition: int, counts: CounterDeltas, cursor: str | None) -> None:
+        """Add a lease's counters and set priority 5's cursor (``None``: it stays) in one ``UPDATE``
+        of a head row that exists."""
+        self._c.execute(
+            "UPDATE heads SET leased = leased + ?, leased_created_sum = leased_created_sum + ?,"
+            " scheduled = scheduled + ?, scheduled_created_sum = scheduled_created_sum + ?,"
+            " version = version + ?, cursor = coalesce(?, cursor) WHERE queue = ? AND part = ?",
+            (
+                counts.leased,
+                counts.leased_created,
+                counts.scheduled,
+                counts.scheduled_created,
+                1 if counts.changed() else 0,
+                cursor,
+                queue,
+                partition,
             ),
         )
+        self._heads.pop((queue, partition), None)
+
+    def schedule_mark(self, queue: str, partition: int) -> str:
+        """The head's schedule mark, read alone (a delete needs no more of the head before it counts)."""
+        known = self._heads.get((queue, partition))
+        if known is not None:
+            return known.schedule_mark
+        row = self._c.execute(
+            "SELECT schedule_mark FROM heads WHERE queue = ? AND part = ?", (queue, partition)
+        ).fetchone()
+        return "" if row is None else str(row[0])
+
+    def add_counts(self, queue: str, partition: int, counts: CounterDeltas) -> bool:
+        """``counts.applied`` to the head row in place, one ``UPDATE``; ``False`` (nothing written)
+        when the partition has no head row yet."""
+        changed = self._c.execute(
+            "UPDATE heads SET items = items + ?, leased = leased + ?, scheduled = scheduled + ?,"
+            " created_sum = created_sum + ?, leased_created_sum = leased_created_sum + ?,"
+            " scheduled_created_sum = scheduled_created_sum + ?, produced = produced + ?,"
+            " completed = completed + ?, version = version + ? WHERE queue = ? AND part = ?",
+            (
+                counts.items,
+                counts.leased,
+                counts.scheduled,
+                counts.created,
+                counts.leased_created,
+                counts.scheduled_created,
+                counts.produced,
+                counts.completed,
+                1 if counts.changed() else 0,
+                queue,
+                partition,
+            ),
+        ).rowcount
+        self._heads.pop((queue, partition), None)
+        return changed > 0
+
+    def claim_row(self, queue: str, partition: int, item_id: str, deadline_us: int, now_us: int) -> Any:
+        """The item's row after leasing it until ``deadline_us``, if it was never leased and has not
+        expired by ``now_us`` (``engine``'s claim condition, checked and written in one statement);
+        ``None`` otherwise."""
+        return self._c.execute(_CLAIM_ITEM, (deadline_us, queue, partition, item_id, now_us)).fetchone()
+
+    def remove_guarded(self, queue: str, partition: int, item_id: str, guard: Guard, now_us: int) -> Any:
+        """Delete the item if ``guard`` holds: its state row (``_STATE_COLUMNS``) as it was, or
+        ``None`` (it is not there, or the guard does not hold)."""
+        return self._c.execute(_REMOVE_GUARDED[guard], (queue, partition, item_id, now_us)).fetchone()
 
     def remove(self, queue: str, partition: int, item_id: str) -> None:
         self._c.execute(
@@ -493,7 +682,19 @@ class _SQLiteRows:
             " ORDER BY id LIMIT ?",
             (queue, partition, start, end, limit),
         )
-        return [_state(row) for row in rows]
+        # A lease of one reads a page of 50 or more from its lane's cursor, so consecutive leases
+        # read the same waiting rows again: a row read before (the same values) gives the same
+        # state, an immutable value, without building it again.
+        known = self._states
+        found = []
+        for row in rows:
+            state = known.get(row)
+            if state is None:
+                state = known[row] = _state(row)
+            found.append(state)
+        if len(known) > _KNOWN_STATES:
+            known.clear()
+        return found
 
     def records_due(self, queue: str, partition: int, below: str, limit: int) -> list[LeaseRecord]:
         rows = self._c.execute(
@@ -522,6 +723,7 @@ class _SQLiteRows:
         )
 
     def purge(self, queue: str, partition: int, limit: int) -> int:
+        self._heads.pop((queue, partition), None)
         removed = 0
         for table, column in (("items", "id"), ("lease_records", "key")):
             keys = [
@@ -589,21 +791,162 @@ class _SQLiteRows:
         )
 
 
+class _RowsTransaction:
+    """``SQLiteDatabase.transaction`` that gives the store's rows, written as a class: a lease and
+    its complete run six transactions, and two nested generator context managers a transaction
+    cost about as much as one of its statements. The same steps and errors as ``transaction``."""
+
+    __slots__ = ("_connection", "_db", "_states", "_write")
+
+    def __init__(
+        self, database: SQLiteDatabase, *, write: bool, states: dict[tuple[Any, ...], ItemState]
+    ) -> None:
+        self._db = database
+        self._write = write
+        self._states = states
+
+    def __enter__(self) -> _SQLiteRows:
+        try:
+            connection = self._db._checkout()
+        except sqlite3.Error as exc:
+            raise _store_error(exc, "store") from exc
+        self._connection = connection
+        try:
+            connection.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return _SQLiteRows(connection, self._states)
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        connection = self._connection
+        try:
+            if exc is None:
+                try:
+                    connection.execute("COMMIT")
+                except sqlite3.Error as error:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                    raise _store_error(error, "store") from error
+                return
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise _store_error(exc, "store") from exc
+        finally:
+            self._db._checkin(connection)
+
+
 class SQLiteItemStore(SortedRowsStore):
     """``ItemStore`` in a ``SQLiteDatabase``; safe across threads and processes on one machine."""
 
     def __init__(self, database: SQLiteDatabase) -> None:
         self._db = database
+        #: ``_SQLiteRows.states``'s rows already converted; emptied when over ``_KNOWN_STATES``.
+        self._states: dict[tuple[Any, ...], ItemState] = {}
 
-    @contextmanager
-    def _read(self) -> Iterator[_SQLiteRows]:
-        with self._db.transaction(write=False) as connection:
-            yield _SQLiteRows(connection)
+    def _read(self) -> _RowsTransaction:
+        return _RowsTransaction(self._db, write=False, states=self._states)
 
-    @contextmanager
-    def _write(self) -> Iterator[_SQLiteRows]:
-        with self._db.transaction(write=True) as connection:
-            yield _SQLiteRows(connection)
+    def _write(self) -> _RowsTransaction:
+        return _RowsTransaction(self._db, write=True, states=self._states)
+
+    def put_new(self, queue: str, partition: int, items: Sequence[Item], *, now: datetime) -> None:
+        # The engine's, with the rows written by one statement (executemany) rather than one each.
+        with self._write() as rows:
+            rows.put_all(queue, partition, items)
+            # Most produces change only counters: one UPDATE, not a read, decode and rewrite of the head.
+            if not rows.count_produced(queue, partition, items, now):
+                self._count_added(rows, queue, partition, items, now)
+
+    def note_leased(
+        self,
+        queue: str,
+        partition: int,
+        items: Sequence[Item],
+        *,
+        cursor: str | None,
+        ring: tuple[str, str] | None = None,
+    ) -> None:
+        # The engine's, reading of the head only the cursor and schedule mark and writing only the
+        # counters and the cursor, for a lease in priority 5's band outside fair lanes (the usual
+        # one); the engine's read and rewrite of the whole head for the others.
+        if ring is not None or (cursor is not None and lane_of(cursor)):
+            super().note_leased(queue, partition, items, cursor=cursor, ring=ring)
+            return
+        if not items and cursor is None:
+            return
+        with self._write() as rows:
+            found = rows.cursor_and_mark(queue, partition)
+            if found is None:
+                self._note_leased_in(rows, queue, partition, items, cursor=cursor, ring=None)
+                return
+            old_cursor, mark = found
+            counts = CounterDeltas()
+            for item in items:
+                # By the mark in this transaction: a schedule pass counts only items never leased.
+                counts.lease(item.created_at, was_scheduled=scheduled_until_claimed(item, mark))
+            if cursor is not None:
+                cursor = open_before(rows, queue, partition, PartitionHead(cursor=old_cursor), cursor)
+            rows.note_claims(queue, partition, counts, cursor)
+
+    def claim(
+        self, queue: str, partition: int, ids: Sequence[str], *, lease_deadline: datetime, now: datetime
+    ) -> BatchResult[Item]:
+        # The engine's, with each id's check and write one UPDATE ... RETURNING (not a read of the
+        # whole row, a copy and a write of it back).
+        if not _RETURNING:
+            return super().claim(queue, partition, ids, lease_deadline=lease_deadline, now=now)
+        result: BatchResult[Item] = BatchResult()
+        deadline_us, now_us = timestamp_us(lease_deadline), timestamp_us(now)
+        with self._write() as rows:
+            for item_id in ids:
+                row = rows.claim_row(queue, partition, item_id, deadline_us, now_us)
+                if row is None:
+                    result.rejected.append(item_id)
+                else:
+                    result.applied.append(_item(row))
+        return result
+
+    def delete(
+        self,
+        queue: str,
+        partition: int,
+        ids: Sequence[str],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
+    ) -> BatchResult[str]:
+        # The engine's, with each id's guard and delete one DELETE ... RETURNING what the counters
+        # need (not a read of the whole row first).
+        if not _RETURNING:
+            return super().delete(queue, partition, ids, guard=guard, now=now, completed=completed)
+        result: BatchResult[str] = BatchResult()
+        counts = CounterDeltas()
+        now_us = timestamp_us(now)
+        with self._write() as rows:
+            mark = rows.schedule_mark(queue, partition)
+            for item_id in dict.fromkeys(ids):
+                row = rows.remove_guarded(queue, partition, item_id, guard, now_us)
+                if row is None:
+                    # Not there (fine for Guard.ANY: gone already), or the guard does not hold.
+                    (result.applied if guard is Guard.ANY else result.rejected).append(item_id)
+                    continue
+                result.applied.append(item_id)
+                state = _state(row)
+                counts.add(
+                    state.created_at,
+                    sign=-1,
+                    leased=state.lease_deadline is not None,
+                    scheduled=still_scheduled(state, mark),
+                )
+            if completed:
+                counts.completed = -counts.items
+            # Only counters change: added in place, unless there is no head row to add them to.
+            if counts.items and not rows.add_counts(queue, partition, counts):
+                rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
+        return result
 
 
 _QUEUE_COLUMNS = (
