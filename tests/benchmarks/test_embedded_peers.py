@@ -1,5 +1,8 @@
 """``benchmarks.embedded_peers``: it stops with the install command when a peer is missing, reports
-Querator's rate over the best peer's, and (when the peers are installed) runs end to end."""
+Querator's rate over the best peer's.
+
+The peers are installed for the benchmark only (``uv run --with``), never by the test run, so no
+test here needs them: a test that skipped without them would hide that gap in CI."""
 
 from __future__ import annotations
 
@@ -54,15 +57,3 @@ def test_the_ratio_is_over_the_best_peer_and_a_missing_workload_shows_as_a_dash(
     assert lines["produce b100"].rstrip().endswith("4.00x")
     assert lines["lease+complete b1"].split("|")[2].strip() == "-"
 
-
-def test_a_tiny_interleaved_run_delivers_in_every_queue() -> None:
-    pytest.importorskip("persistqueue")
-    pytest.importorskip("litequeue")
-
-    result, names = embedded_peers.measure(count=200, rounds=2)
-
-    assert names == ["querator", "persist-queue", "litequeue"]
-    for workload in embedded_peers.WORKLOADS:
-        assert (result.rate("querator", workload) or 0) > 0
-        assert (result.rate("litequeue", workload) or 0) > 0
-    assert result.rate("persist-queue", "produce b100") is None
