@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import boto3
 import pytest
 from botocore.credentials import Credentials
 
 from querator.client import Client
+from querator.config import Metric
 from tests.infra.conftest import LAMBDA_RUNTIME
 
 if TYPE_CHECKING:
@@ -170,7 +172,11 @@ def deployed(localstack: LocalStack) -> dict[str, str]:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}\n{localstack.tail()}"
-    print(f"localstack/deploy.sh (bootstrap and deploy) took {time.monotonic() - started:.0f} s")
+    # The CLI's own figures (synthesis, deployment), so a log shows where the deploy spends.
+    phases = [
+        line.strip() for line in result.stdout.splitlines() + result.stderr.splitlines() if " time: " in line
+    ]
+    print(f"localstack/deploy.sh (bootstrap and deploy) took {time.monotonic() - started:.0f} s: {phases}")
     outputs: dict[str, str] = json.loads(
         (ROOT / "cdk.out/localstack-outputs.json").read_text(encoding="utf-8")
     )["querator-local"]
@@ -214,7 +220,9 @@ def test_the_deployed_stack_serves_the_lifecycle_through_api_gateway_signed(
     assert client.stats(queue).total == 0
 
 
-def test_the_schedule_fires_the_reaper_which_puts_back_an_expired_lease(client: Client) -> None:
+def test_the_schedule_fires_the_reaper_which_puts_back_an_expired_lease(
+    client: Client, localstack: LocalStack
+) -> None:
     # Nothing leases from this queue after the first lease: only the reaper can put the item back.
     queue = f"expiring-{uuid.uuid4().hex[:6]}"
     client.create_queue(queue, lease_timeout="2s", expire_timeout="1h")
@@ -228,3 +236,18 @@ def test_the_schedule_fires_the_reaper_which_puts_back_an_expired_lease(client: 
 
     took = _until(released, REAPER_SECONDS, "the expired lease put back by the scheduled reaper")
     print(f"the scheduled reaper put the expired lease back {took:.0f} s after the lease")
+    # Nothing but the rule invokes the reaper: its log group (what the function printed, its metrics)
+    # shows the schedule's invocations reached it through LocalStack's Lambda.
+    session = boto3.session.Session(
+        aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1"
+    )
+    functions = session.client("lambda", endpoint_url=localstack.url).list_functions()["Functions"]
+    (reaper,) = [f["FunctionName"] for f in functions if "ReaperFunction" in f["FunctionName"]]
+    logs = session.client("logs", endpoint_url=localstack.url)
+
+    def logged() -> bool:
+        events = logs.filter_log_events(logGroupName=f"/aws/lambda/{reaper}")["events"]
+        return any(Metric.REAPER_SCANNED in event["message"] for event in events)
+
+    # LocalStack writes an invocation's logs after it has answered.
+    _until(logged, 30, f"the reaper's metrics in its log group\n{localstack.tail()}")

@@ -20,6 +20,7 @@ import os
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import Future
@@ -111,10 +112,14 @@ class HostRuntimeExecutor(RuntimeExecutor):
         self.timeout_seconds = float(function_version.config.timeout)
         self._invocations: queue.Queue[dict[str, str] | None] = queue.Queue()
         self._pending: dict[str, Future[InvocationResult]] = {}
-        self._output: list[str] = []
+        # What the function prints goes to a file, not a pipe: it has flushed (``-u``) before it
+        # posts its reply, so the file holds an invocation's output when the reply arrives, where a
+        # thread reading a pipe could still be behind.
+        self._output = Path(tempfile.mkstemp(prefix=f"lambda-{id}-", suffix=".log")[1])
+        self._output_offset = 0
         self._output_lock = threading.Lock()
         self._server: _Server | None = None
-        self._process: subprocess.Popen[str] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
 
     def _python(self) -> tuple[str, str]:
         runtime = self.function_version.config.runtime or ""
@@ -141,24 +146,22 @@ class HostRuntimeExecutor(RuntimeExecutor):
             QUERATOR_LAMBDA_SDK=sdk,
             PATH=os.environ.get("PATH", "/usr/bin:/bin"),
         )
-        self._process = subprocess.Popen(  # noqa: S603 - the runtime's Python and the bootstrap
-            [python, "-S", "-u", str(BOOTSTRAP)],
-            cwd=task_root or None,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        threading.Thread(target=self._read_output, name=f"output-{self.id}", daemon=True).start()
+        with self._output.open("ab") as output:
+            self._process = subprocess.Popen(  # noqa: S603 - the runtime's Python and the bootstrap
+                [python, "-S", "-u", str(BOOTSTRAP)],
+                cwd=task_root or None,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        threading.Thread(target=self._watch, name=f"watch-{self.id}", daemon=True).start()
         self.ready.result(timeout=STARTUP_SECONDS)
 
-    def _read_output(self) -> None:
+    def _watch(self) -> None:
         process = self._process
-        assert process is not None and process.stdout is not None
-        for line in process.stdout:
-            with self._output_lock:
-                self._output.append(line)
+        assert process is not None
+        process.wait()
         # The process ended: a start still waiting, or an invocation in flight, fails now, not at
         # its timeout.
         failure = RuntimeError(
@@ -179,9 +182,11 @@ class HostRuntimeExecutor(RuntimeExecutor):
             future.set_result(InvocationResult(request_id, body, is_error=is_error, logs=self._take_logs()))
 
     def _take_logs(self) -> str:
-        with self._output_lock:
-            logs, self._output[:] = "".join(self._output), []
-        return logs
+        with self._output_lock, self._output.open("rb") as output:
+            output.seek(self._output_offset)
+            logs = output.read()
+            self._output_offset += len(logs)
+        return logs.decode(errors="replace")
 
     def invoke(self, payload: dict[str, str]) -> InvocationResult:
         future: Future[InvocationResult] = Future()
@@ -201,6 +206,7 @@ class HostRuntimeExecutor(RuntimeExecutor):
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        self._output.unlink(missing_ok=True)
 
     def get_address(self) -> str:
         return "127.0.0.1"
@@ -214,8 +220,10 @@ class HostRuntimeExecutor(RuntimeExecutor):
         return f"http://127.0.0.1:{port}"
 
     def get_logs(self) -> str:
-        with self._output_lock:
-            return "".join(self._output)
+        try:
+            return self._output.read_text(errors="replace")
+        except FileNotFoundError:  # stopped
+            return ""
 
     @classmethod
     def prepare_version(cls, function_version: FunctionVersion) -> None:
