@@ -115,7 +115,9 @@ class HostRuntimeExecutor(RuntimeExecutor):
         # What the function prints goes to a file, not a pipe: it has flushed (``-u``) before it
         # posts its reply, so the file holds an invocation's output when the reply arrives, where a
         # thread reading a pipe could still be behind.
-        self._output = Path(tempfile.mkstemp(prefix=f"lambda-{id}-", suffix=".log")[1])
+        descriptor, output = tempfile.mkstemp(prefix=f"lambda-{id}-", suffix=".log")
+        os.close(descriptor)
+        self._output = Path(output)
         self._output_offset = 0
         self._output_lock = threading.Lock()
         self._server: _Server | None = None
