@@ -156,4 +156,10 @@ SHARED_PATHS: Final = frozenset({"/v1/queues.info"})
 
 def caller_routes(caller: Caller) -> list[Route]:
     """The routes ``caller`` may invoke, in route-table order."""
-    return [r for r in ROUTES if r.function in CALLER_FUNCTIONS[caller] or r.path in SHARED_PATHS]
+    return [r for r in ROUTES if r.function in CALLER_FUNCTIONS[caller] or r.base.path in SHARED_PATHS]
+
+
+def iam_path(route: Route) -> str:
+    """The route's path in an ``execute-api`` resource: a scoped twin's ``{queue}`` as ``*`` (every
+    queue), which is what a whole-API policy grants; a per-queue grant names the queue there."""
+    return route.path.replace("{queue}", "*")

@@ -154,8 +154,12 @@ class QueueApi(Construct):
         )
         leaves = {route.path for route in ROUTES}
         parents = {"/"} | {path.rsplit("/", depth)[0] or "/" for path in leaves for depth in (1, 2)}
-        for path in sorted(leaves):
+        # A resource may have one variable child: under "/v1/queues" that is the scoped routes'
+        # "{queue}", which takes any next segment, so it answers in place of a "{proxy+}" there.
+        variables = {path for path in parents if path.rsplit("/", 1)[-1].startswith("{")}
+        taken = {path.rsplit("/", 1)[0] or "/" for path in variables}
+        for path in sorted(leaves | variables):
             self.api.root.resource_for_path(path).add_method("ANY", meta)
-        for path in sorted(parents - leaves):
+        for path in sorted(parents - leaves - taken):
             # add_resource, not add_proxy: add_proxy on the root also puts a MOCK ANY on "/" itself.
             self.api.root.resource_for_path(path).add_resource("{proxy+}").add_method("ANY", meta)

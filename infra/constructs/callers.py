@@ -11,15 +11,17 @@ WebSocket API; its messages need no further grant).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from infra.permissions import Caller, caller_routes
+from infra.nag import acknowledge
+from infra.permissions import Caller, caller_routes, iam_path
 
 if TYPE_CHECKING:
+    from aws_cdk import CfnElement
     from aws_cdk import aws_apigateway as apigw
     from aws_cdk import aws_apigatewayv2 as apigw2
 
@@ -57,10 +59,20 @@ class CallerPolicies(Construct):
                     iam.PolicyStatement(
                         actions=["execute-api:Invoke"],
                         resources=[
-                            api.arn_for_execute_api(route.method, route.path, config.stage)
+                            api.arn_for_execute_api(route.method, iam_path(route), config.stage)
                             for route in caller_routes(caller)
                         ],
                     ),
                     *stream_grants,
                 ],
             )
+            api_id = Stack.of(self).get_logical_id(cast("CfnElement", api.node.default_child))
+            for route in caller_routes(caller):
+                if route.scoped:
+                    acknowledge(
+                        self.policies[caller],
+                        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
+                        f"<AWS::AccountId>:<{api_id}>/{config.stage}/{route.method}{iam_path(route)}]",
+                        "The whole-API policy grants the route for every queue: its one wildcard is the "
+                        "queue segment of the scoped path; per-queue grants name the queue there.",
+                    )
