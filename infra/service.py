@@ -14,19 +14,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from infra.constructs.api import QueueApi
-from infra.constructs.callers import CallerPolicies
+from infra.constructs.callers import CallerPolicies, acknowledge_queue_wildcards, invoke_arns
 from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
 from infra.constructs.monitoring import QueueMonitoring
 from infra.constructs.reaper import Reaper
 from infra.constructs.stream import QueueStream
 from infra.constructs.table import QueueTables
-from infra.permissions import DISPATCHER, REAPER, STREAM
+from infra.permissions import DISPATCHER, INVOKE, REAPER, STREAM, Caller
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from infra.config import StageConfig
     from infra.constructs.functions import ServiceFunction
 
@@ -55,6 +58,52 @@ class QueratorService(Construct):
         self.monitoring = QueueMonitoring(
             self, "Monitoring", config=config, tables=self.tables, functions=self.functions, api=self.api.api
         )
-        self.callers = CallerPolicies(
-            self, "Callers", config=config, api=self.api.api, stream=self.stream.api
+        self.callers = CallerPolicies(self, "Callers", config=config, api=self.api, stream=self.stream)
+
+    def grant_produce(self, grantee: iam.IGrantable, *, queues: Sequence[str] | None = None) -> iam.Grant:
+        """Let ``grantee`` produce to ``queues`` (names, and prefixes ending in ``*``; ``None``: every
+        queue) and read their settings (``queues.info``)."""
+        return self.grant(grantee, Caller.PRODUCER, queues)
+
+    def grant_consume(self, grantee: iam.IGrantable, *, queues: Sequence[str] | None = None) -> iam.Grant:
+        """Let ``grantee`` lease, complete, retry and renew on ``queues``, read their settings and
+        open the stream."""
+        return self.grant(grantee, Caller.CONSUMER, queues)
+
+    def grant_admin(self, grantee: iam.IGrantable, *, queues: Sequence[str] | None = None) -> iam.Grant:
+        """Let ``grantee`` run ``queues``: create, update, delete, stats, clear, redrive,
+        reprioritize, ``storage/*``. Listing queues spans them all: only ``queues=None`` grants it."""
+        return self.grant(grantee, Caller.ADMIN, queues)
+
+    def grant(
+        self, grantee: iam.IGrantable, caller: Caller, queues: Sequence[str] | None = None
+    ) -> iam.Grant:
+        """Add to ``grantee``'s identity policy ``execute-api:Invoke`` on exactly the routes of
+        ``caller`` for ``queues`` (``infra.permissions.invoke_paths``; ``QueueGrantError`` for a
+        pattern that is neither a name nor a prefix)."""
+        arns = invoke_arns(self.api, self.stream, caller, queues)
+        grant = iam.Grant.add_to_principal(grantee=grantee, actions=[INVOKE], resource_arns=arns)
+        if isinstance(grantee, Construct):
+            acknowledge_queue_wildcards(grantee, arns, queues)
+        return grant
+
+    def managed_policy(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        caller: Caller,
+        queues: Sequence[str] | None = None,
+        description: str | None = None,
+    ) -> iam.ManagedPolicy:
+        """A managed policy with exactly what ``grant`` would add, to attach to principals elsewhere
+        (another stack, an account's roles)."""
+        arns = invoke_arns(self.api, self.stream, caller, queues)
+        policy = iam.ManagedPolicy(
+            scope,
+            construct_id,
+            description=description,
+            statements=[iam.PolicyStatement(actions=[INVOKE], resources=arns)],
         )
+        acknowledge_queue_wildcards(policy, arns, queues)
+        return policy

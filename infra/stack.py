@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aws_cdk import CfnOutput, Stack
 
+from infra.permissions import Caller
 from infra.service import QueratorService
 
 if TYPE_CHECKING:
@@ -18,6 +19,12 @@ if TYPE_CHECKING:
 #: itself (Tables/Items..., not Service/Tables/Items...): an update of a stack deployed before the
 #: service was a construct replaces nothing, and its tables keep their data.
 SERVICE_ID: Final = "Default"
+#: Scoped examples the stack outputs (docs/deploy.md, "Access per queue"): a producer of the queues
+#: whose names start with ``orders-`` and a worker of ``emails``. Unattached, they cost nothing.
+EXAMPLE_POLICIES: Final = {
+    "ExampleOrdersProducer": (Caller.PRODUCER, ("orders-*",)),
+    "ExampleEmailsWorker": (Caller.CONSUMER, ("emails",)),
+}
 
 
 class QueratorStack(Stack):
@@ -46,6 +53,20 @@ class QueratorStack(Stack):
                 f"{caller.value.capitalize()}PolicyArn",
                 value=policy.managed_policy_arn,
                 description=f"Attach to principals that call the API as a {caller.value} (docs/deploy.md)",
+            )
+        for name, (caller, queues) in EXAMPLE_POLICIES.items():
+            example = service.managed_policy(
+                self,
+                name,
+                caller=caller,
+                queues=queues,
+                description=f"querator {config.stage}: example, {caller.value} of {', '.join(queues)}",
+            )
+            CfnOutput(
+                self,
+                f"{name}PolicyArn",
+                value=example.managed_policy_arn,
+                description=f"A scoped grant, {caller.value} of {', '.join(queues)}: docs/deploy.md",
             )
         CfnOutput(self, "ItemsTableName", value=self.tables.items.table_name)
         CfnOutput(self, "CatalogTableName", value=self.tables.catalog.table_name)

@@ -106,6 +106,7 @@ class QueueApi(Construct):
             )
         self._answer_misses_in_the_envelope(functions)
         self.url = self.api.url
+        self.stage_name = config.stage
 
         if config.api_cloud_watch_role:
             acknowledge(
@@ -133,6 +134,12 @@ class QueueApi(Construct):
             "Callers are IAM principals (SigV4); a Cognito user pool authorizer would add a second "
             "identity system the contract does not have.",
         )
+
+    def execute_api_arn(self, method: str, path: str) -> str:
+        """The resource ``execute-api:Invoke`` is granted on for ``method`` at ``path`` in this stage;
+        ``path`` may hold IAM's wildcards (``/v1/queues/orders-*/queue.produce``). Every grant is
+        built through this method, which the HTTP API flavour offers too."""
+        return self.api.arn_for_execute_api(method, path, self.stage_name)
 
     def _answer_misses_in_the_envelope(self, functions: Mapping[str, ServiceFunction]) -> None:
         """Send what no route matches to the meta function, which answers as the contract says.

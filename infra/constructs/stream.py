@@ -186,6 +186,14 @@ class QueueStream(Construct):
         )
 
     @property
+    def connect_arn(self) -> str:
+        """What a consumer is granted to open the stream: ``execute-api:Invoke`` on ``$connect`` of
+        this stage (its messages need no further grant)."""
+        return Stack.of(self).format_arn(
+            service="execute-api", resource=self.api.api_id, resource_name=f"{self.stage.stage_name}/$connect"
+        )
+
+    @property
     def url(self) -> str:
         """``wss://<api-id>.execute-api.<region>.amazonaws.com/<stage>``: what a consumer connects to."""
         return self.stage.url
