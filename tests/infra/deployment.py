@@ -13,6 +13,9 @@
   function and the credentials of its own role (``sts.assume_role``), so every call it makes is
   signed by that role's access key; requests go through the API's deployed resources, methods,
   integrations and Lambda permissions, the reaper through the schedule rule's target.
+- API Gateway's IAM authorization, for a request signed as a role (``Deployment.request(...,
+  signer=<role ARN>)``): the role's deployed policies must allow ``execute-api:Invoke`` on the
+  method ARN of the request's own path (``iam_policy``), else 403 and no function runs.
 """
 
 from __future__ import annotations
@@ -361,6 +364,8 @@ class Deployment:
     refused: list[tuple[str, str]] = field(default_factory=list)
     #: Each function's resource policy by function name, as ``_policy`` read it.
     _policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each signing role's identity policy statements by role ARN, as ``authorize`` read them.
+    _signers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     # -- wiring read back from the deployed resources ------------------------------------------
 
@@ -438,7 +443,10 @@ class Deployment:
         """API Gateway's IAM authorization of a request signed as ``role_arn``: the role's identity
         policies (inline and attached managed, as deployed) allow ``execute-api:Invoke`` on the
         method ARN of the request's own path (``iam_policy``: Allow / Deny, ``*`` and ``?``)."""
-        statements = iam_policy.role_statements(self.moto.client("iam"), role_arn.rsplit("/", 1)[1])
+        statements = self._signers.get(role_arn)
+        if statements is None:  # read once: nothing changes a role's policies after create_stack
+            role = role_arn.rsplit("/", 1)[1]
+            statements = self._signers[role_arn] = iam_policy.role_statements(self.moto.client("iam"), role)
         request = iam_policy.Request("execute-api:Invoke", self.execute_api_arn(method, path))
         return iam_policy.allowed(statements, request)
 
