@@ -18,6 +18,7 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from querator.api.paths import is_addressable, queue_path
 from querator.client.errors import (
     ApiError,
     ConnectionFailedError,
@@ -98,6 +99,19 @@ PATHS: Final[Mapping[str, str]] = {
     "storage/items.delete": "/v1/storage/items.delete",
     "health": "/health",
 }
+#: Calls that span queues or name none: always their plain path (``queues.list`` needs a whole-API
+#: grant; docs/api.md, "Access per queue").
+UNSCOPED: Final = frozenset({"queues.list", "health"})
+
+
+def path_for(name: str, body: Mapping[str, Any] | None, *, scoped: bool = True) -> str:
+    """The path of call ``name``: its scoped twin ``/v1/queues/<queue>/<name>`` when the body names
+    one queue whose name a path can carry (``querator.api.paths``), so a role granted that queue
+    alone may call it; else the plain path, where the body names the queue."""
+    queue_name = None if body is None else body.get("queue_name")
+    if scoped and name not in UNSCOPED and isinstance(queue_name, str) and is_addressable(queue_name):
+        return queue_path(name, queue_name)
+    return PATHS[name]
 
 
 class Safety(enum.Enum):
@@ -132,6 +146,10 @@ class Client:
     stream_url
         Where ``consume(mode="stream")`` / ``stream`` connect: a deployed stack's ``StreamUrl``
         (``wss://…/<stage>``); by default ``<base_url>/v1/stream`` (``querator serve``).
+    scoped_paths
+        Send each call on one queue to its scoped path, ``/v1/queues/<queue>/<route>``, which a
+        per-queue IAM grant allows (docs/api.md, "Access per queue"); ``False`` for a server that
+        predates them. A queue whose name a path cannot carry always uses the plain path.
     """
 
     def __init__(
@@ -150,6 +168,7 @@ class Client:
         signer: RequestSigner | None = None,
         request_timeout_margin: float = REQUEST_TIMEOUT_MARGIN,
         stream_url: str | None = None,
+        scoped_paths: bool = True,
     ) -> None:
         if signer is None and sigv4_region:
             signer = SigV4Signer(sigv4_region, credentials)
@@ -157,6 +176,9 @@ class Client:
         #: The stream's WebSocket URL: a deployed stack's ``StreamUrl`` output; ``None``: the
         #: server's own ``/v1/stream`` (``querator serve``).
         self.stream_url = stream_url
+        #: Call each queue on its scoped path (``/v1/queues/<queue>/...``); ``False``: the plain
+        #: paths only, for a server deployed before scoped routes.
+        self.scoped_paths = scoped_paths
         #: Signs the stream's handshake as it signs requests (SigV4 for a deployed stack).
         self.signer = signer
         self.timeout = timeout
@@ -217,7 +239,7 @@ class Client:
 
         ``reply_headers``, when given, receives the headers of the successful reply (lower-case names).
         """
-        path = PATHS[name]
+        path = path_for(name, body, scoped=self.scoped_paths)
         method = "GET" if body is None else "POST"
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
         timeout = self.timeout if read_timeout is None else read_timeout
