@@ -54,6 +54,15 @@ def test_path_for_scopes_single_queue_calls_and_nothing_else() -> None:
     # A name a path cannot carry keeps the plain path (a whole-API grant serves it).
     assert path_for("queue.lease", {"queue_name": "a*b"}) == "/v1/queue.lease"
     assert path_for("queue.lease", {"queue_name": "orders"}, scoped=False) == PATHS["queue.lease"]
+    # Calls that reach another queue than the path's go plain (a whole-API grant), as the scoped
+    # path would refuse them; within the namespace they stay scoped.
+    create = {"queue_name": "orders", "dead_queue": "emails"}
+    assert path_for("queues.create", create) == "/v1/queues.create"
+    create["dead_queue"] = "orders-dead"
+    assert path_for("queues.create", create) == "/v1/queues/orders/queues.create"
+    assert path_for("queues.update", {"queue_name": "o", "dead_queue": ""}) == "/v1/queues/o/queues.update"
+    assert path_for("queue.redrive", {"queue_name": "d", "to": "x"}) == "/v1/queue.redrive"
+    assert path_for("queue.redrive", {"queue_name": "d"}) == "/v1/queues/d/queue.redrive"
 
 
 def test_a_worker_run_only_calls_its_queues_scoped_paths(

@@ -109,9 +109,19 @@ def path_for(name: str, body: Mapping[str, Any] | None, *, scoped: bool = True) 
     one queue whose name a path can carry (``querator.api.paths``), so a role granted that queue
     alone may call it; else the plain path, where the body names the queue."""
     queue_name = None if body is None else body.get("queue_name")
-    if scoped and name not in UNSCOPED and isinstance(queue_name, str) and is_addressable(queue_name):
-        return queue_path(name, queue_name)
-    return PATHS[name]
+    if not scoped or name in UNSCOPED or not isinstance(queue_name, str) or not is_addressable(queue_name):
+        return PATHS[name]
+    return PATHS[name] if _reaches_beyond(name, queue_name, body or {}) else queue_path(name, queue_name)
+
+
+def _reaches_beyond(name: str, queue_name: str, body: Mapping[str, Any]) -> bool:
+    """Whether the call reaches a queue its scoped path would not allow: a dead-letter queue outside
+    the queue's namespace, or a redrive to a named queue. Those take the plain path, which a
+    whole-API grant allows (the scoped path would refuse them: docs/api.md, "Access per queue")."""
+    if name in ("queues.create", "queues.update"):
+        dead_queue = body.get("dead_queue")
+        return isinstance(dead_queue, str) and bool(dead_queue) and not dead_queue.startswith(queue_name)
+    return name == "queue.redrive" and body.get("to") is not None
 
 
 class Safety(enum.Enum):

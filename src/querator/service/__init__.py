@@ -206,10 +206,13 @@ class QueueService:
         """Remove items in ``scope``; returns how many (``RetryLaterError`` when out of budget)."""
         return self._admin.clear(queue_name, scope)
 
-    def redrive(self, queue_name: str, *, to: str | None = None, limit: int = 1000) -> RedriveOutcome:
+    def redrive(
+        self, queue_name: str, *, to: str | None = None, limit: int = 1000, feeders_only: bool = False
+    ) -> RedriveOutcome:
         """Move up to ``limit`` dead letters of ``queue_name`` back to their source queues (or to
-        ``to``); calling until ``remaining`` is 0 moves each exactly once."""
-        return self._redriver.redrive(queue_name, to=to, limit=limit)
+        ``to``); calling until ``remaining`` is 0 moves each exactly once. ``feeders_only``: only
+        into, and only items from, the queues whose dead_queue this is (``Redriver.redrive``)."""
+        return self._redriver.redrive(queue_name, to=to, limit=limit, feeders_only=feeders_only)
 
     def list_items(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
