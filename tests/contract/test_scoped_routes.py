@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -17,9 +18,11 @@ import pytest
 from querator.api import routes
 from querator.api.gateway import FunctionApp, build_app
 from querator.config import settings_from
+from querator.domain.errors import InvalidRequestError
+from querator.service import QueueService
 
 if TYPE_CHECKING:
-    from querator.service import QueueService
+    from querator.testing import FakeClock
 
 
 #: What the functions read of their settings here (the lease wait cap); the service is given.
@@ -199,3 +202,26 @@ def test_a_scoped_redrive_moves_items_only_back_to_the_queues_that_dead_letter_t
     # The plain route (a whole-API grant) moves the rest where it is told.
     api.ok("queue.redrive", {"queue_name": "orders-dead", "to": "emails"})
     assert (_items(api, "emails"), _items(api, "orders-dead")) == (1, 0)
+
+
+def test_a_stream_ticket_names_its_queue_and_is_checked_on_every_store(
+    api: Handlers, service: QueueService, clock: FakeClock
+) -> None:
+    api.ok("queues.create", {"queue_name": "orders", **QUEUE})
+    api.ok("queues.create", {"queue_name": "emails", **QUEUE})
+    issued = api.ok("stream.ticket", {}, queue="orders")
+    ticket = issued["ticket"]
+    service.check_stream_ticket(ticket, "orders")
+    with pytest.raises(InvalidRequestError, match="for queue 'orders', not 'emails'"):
+        service.check_stream_ticket(ticket, "emails")
+    forged = ticket.rsplit(".", 1)[0] + ".AAAA"
+    with pytest.raises(InvalidRequestError, match="not one this service issued"):
+        service.check_stream_ticket(forged, "orders")
+    # Another service over the same store signs with the same key (made once, kept in the catalog).
+    again = QueueService(catalog=service.catalog, store=service.store, clock=clock)
+    again.check_stream_ticket(ticket, "orders")
+    clock.advance(timedelta(minutes=6))
+    with pytest.raises(InvalidRequestError, match="expired"):
+        service.check_stream_ticket(ticket, "orders")
+    status, reply = api.call("stream.ticket", {}, queue="nope")
+    assert status == 400 and "does not exist" in reply["message"], reply

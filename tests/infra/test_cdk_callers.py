@@ -54,7 +54,8 @@ def _with_twins(plain: set[str]) -> set[str]:
 EXPECTED = {
     Caller.PRODUCER: {*_with_twins({"POST /v1/queue.produce", "POST /v1/queues.info"}), *META},
     Caller.CONSUMER: {*_with_twins({"POST /v1/queue.lease", "POST /v1/queue.complete", "POST /v1/queue.retry",
-                                    "POST /v1/queue.renew", "POST /v1/queues.info"}), *META},
+                                    "POST /v1/queue.renew", "POST /v1/queues.info",
+                                    "POST /v1/stream.ticket"}), *META},
     Caller.ADMIN: {f"{r.method} {r.path.replace('{queue}', '*')}" for r in ROUTES
                    if r.function in {"queues", "admin"}} | META,
 }  # fmt: skip

@@ -194,6 +194,13 @@ def redrive(service: QueueService, request: schemas.RedriveRequest, call: Call) 
     return schemas.RedriveResponse.from_domain(outcome)
 
 
+def stream_ticket(
+    service: QueueService, request: schemas.StreamTicketRequest, call: Call
+) -> schemas.WireResponse:
+    issued = service.stream_ticket(request.queue_name)
+    return schemas.StreamTicketResponse(ticket=issued.ticket, expires_at=issued.expires_at)
+
+
 def list_items(service: QueueService, request: schemas.ListItemsRequest, call: Call) -> schemas.WireResponse:
     found = service.list_items(
         request.queue_name, request.partition, pivot=request.pivot, limit=request.limit
@@ -245,6 +252,7 @@ ENDPOINTS: Final[Mapping[str, Endpoint]] = MappingProxyType(
         routes.STATS.name: stats,
         routes.CLEAR.name: clear,
         routes.REDRIVE.name: redrive,
+        routes.STREAM_TICKET.name: stream_ticket,
         routes.ITEMS_LIST.name: list_items,
         routes.SCHEDULED_LIST.name: list_scheduled,
         routes.ITEMS_IMPORT.name: import_items,

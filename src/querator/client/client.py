@@ -18,6 +18,7 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from querator.api.durations import parse_timestamp
 from querator.api.paths import is_addressable, queue_path
 from querator.client.errors import (
     ApiError,
@@ -56,7 +57,7 @@ from querator.client.transport import RequestSigner, SigV4Signer, Transport
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
-    from datetime import timedelta
+    from datetime import datetime, timedelta
 
     from botocore.credentials import Credentials
 
@@ -93,6 +94,7 @@ PATHS: Final[Mapping[str, str]] = {
     "queue.stats": "/v1/queue.stats",
     "queue.clear": "/v1/queue.clear",
     "queue.redrive": "/v1/queue.redrive",
+    "stream.ticket": "/v1/stream.ticket",
     "storage/items.list": "/v1/storage/items.list",
     "storage/scheduled.list": "/v1/storage/scheduled.list",
     "storage/items.import": "/v1/storage/items.import",
@@ -564,6 +566,12 @@ class Client:
         body = {"queue_name": queue_name, "partition": partition, "ids": ids, "priority": priority}
         reply = self._call("queue.reprioritize", body, safety=Safety.UNSAFE) or {}
         return {str(i.get("id", "")): str(i.get("new_id", "")) for i in reply.get("items") or ()}
+
+    def stream_ticket(self, queue_name: str) -> tuple[str, datetime]:
+        """``stream.ticket``: (ticket, expires_at), what a stream's ``subscribe`` shows to be let onto
+        ``queue_name`` under a per-queue grant (docs/api.md, "Streaming")."""
+        reply = self._call("stream.ticket", {"queue_name": queue_name}, safety=Safety.IDEMPOTENT) or {}
+        return str(reply.get("ticket", "")), parse_timestamp(str(reply.get("expires_at", "")))
 
     def stats(self, queue_name: str) -> QueueStats:
         """``queue.stats``: counts and ages per partition, from the counters kept beside the items."""

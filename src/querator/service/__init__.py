@@ -32,6 +32,7 @@ from querator.service.queues import QueueDirectory
 from querator.service.reaper import Reaper, ReapReport
 from querator.service.redrive import Redriver
 from querator.service.settle import Settler
+from querator.service.tickets import StreamTicket, TicketSigner
 from querator.service.tuning import (
     CURSOR_LAG,
     DEFAULT_CLAIM_BUDGET,
@@ -119,6 +120,8 @@ class QueueService:
         self._items = ItemCalls(store, self._queues, settler, clock, ids)
         self._reaper = Reaper(catalog, store, settler, self._admin, clock, recount_period)
         self._redriver = Redriver(store, self._queues, clock, ids, budget=clear_budget)
+        self._tickets = TicketSigner(catalog)
+        self._clock = clock
 
     #: The ports this service runs on, for tools that work beside it (benchmarks, tests, migrations):
     #: another service over the same storage is ``QueueService(catalog=s.catalog, store=s.store, ...)``.
@@ -193,6 +196,16 @@ class QueueService:
         return self._items.reprioritize(queue_name, partition, ids, priority)
 
     # -- inspection and maintenance ---------------------------------------------------------------
+
+    def stream_ticket(self, queue_name: str) -> StreamTicket:
+        """A short-lived ticket that lets a stream subscribe to ``queue_name`` (``service.tickets``);
+        raises ``QueueNotFoundError`` for a queue that does not exist."""
+        self._queues.live(queue_name)
+        return self._tickets.issue(queue_name, self._clock.now())
+
+    def check_stream_ticket(self, ticket: str, queue_name: str) -> None:
+        """Raises ``InvalidRequestError`` unless ``ticket`` is a valid, unexpired ticket of ``queue_name``."""
+        self._tickets.check(ticket, queue_name, self._clock.now())
 
     def check_health(self) -> None:
         """Read the catalog once; raises the store's error when it cannot be reached."""
