@@ -76,9 +76,11 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
         # One Query for the partition's head row and the lease records due, one for candidates;
         # the lease record (put), claims and the head row (updates); expired leases are read back
         # in batches and moved (a Delete + Put transaction) or deleted, and their records dropped.
+        # stream.ticket: the signing key is read from the catalog, and made there by the first
+        # ticket (a conditional put: racing first tickets agree on one key).
         Function.LEASE: _grants(
             items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
-            catalog=("GetItem",),
+            catalog=("GetItem", "PutItem"),
         ),
         # complete (conditional delete, reading the head row when a scheduled item came due), retry
         # (batched read, then move or delete), renew (a lease record, then updates); the head row's

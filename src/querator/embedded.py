@@ -84,9 +84,9 @@ class _InProcessTransport(Transport):
                 raise unknown_path(method, path)
             route, segment = matched
             request = None
+            # A scoped path's queue, decoded as the server would: the body may not name another.
+            queue = None if segment is None else paths.check_addressable(unquote(segment))
             if route.request_model is not None:
-                # A scoped path's queue, decoded as the server would: the body may not name another.
-                queue = None if segment is None else paths.check_addressable(unquote(segment))
                 request = schemas.parse_request(
                     route.request_model,
                     body,
@@ -98,6 +98,7 @@ class _InProcessTransport(Transport):
                 now=datetime.now(UTC),
                 wait_limit=self._wait_cap,
                 idempotency_key=idempotency_key(headers) if route.base is routes.PRODUCE else None,
+                scoped_queue=queue,
             )
             if self._metrics:
                 try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -17,9 +18,11 @@ import pytest
 from querator.api import routes
 from querator.api.gateway import FunctionApp, build_app
 from querator.config import settings_from
+from querator.domain.errors import InvalidRequestError
+from querator.service import QueueService
 
 if TYPE_CHECKING:
-    from querator.service import QueueService
+    from querator.testing import FakeClock
 
 
 #: What the functions read of their settings here (the lease wait cap); the service is given.
@@ -154,3 +157,71 @@ def test_without_path_parameters_the_segment_is_decoded_once(api: Handlers, serv
     assert api.ok("queues.info", {}, queue="orders")["queue_name"] == "orders"
     event["path"] = "/v1/queues/a%252Ab/queues.create"  # "a%2Ab" once decoded: not addressable
     assert app.resolve(event, None)["statusCode"] == 400
+
+
+QUEUE = {"lease_timeout": "1m", "expire_timeout": "1h"}
+
+
+def test_on_a_scoped_path_a_dead_letter_queue_is_in_the_queues_namespace(api: Handlers) -> None:
+    api.ok("queues.create", {"queue_name": "emails", **QUEUE})
+    api.ok("queues.create", {"queue_name": "orders-dead", **QUEUE})
+    # A caller granted "orders" alone cannot make orders' items land in "emails".
+    status, reply = api.call("queues.create", {**QUEUE, "dead_queue": "emails"}, queue="orders")
+    assert status == 400 and "namespace of 'orders'" in reply["message"], reply
+    assert [q["queue_name"] for q in api.ok("queues.list", {})["items"]] == ["emails", "orders-dead"]
+    api.ok("queues.create", {**QUEUE, "dead_queue": "orders-dead"}, queue="orders")
+    status, _ = api.call("queues.update", {"dead_queue": "emails"}, queue="orders")
+    assert status == 400
+    assert api.ok("queues.info", {}, queue="orders")["dead_queue"] == "orders-dead"
+    # The plain route (a whole-API grant) names any queue.
+    api.ok("queues.update", {"queue_name": "orders", "dead_queue": "emails"})
+    assert api.ok("queues.info", {}, queue="orders")["dead_queue"] == "emails"
+
+
+def test_a_scoped_redrive_moves_items_only_back_to_the_queues_that_dead_letter_there(
+    api: Handlers,
+) -> None:
+    api.ok("queues.create", {"queue_name": "orders-dead", **QUEUE})
+    api.ok("queues.create", {"queue_name": "orders", "dead_queue": "orders-dead", **QUEUE})
+    api.ok("queues.create", {"queue_name": "emails", **QUEUE})
+    api.ok("queue.produce", {"items": [{"utf8": "failed"}]}, queue="orders")
+    leased = api.ok("queue.lease", {"batch_size": 1, "client_id": "w"}, queue="orders")
+    item = {"id": leased["items"][0]["id"], "dead": True}
+    api.ok("queue.retry", {"partition": leased["partition"], "items": [item]}, queue="orders")
+    # Produced straight into the dead-letter queue: not known to come from "orders".
+    api.ok("queue.produce", {"items": [{"utf8": "planted"}]}, queue="orders-dead")
+    assert (_items(api, "orders"), _items(api, "orders-dead")) == (0, 2)
+
+    status, reply = api.call("queue.redrive", {"to": "emails"}, queue="orders-dead")
+    assert status == 400 and "does not name 'orders-dead'" in reply["message"], reply
+    assert (_items(api, "emails"), _items(api, "orders-dead")) == (0, 2)
+
+    moved = api.ok("queue.redrive", {}, queue="orders-dead")
+    assert (moved["moved"], moved["stranded"]) == (1, 1), moved
+    assert (_items(api, "orders"), _items(api, "orders-dead")) == (1, 1)
+    # The plain route (a whole-API grant) moves the rest where it is told.
+    api.ok("queue.redrive", {"queue_name": "orders-dead", "to": "emails"})
+    assert (_items(api, "emails"), _items(api, "orders-dead")) == (1, 0)
+
+
+def test_a_stream_ticket_names_its_queue_and_is_checked_on_every_store(
+    api: Handlers, service: QueueService, clock: FakeClock
+) -> None:
+    api.ok("queues.create", {"queue_name": "orders", **QUEUE})
+    api.ok("queues.create", {"queue_name": "emails", **QUEUE})
+    issued = api.ok("stream.ticket", {}, queue="orders")
+    ticket = issued["ticket"]
+    service.check_stream_ticket(ticket, "orders")
+    with pytest.raises(InvalidRequestError, match="for queue 'orders', not 'emails'"):
+        service.check_stream_ticket(ticket, "emails")
+    forged = ticket.rsplit(".", 1)[0] + ".AAAA"
+    with pytest.raises(InvalidRequestError, match="not one this service issued"):
+        service.check_stream_ticket(forged, "orders")
+    # Another service over the same store signs with the same key (made once, kept in the catalog).
+    again = QueueService(catalog=service.catalog, store=service.store, clock=clock)
+    again.check_stream_ticket(ticket, "orders")
+    clock.advance(timedelta(minutes=6))
+    with pytest.raises(InvalidRequestError, match="expired"):
+        service.check_stream_ticket(ticket, "orders")
+    status, reply = api.call("stream.ticket", {}, queue="nope")
+    assert status == 400 and "does not exist" in reply["message"], reply

@@ -61,7 +61,8 @@ def _with_twins(plain: set[str]) -> set[str]:
 EXPECTED = {
     Caller.PRODUCER: {*_with_twins({"POST /v1/queue.produce", "POST /v1/queues.info"}), *META},
     Caller.CONSUMER: {*_with_twins({"POST /v1/queue.lease", "POST /v1/queue.complete", "POST /v1/queue.retry",
-                                    "POST /v1/queue.renew", "POST /v1/queues.info"}), *META},
+                                    "POST /v1/queue.renew", "POST /v1/queues.info",
+                                    "POST /v1/stream.ticket"}), *META},
     Caller.ADMIN: {f"{r.method} {r.path.replace('{queue}', '*')}" for r in ROUTES
                    if r.function in {"queues", "admin"}} | META,
 }  # fmt: skip
@@ -100,7 +101,7 @@ def test_the_stacks_scoped_examples_grant_orders_prefix_produce_and_emails_consu
     assert sorted(_tails(synth, consume, Caller.CONSUMER)) == sorted([
         *META_IN_ORDER, "POST /v1/queues/emails/queues.info", "POST /v1/queues/emails/queue.lease",
         "POST /v1/queues/emails/queue.complete", "POST /v1/queues/emails/queue.retry",
-        "POST /v1/queues/emails/queue.renew",
+        "POST /v1/queues/emails/queue.renew", "POST /v1/queues/emails/stream.ticket",
     ])  # fmt: skip
     for name in EXAMPLE_POLICIES:
         assert synth.outputs[f"{name}PolicyArn"]["Value"] == {

@@ -128,7 +128,7 @@ def test_the_producer_may_produce_to_orders_prefix_and_read_their_settings_nothi
     )
 
 
-def test_the_worker_may_consume_emails_and_open_the_stream_nothing_else(shop: ShopApp) -> None:
+def test_the_worker_may_consume_emails_and_get_their_stream_tickets_nothing_else(shop: ShopApp) -> None:
     (statement,) = shop.statements_of(shop.logical_id(_role(shop, "Mailer")))
     assert (statement["Effect"], statement["Action"]) == ("Allow", "execute-api:Invoke")
     assert sorted(_tails(shop, statement)) == sorted(
@@ -139,6 +139,7 @@ def test_the_worker_may_consume_emails_and_open_the_stream_nothing_else(shop: Sh
             "POST/v1/queues/emails/queue.complete",
             "POST/v1/queues/emails/queue.retry",
             "POST/v1/queues/emails/queue.renew",
+            "POST/v1/queues/emails/stream.ticket",
             "$connect",
         ]
     )

@@ -285,6 +285,8 @@ def drive(d: Deployment) -> dict[str, Any]:
          {"queue_name": scheduled, "items": [{"utf8": "s", "enqueue_at": soon}]})  # fmt: skip
     post("update", "/v1/queues.update", {"queue_name": work, "reference": "deployed"})
     post("info", "/v1/queues.info", {"queue_name": work})
+    # the stream's ticket: the first one makes the service's key (a conditional put in the catalog)
+    post("ticket", "/v1/stream.ticket", {"queue_name": work})
     post("list", "/v1/queues.list", {"pivot": f"dead-{tag}", "limit": 2})
 
     # produce: a batch, then a keyed request and its retry

@@ -180,18 +180,20 @@ def _bind(
 
     def serve(request: Request) -> ProxyResponse:
         parsed = None
+        scoped_queue = request.path_queue() if route.scoped else None
         if route.request_model is not None:
             parsed = schemas.parse_request(
                 route.request_model,
                 _raw_body(request.event),
                 content_type=request.headers.get("content-type"),
                 limit=route.body_limit,
-                queue_name=request.path_queue() if route.scoped else None,
+                queue_name=scoped_queue,
             )
         call = Call(
             now=datetime.now(UTC),
             wait_limit=_wait_limit(settings(), request.context),
             idempotency_key=idempotency_key(request.headers) if route.base is routes.PRODUCE else None,
+            scoped_queue=scoped_queue,
         )
         try:
             reply = endpoint(service(), parsed, call)

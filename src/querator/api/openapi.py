@@ -106,6 +106,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "priority": 1,
     },
     "queue.stats": {"queue_name": "orders"},
+    "stream.ticket": {"queue_name": "orders"},
     "queue.clear": {"queue_name": "orders", "queue": True, "scheduled": True},
     "queue.redrive": {"queue_name": "orders-dead", "to": "orders", "limit": 1000},
     "storage/items.list": {"queue_name": "orders", "partition": 0, "limit": 100},

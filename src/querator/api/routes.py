@@ -193,6 +193,14 @@ REDRIVE: Final = _post(
     schemas.RedriveResponse,
     "Move dead letters back to the queues they came from (or to 'to'); call until remaining is 0.",
 )
+STREAM_TICKET: Final = _post(
+    "stream.ticket",
+    # A consumer's call, on the lease function: a per-queue grant of queue.lease comes with it.
+    Function.LEASE,
+    schemas.StreamTicketRequest,
+    schemas.StreamTicketResponse,
+    "A short-lived ticket that lets a stream subscribe to this queue (per-queue access).",
+)
 ITEMS_LIST: Final = _post(
     "storage/items.list",
     Function.ADMIN,
@@ -265,6 +273,7 @@ PLAIN_ROUTES: Final[tuple[Route, ...]] = (
     STATS,
     CLEAR,
     REDRIVE,
+    STREAM_TICKET,
     ITEMS_LIST,
     SCHEDULED_LIST,
     ITEMS_IMPORT,

@@ -491,6 +491,17 @@ class ReprioritizeResponse(WireResponse):
         )
 
 
+class StreamTicketRequest(QueueNameRequest):
+    """``stream.ticket``: a ticket that lets a stream subscribe to this queue."""
+
+
+class StreamTicketResponse(WireResponse):
+    """The ticket to send in the stream's ``subscribe``, and until when it is good."""
+
+    ticket: str = field(TEXT)
+    expires_at: datetime = field(TIMESTAMP)
+
+
 class OkResponse(WireResponse):
     """``{"code": 200}``: Querator's reply to every call with nothing else to return (produce,
     complete, retry, queues.create / update / delete, clear, storage/items.delete)."""

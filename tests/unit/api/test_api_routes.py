@@ -24,6 +24,7 @@ EXPECTED = {
     ("POST", "/v1/queue.stats"): "admin",
     ("POST", "/v1/queue.clear"): "admin",
     ("POST", "/v1/queue.redrive"): "admin",
+    ("POST", "/v1/stream.ticket"): "lease",
     ("POST", "/v1/storage/items.list"): "admin",
     ("POST", "/v1/storage/scheduled.list"): "admin",
     ("POST", "/v1/storage/items.import"): "admin",
