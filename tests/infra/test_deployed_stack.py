@@ -15,10 +15,13 @@ Per-queue grants: beside the stage's template each stage deploys two roles (``gr
 granted produce and consume by the service's own ``grant_*`` on one queue and on a prefix. Requests
 signed as them pass the harness's emulation of API Gateway's IAM authorization (the role's deployed
 policies against the method ARN of the request's path, before any function runs); the tests at the
-end show each role working on its queues and refused (403, no invocation) everywhere else. They
-add two roles per stage, 17 requests per stage (every scoped route once, for the wiring) and ~0.3-
-0.4 s per test; on 2026-11-27, with four sessions sharing two cores (load average 14), the module
-took 149 s of pytest (96 tests), against 43-57 s on a quiet machine before (below).
+end show each role working on its queues and refused (403, no invocation) everywhere else, and the
+stack's two example policies doing what they say once attached to a role. They add two roles per
+stage, 18 requests per stage (every scoped route once, for the wiring, and a stream ticket) and
+0.2-0.7 s per test. On 2026-11-27, with four sessions sharing two cores (load average 10-14), the
+module took 105-149 s of pytest in three runs (96-99 tests), against 43-57 s on a quiet machine
+before (below); under that load a lease's 2 s sometimes ran out before its complete or renew
+(stage local, one run in two), a step this change does not touch.
 
 Where its time goes:
 This module synthesizes the three stages one after the other (jsii is single-threaded); each stage
@@ -741,3 +744,39 @@ def test_every_call_on_another_queue_and_every_admin_call_is_refused_before_any_
     assert _invocations(deployed) == invoked
     assert len(deployed.refused) - refused == len(asked)
     assert "/v1/queues.list" in replies and "/v1/queues.delete" in replies
+
+
+def test_the_stacks_example_policies_grant_what_they_say_once_attached(deployed: Deployment) -> None:
+    # GIVEN a role of the account with both examples the stack outputs attached (as docs/deploy.md shows)
+    iam_client = deployed.moto.client("iam")
+    name = f"example-{deployed.stage}"
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+             "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}}]}  # fmt: skip
+    role = iam_client.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    for output in ("ExampleOrdersProducerPolicyArn", "ExampleEmailsWorkerPolicyArn"):
+        iam_client.attach_role_policy(RoleName=name, PolicyArn=deployed.outputs[output])
+    for queue in ("orders-eu", "emails"):
+        body = {"queue_name": queue, "lease_timeout": "1m", "expire_timeout": "1h"}
+        assert deployed.request("POST", "/v1/queues.create", body).status == 200
+    produce = {"items": [{"utf8": "x"}]}
+    lease = {"batch_size": 1, "client_id": "example", "request_timeout": "0s"}
+    # WHEN it signs calls: produce to orders-*, lease emails; and the other way round
+    asked = {
+        ("queue.produce", "orders-eu"): produce,
+        ("queue.lease", "emails"): lease,
+        ("queue.produce", "emails"): produce,
+        ("queue.lease", "orders-eu"): lease,
+        ("queue.stats", "emails"): {},
+    }
+    replies = {
+        call: deployed.request("POST", _scoped(*call), body, signer=role) for call, body in asked.items()
+    }
+    # THEN the first two reach their functions, the rest are refused before any
+    assert {call: reply.status for call, reply in replies.items()} == {
+        ("queue.produce", "orders-eu"): 200,
+        ("queue.lease", "emails"): 454,  # nothing to lease: the lease function's answer
+        ("queue.produce", "emails"): 403,
+        ("queue.lease", "orders-eu"): 403,
+        ("queue.stats", "emails"): 403,
+    }
+    assert replies["queue.lease", "emails"].function == "lease"
