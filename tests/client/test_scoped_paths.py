@@ -114,3 +114,19 @@ def test_a_queue_whose_name_a_path_cannot_carry_is_served_on_the_plain_paths(
         client.produce(odd, [b"x"])
         assert client.stats(odd).total == 1
     assert recorder.paths == ["/v1/queues.create", "/v1/queue.produce", "/v1/queue.stats"]
+
+
+def test_a_stream_worker_on_a_stacks_stream_url_asks_its_queues_ticket_first(
+    served_url: str, queue_name: str, recorder: Recorder
+) -> None:
+    # A deployed stack's stream (stream_url given) may require a ticket of the queue; querator
+    # serve's own stream needs none and ignores the one sent.
+    stream_url = served_url.replace("http://", "ws://", 1) + "/v1/stream"
+    with Client(served_url, stream_url=stream_url) as client:
+        client.create_queue(queue_name, lease_timeout="30s", expire_timeout="1h")
+        client.produce(queue_name, [b"pushed"])
+        recorder.paths.clear()
+        report = client.consume(queue_name, lambda item: None, max_items=1, mode="stream")
+    assert report.completed == 1 and report.transport == "stream", report
+    assert f"/v1/queues/{queue_name}/stream.ticket" in recorder.paths
+    assert recorder.outside(queue_name) == []
