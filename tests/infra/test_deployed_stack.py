@@ -423,10 +423,21 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
             ]
         }
 
+    def ticket(queue: str) -> str:
+        """A ``stream.ticket`` of ``queue``: every subscribe shows one (``streamTicketsRequired``)."""
+        return str(d.request("POST", paths.queue_path("stream.ticket", queue), {}).body["ticket"])
+
+    # A subscribe without a ticket, or with another queue's, is refused and subscribes nothing.
+    refused = f"c{tag}C"
+    ws(refused, "$connect")
+    ws(refused, "$default", {"type": "subscribe", "queue_name": live, "credit": 2})
+    ws(refused, "$default", {"type": "subscribe", "queue_name": live, "credit": 2, "ticket": ticket(doomed)})
+    seen["refused_frames"] = stream_frames(d, refused)
+    ws(refused, "$disconnect")
     ws(consumer, "$connect")
-    ws(consumer, "$default", {"type": "subscribe", "queue_name": live, "credit": 2})
+    ws(consumer, "$default", {"type": "subscribe", "queue_name": live, "credit": 2, "ticket": ticket(live)})
     ws(other, "$connect")
-    ws(other, "$default", {"type": "subscribe", "queue_name": doomed, "credit": 1})
+    ws(other, "$default", {"type": "subscribe", "queue_name": doomed, "credit": 1, "ticket": ticket(doomed)})
     d.request(
         "POST",
         "/v1/queue.produce",
@@ -581,6 +592,8 @@ def test_the_deployed_stream_pushes_within_credit_settles_over_the_connection_an
     lifecycle: dict[str, Any],
 ) -> None:
     seen = lifecycle["stream"]
+    # Without a ticket of its queue a subscribe is refused (403), and nothing was pushed to it.
+    assert [(f["type"], f.get("code")) for f in seen["refused_frames"]] == [("error", 403), ("error", 403)]
     # Three items for a consumer with credit 2: the dispatcher pushed two, from the inserts alone.
     assert seen["dispatch"] == {"queues": 1, "pushed": 2}
     assert seen["pushed"] == ["cA==", "cQ=="]  # "p", "q"
