@@ -66,8 +66,8 @@ class QueratorService(Construct):
         return self.grant(grantee, Caller.PRODUCER, queues)
 
     def grant_consume(self, grantee: iam.IGrantable, *, queues: Sequence[str] | None = None) -> iam.Grant:
-        """Let ``grantee`` lease, complete, retry and renew on ``queues``, read their settings and
-        open the stream."""
+        """Let ``grantee`` lease, complete, retry and renew on ``queues``, read their settings, get
+        their stream tickets (``stream.ticket``) and open the stream (a subscribe shows a ticket)."""
         return self.grant(grantee, Caller.CONSUMER, queues)
 
     def grant_admin(self, grantee: iam.IGrantable, *, queues: Sequence[str] | None = None) -> iam.Grant:
