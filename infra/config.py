@@ -44,6 +44,9 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
                             folders, and attach no layer (default false; stage ``local``: LocalStack
                             Community ignores layers)
 ``functionsAssetRoot``      folder of ``<function>/handler.py`` (default ``functions``)
+``streamTicketsRequired``   every stream subscribe must show a ``stream.ticket`` of its queue (default
+                            true): ``$connect`` names no queue, so without tickets a consumer granted
+                            one queue could subscribe to any. False for consumers older than tickets
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class StageConfig:
     layer_asset_path: str = "layers/core/dist"
     bundle_layer: bool = False
     functions_asset_root: str = "functions"
+    stream_tickets_required: bool = True
 
     def __post_init__(self) -> None:
         if not self.stage or not self.stage.replace("-", "").isalnum():

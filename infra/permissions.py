@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from enum import Enum
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from querator.api import paths
 from querator.api.routes import ROUTES, Function, Route
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class StrEnum(str, Enum):
@@ -72,9 +76,11 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
         # One Query for the partition's head row and the lease records due, one for candidates;
         # the lease record (put), claims and the head row (updates); expired leases are read back
         # in batches and moved (a Delete + Put transaction) or deleted, and their records dropped.
+        # stream.ticket: the signing key is read from the catalog, and made there by the first
+        # ticket (a conditional put: racing first tickets agree on one key).
         Function.LEASE: _grants(
             items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
-            catalog=("GetItem",),
+            catalog=("GetItem", "PutItem"),
         ),
         # complete (conditional delete, reading the head row when a scheduled item came due), retry
         # (batched read, then move or delete), renew (a lease record, then updates); the head row's
@@ -150,10 +156,64 @@ CALLER_FUNCTIONS: Final[MappingProxyType[Caller, frozenset[str]]] = MappingProxy
     }
 )
 #: Read-only routes of another function that every caller's own client needs: the queue's settings
-#: (the Spark HTTP producer reads the partition count, the consumer worker the lease timeout).
-SHARED_PATHS: Final = frozenset({"/v1/queues.info"})
+#: (the Spark HTTP producer reads the partition count, the consumer worker the lease timeout). By
+#: name: the plain route and its scoped twin.
+SHARED_ROUTES: Final = frozenset({"queues.info"})
+#: The IAM action of calling an API route (and of opening the stream).
+INVOKE: Final = "execute-api:Invoke"
+#: The scoped routes' queue segment as the route table writes it.
+QUEUE_SEGMENT: Final = f"{{{paths.QUEUE_PARAMETER}}}"
 
 
 def caller_routes(caller: Caller) -> list[Route]:
-    """The routes ``caller`` may invoke, in route-table order."""
-    return [r for r in ROUTES if r.function in CALLER_FUNCTIONS[caller] or r.path in SHARED_PATHS]
+    """The routes ``caller`` may invoke, plain and scoped, in route-table order."""
+    return [r for r in ROUTES if r.function in CALLER_FUNCTIONS[caller] or r.name in SHARED_ROUTES]
+
+
+class QueueGrantError(ValueError):
+    """A grant's ``queues`` is not a list of queue names and prefixes ending in ``*``."""
+
+
+def check_queue_patterns(queues: Sequence[str]) -> tuple[str, ...]:
+    """``queues`` as given, when each is a queue name a scoped route serves (``querator.api.paths``:
+    ASCII letters, digits, ``.``, ``_``, ``-``) or such a name's start followed by one ``*`` (a
+    prefix); IAM's other wildcards, a ``*`` elsewhere or alone, and an empty list are refused."""
+    if isinstance(queues, str) or not queues:
+        raise QueueGrantError(
+            f"queues={queues!r}: a list of queue names and prefixes ending in '*' "
+            "(leave it out for every queue)"
+        )
+    for pattern in queues:
+        name = pattern.removesuffix("*")
+        if not name or not paths.is_addressable(name):
+            raise QueueGrantError(
+                f"queues: {pattern!r} is neither a queue name a scoped route serves (ASCII letters, "
+                "digits, '.', '_', '-') nor one's start followed by a single '*'"
+            )
+    return tuple(queues)
+
+
+def invoke_paths(caller: Caller, queues: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """``(method, path)`` of every route a grant of ``caller`` on ``queues`` invokes, in route-table
+    order: the IAM resources are these under the API's stage.
+
+    ``None``: every queue, the whole-API grant. The caller's plain routes (the body names the queue,
+    so IAM cannot tell queues apart) and their scoped twins for any queue (``*`` for the segment).
+
+    A list of names and prefixes: the scoped twins only, once per name or prefix (the segment is the
+    name, or the prefix and its ``*``), and the routes of no queue every client calls (``/health``,
+    the OpenAPI document and its page). Never a plain route, and so never ``queues.list``, which
+    spans queues and needs the whole-API grant.
+    """
+    routes = caller_routes(caller)
+    if queues is None:
+        return [(r.method, iam_path(r)) for r in routes]
+    patterns = check_queue_patterns(queues)
+    unscoped = [(r.method, r.path) for r in routes if r.function == Function.META]
+    return unscoped + [(r.method, iam_path(r, pattern)) for pattern in patterns for r in routes if r.scoped]
+
+
+def iam_path(route: Route, queues: str = "*") -> str:
+    """The route's path in an ``execute-api`` resource: a scoped twin's queue segment as ``queues``
+    (a name, a prefix and its ``*``, or ``*`` for every queue); a plain route's path as it is."""
+    return route.path.replace(QUEUE_SEGMENT, queues)

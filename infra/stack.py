@@ -1,31 +1,34 @@
-"""The stack of one stage: it only composes the constructs and names the outputs."""
+"""The stack of one stage: the service construct (``infra.service``) and the stack's outputs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_cdk import CfnOutput, Stack
 
-from infra.constructs.api import QueueApi
-from infra.constructs.callers import CallerPolicies
-from infra.constructs.core_layer import CoreLayer
-from infra.constructs.functions import QueueFunctions
-from infra.constructs.http_api import HttpQueueApi
-from infra.constructs.monitoring import QueueMonitoring
-from infra.constructs.reaper import Reaper
-from infra.constructs.stream import QueueStream
-from infra.constructs.table import QueueTables
-from infra.permissions import DISPATCHER, REAPER, STREAM
+from infra.permissions import Caller
+from infra.service import QueratorService
 
 if TYPE_CHECKING:
     from constructs import Construct
 
     from infra.config import StageConfig
-    from infra.constructs.functions import ServiceFunction
+
+#: The service's construct id in this stack. CDK leaves an id ``Default`` out of the logical ids of
+#: everything under it, so the resources keep the logical ids they had when the stack composed them
+#: itself (Tables/Items..., not Service/Tables/Items...): an update of a stack deployed before the
+#: service was a construct replaces nothing, and its tables keep their data.
+SERVICE_ID: Final = "Default"
+#: Scoped examples the stack outputs (docs/deploy.md, "Access per queue"): a producer of the queues
+#: whose names start with ``orders-`` and a worker of ``emails``. Unattached, they cost nothing.
+EXAMPLE_POLICIES: Final = {
+    "ExampleOrdersProducer": (Caller.PRODUCER, ("orders-*",)),
+    "ExampleEmailsWorker": (Caller.CONSUMER, ("emails",)),
+}
 
 
 class QueratorStack(Stack):
-    """Tables, layer, functions, API, reaper schedule, alarms and dashboard of one stage."""
+    """One stage: ``QueratorService`` and the outputs a deployer reads."""
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, **kwargs: Any) -> None:
         super().__init__(
@@ -35,29 +38,11 @@ class QueratorStack(Stack):
             **kwargs,
         )
         self.config = config
-        # Construct ids below are stable: renaming Tables/Items/Catalog would replace the tables.
-        self.tables = QueueTables(self, "Tables", config=config)
-        self.layer = CoreLayer(self, "CoreLayer", config=config)
-        self.api_functions = QueueFunctions(
-            self, "Functions", config=config, layer=self.layer, tables=self.tables
-        )
-        self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer, tables=self.tables)
-        self.stream = QueueStream(self, "Stream", config=config, layer=self.layer, tables=self.tables)
-        self.functions: dict[str, ServiceFunction] = {
-            **self.api_functions.by_name,
-            REAPER: self.reaper.function,
-            STREAM: self.stream.function,
-            DISPATCHER: self.stream.dispatcher,
-        }
-        # One id for both flavours (docs/adr/0094-api-flavour.md): switching replaces the API.
-        api_flavour = HttpQueueApi if config.api_flavour == "http" else QueueApi
-        self.api: QueueApi | HttpQueueApi = api_flavour(
-            self, "Api", config=config, functions=self.api_functions.by_name
-        )
-        self.monitoring = QueueMonitoring(
-            self, "Monitoring", config=config, tables=self.tables, functions=self.functions, api=self.api.api
-        )
-        self.callers = CallerPolicies(self, "Callers", config=config, api=self.api, stream=self.stream.api)
+        self.service = service = QueratorService(self, SERVICE_ID, config=config)
+        # The parts under the names they had on the stack, which the infra tests and scripts read.
+        self.tables, self.layer, self.api_functions = service.tables, service.layer, service.api_functions
+        self.reaper, self.stream, self.functions = service.reaper, service.stream, service.functions
+        self.api, self.monitoring, self.callers = service.api, service.monitoring, service.callers
         CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL; append /v1/<noun>.<verb>")
         CfnOutput(
             self, "StreamUrl", value=self.stream.url, description="WebSocket URL of the stream (docs/api.md)"
@@ -68,6 +53,20 @@ class QueratorStack(Stack):
                 f"{caller.value.capitalize()}PolicyArn",
                 value=policy.managed_policy_arn,
                 description=f"Attach to principals that call the API as a {caller.value} (docs/deploy.md)",
+            )
+        for name, (caller, queues) in EXAMPLE_POLICIES.items():
+            example = service.managed_policy(
+                self,
+                name,
+                caller=caller,
+                queues=queues,
+                description=f"querator {config.stage}: example, {caller.value} of {', '.join(queues)}",
+            )
+            CfnOutput(
+                self,
+                f"{name}PolicyArn",
+                value=example.managed_policy_arn,
+                description=f"A scoped grant, {caller.value} of {', '.join(queues)}: docs/deploy.md",
             )
         CfnOutput(self, "ItemsTableName", value=self.tables.items.table_name)
         CfnOutput(self, "CatalogTableName", value=self.tables.catalog.table_name)

@@ -106,7 +106,7 @@ class QueueApi(Construct):
             )
         self._answer_misses_in_the_envelope(functions)
         self.url = self.api.url
-        self._stage = config.stage
+        self.stage_name = config.stage
 
         if config.api_cloud_watch_role:
             acknowledge(
@@ -137,8 +137,10 @@ class QueueApi(Construct):
 
     def execute_api_arn(self, method: str, path: str) -> str:
         """``arn:aws:execute-api:<region>:<account>:<api-id>/<stage>/<METHOD>/<path>``: what an IAM
-        policy grants to invoke ``method path`` (``ANY``: every method; ``{param}``: any value)."""
-        return execute_api_arn(self, self.api.rest_api_id, self._stage, method, path)
+        policy grants to invoke ``method path`` (``ANY``: every method; ``{param}``: any value).
+        ``path`` may hold IAM's wildcards (``/v1/queues/orders-*/queue.produce``); every grant is
+        built through this method, which the HTTP API flavour offers too."""
+        return execute_api_arn(self, self.api.rest_api_id, self.stage_name, method, path)
 
     def _answer_misses_in_the_envelope(self, functions: Mapping[str, ServiceFunction]) -> None:
         """Send what no route matches to the meta function, which answers as the contract says.
@@ -160,8 +162,12 @@ class QueueApi(Construct):
         )
         leaves = {route.path for route in ROUTES}
         parents = {"/"} | {path.rsplit("/", depth)[0] or "/" for path in leaves for depth in (1, 2)}
-        for path in sorted(leaves):
+        # A resource may have one variable child: under "/v1/queues" that is the scoped routes'
+        # "{queue}", which takes any next segment, so it answers in place of a "{proxy+}" there.
+        variables = {path for path in parents if path.rsplit("/", 1)[-1].startswith("{")}
+        taken = {path.rsplit("/", 1)[0] or "/" for path in variables}
+        for path in sorted(leaves | variables):
             self.api.root.resource_for_path(path).add_method("ANY", meta)
-        for path in sorted(parents - leaves):
+        for path in sorted(parents - leaves - taken):
             # add_resource, not add_proxy: add_proxy on the root also puts a MOCK ANY on "/" itself.
             self.api.root.resource_for_path(path).add_resource("{proxy+}").add_method("ANY", meta)

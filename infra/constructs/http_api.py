@@ -10,8 +10,8 @@ the handlers' exact route lookup would answer with 501.
 
 What an HTTP API does not have, and this flavour therefore lacks: WAF, resource policies, private
 endpoints, usage plans and per-client throttling, request validation, execution logs, X-Ray traces of
-the API, and LocalStack Community (it serves only REST APIs). Bodies are capped at 10 MB by API Gateway as on REST; the handlers
-answer 413 over a route's own limit as before.
+the API, and LocalStack Community (it serves only REST APIs). Bodies are capped at 10 MB by API
+Gateway as on REST; the handlers answer 413 over a route's own limit as before.
 """
 
 from __future__ import annotations

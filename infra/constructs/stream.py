@@ -142,6 +142,10 @@ class QueueStream(Construct):
         )
         stack = Stack.of(self)
         api_id = stack.get_logical_id(cast("CfnElement", self.api.node.default_child))
+        if config.stream_tickets_required:
+            # Per-queue grants reach the stream through tickets: the function serving subscribes
+            # refuses one without a ticket of its queue (docs/api.md, "Streaming").
+            self.function.function.add_environment(EnvVar.STREAM_TICKETS, "required")
         for fn in (self.function, self.dispatcher):
             fn.function.add_environment(EnvVar.CONNECTIONS_TABLE, tables.connections.table_name)
             fn.function.add_environment(EnvVar.STREAM_ENDPOINT, self.stage.callback_url)
@@ -183,6 +187,14 @@ class QueueStream(Construct):
                     self.dispatcher.target, retry_attempts=0, max_event_age=Duration.minutes(1)
                 )
             ],
+        )
+
+    @property
+    def connect_arn(self) -> str:
+        """What a consumer is granted to open the stream: ``execute-api:Invoke`` on ``$connect`` of
+        this stage (its messages need no further grant)."""
+        return Stack.of(self).format_arn(
+            service="execute-api", resource=self.api.api_id, resource_name=f"{self.stage.stage_name}/$connect"
         )
 
     @property

@@ -48,6 +48,9 @@ class EnvVar:
     CONNECTIONS_TABLE: Final = "QUERATOR_CONNECTIONS_TABLE"
     #: Where the stream functions post to connections: the WebSocket stage's callback URL.
     STREAM_ENDPOINT: Final = "QUERATOR_STREAM_ENDPOINT"
+    #: ``required``: the stream function refuses a subscribe without a ticket of its queue
+    #: (``stream.ticket``; per-queue access). Otherwise a ticket is checked only when one is sent.
+    STREAM_TICKETS: Final = "QUERATOR_STREAM_TICKETS"
     #: The region, which Lambda sets; the local server sets it too.
     REGION: Final = "AWS_REGION"
     # Powertools reads its own variables; named here so the CDK app sets them from one place.
@@ -178,6 +181,8 @@ class Settings:
     #: The stream functions' (empty elsewhere).
     connections_table: str = ""
     stream_endpoint: str = ""
+    #: Every subscribe must show a ticket of its queue (``EnvVar.STREAM_TICKETS``).
+    stream_tickets_required: bool = False
     region: str | None = None
     #: Above zero.
     lease_wait_cap: timedelta = DEFAULT_LEASE_WAIT_CAP
@@ -236,6 +241,7 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         catalog_table=environ.get(EnvVar.CATALOG_TABLE, ""),
         connections_table=environ.get(EnvVar.CONNECTIONS_TABLE, ""),
         stream_endpoint=environ.get(EnvVar.STREAM_ENDPOINT, ""),
+        stream_tickets_required=environ.get(EnvVar.STREAM_TICKETS, "").strip().lower() == "required",
         region=environ.get(EnvVar.REGION) or None,
         **durations,
     )

@@ -27,8 +27,9 @@ import logging
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
-from querator.api import routes, schemas
+from querator.api import paths, routes, schemas
 from querator.api.endpoints import ENDPOINTS, Call, idempotency_key
 from querator.api.errors import WireError, error_response, unknown_path
 from querator.bootstrap import open_stores
@@ -76,20 +77,28 @@ class _InProcessTransport(Transport):
         read_timeout: float,
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
-        route = routes.by_path(path)
+        matched = routes.match(path)
         reply_headers: dict[str, str] = {}
         try:
-            if route is None:
+            if matched is None:
                 raise unknown_path(method, path)
+            route, segment = matched
             request = None
+            # A scoped path's queue, decoded as the server would: the body may not name another.
+            queue = None if segment is None else paths.check_addressable(unquote(segment))
             if route.request_model is not None:
                 request = schemas.parse_request(
-                    route.request_model, body, content_type="application/json", limit=route.body_limit
+                    route.request_model,
+                    body,
+                    content_type="application/json",
+                    limit=route.body_limit,
+                    queue_name=queue,
                 )
             call = Call(
                 now=datetime.now(UTC),
                 wait_limit=self._wait_cap,
-                idempotency_key=idempotency_key(headers) if route is routes.PRODUCE else None,
+                idempotency_key=idempotency_key(headers) if route.base is routes.PRODUCE else None,
+                scoped_queue=queue,
             )
             if self._metrics:
                 try:

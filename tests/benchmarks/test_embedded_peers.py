@@ -56,4 +56,3 @@ def test_the_ratio_is_over_the_best_peer_and_a_missing_workload_shows_as_a_dash(
     assert lines["produce b100"].split("|")[1].split() == ["1,000", "-", "250"]
     assert lines["produce b100"].rstrip().endswith("4.00x")
     assert lines["lease+complete b1"].split("|")[2].strip() == "-"
-

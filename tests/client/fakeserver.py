@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from querator.api.paths import split_scoped
+
 
 @dataclass
 class Seen:
@@ -22,6 +24,11 @@ class Seen:
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
 
+    @property
+    def plain(self) -> str:
+        """The path with a scoped route's ``/queues/<queue>`` taken out: which call this was."""
+        return plain_path(self.path)
+
 
 @dataclass
 class Action:
@@ -33,6 +40,12 @@ class Action:
     drop: bool = False
     delay: float = 0.0
     raw: bytes | None = None
+
+
+def plain_path(path: str) -> str:
+    """``/v1/queues/<queue>/queue.lease`` → ``/v1/queue.lease``; any other path as it is."""
+    split = split_scoped(path)
+    return f"/v1/{split[1]}" if split else path
 
 
 def envelope(status: int, message: str, code_text: str = "") -> Action:
@@ -67,13 +80,15 @@ class FakeServer:
                             self.command, self.path, dict(self.headers.items()), body, self.client_address[1]
                         )
                     )
-                    queued = outer.by_path.get(self.path)
+                    # Scripts name the plain path; the client sends a queue's calls on its scoped one.
+                    plain = plain_path(self.path)
+                    queued = outer.by_path.get(plain)
                     if queued:
                         action = queued.pop(0)
                     elif outer.script:
                         action = outer.script.pop(0)
                     else:
-                        action = outer.default_by_path.get(self.path, Action())
+                        action = outer.default_by_path.get(plain, Action())
                 if action.delay:
                     time.sleep(action.delay)
                 if action.drop:

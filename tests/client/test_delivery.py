@@ -80,7 +80,7 @@ def test_update_refuses_bad_values_naming_the_field(client: Client, queue_name: 
 
 
 def _sent(fake: FakeServer, path: str) -> list[dict[str, Any]]:
-    return [s.json() for s in fake.seen if s.path == path]
+    return [s.json() for s in fake.seen if s.plain == path]
 
 
 def test_they_are_sent_only_when_given(fake: FakeServer, fake_client: Client) -> None:

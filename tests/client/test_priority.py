@@ -172,7 +172,7 @@ def test_a_bad_priority_is_refused_and_nothing_is_stored(client: Client, queue_n
 
 
 def _sent(fake: FakeServer, path: str) -> dict[str, Any]:
-    bodies = [s.json() for s in fake.seen if s.path == path]
+    bodies = [s.json() for s in fake.seen if s.plain == path]
     assert len(bodies) == 1, bodies
     body: dict[str, Any] = bodies[0]
     return body
@@ -190,7 +190,7 @@ def test_a_default_priority_is_not_sent_so_older_servers_take_the_body(
 
     produced = _sent(fake, "/v1/queue.produce")["items"]
     assert produced == [{"bytes": "cGxhaW4="}, {"utf8": "five"}, {"utf8": "", "priority": 0}]
-    retried = [s.json()["items"] for s in fake.seen if s.path == "/v1/queue.retry"]
+    retried = [s.json()["items"] for s in fake.seen if s.plain == "/v1/queue.retry"]
     assert retried == [[{"id": "a" * 30}, {"id": "b" * 30, "priority": 7}], [{"id": "c" * 30, "priority": 9}]]
     imported = _sent(fake, "/v1/storage/items.import")["items"]
     assert ["priority" in i for i in imported] == [False, True]

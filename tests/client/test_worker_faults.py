@@ -32,7 +32,7 @@ def test_lease_failures_are_backed_off_and_survived(fake: FakeServer, fake_clien
 
     assert handled == [b"x", b"x"]
     assert (report.completed, report.errors, report.stopped_by) == (2, 2, "max_items")
-    completes = [seen.json() for seen in fake.seen if seen.path == "/v1/queue.complete"]
+    completes = [seen.json() for seen in fake.seen if seen.plain == "/v1/queue.complete"]
     assert sorted(i for body in completes for i in body["ids"]) == ["a" * 30, "b" * 30]
     assert all(body["partition"] == 1 for body in completes)
 
@@ -58,7 +58,7 @@ def test_a_failure_on_the_last_attempt_counts_as_dead_lettered(fake: FakeServer,
     report = fake_client.consume("q", fail, max_items=1)
 
     assert (report.dead_lettered, report.failures) == (1, 1)
-    retries = [seen.json() for seen in fake.seen if seen.path == "/v1/queue.retry"]
+    retries = [seen.json() for seen in fake.seen if seen.plain == "/v1/queue.retry"]
     assert len(retries) == 1
     assert retries[0]["items"][0]["id"] == "a" * 30
     assert "retry_in" in retries[0]["items"][0]  # a delay the server counts from its own clock
@@ -96,7 +96,7 @@ def test_a_handler_sets_its_own_delay_with_retry_later(fake: FakeServer, fake_cl
     report = fake_client.consume("q", later, max_items=1)
 
     assert (report.retried, report.failures) == (1, 1)
-    retries = [seen.json() for seen in fake.seen if seen.path == "/v1/queue.retry"]
+    retries = [seen.json() for seen in fake.seen if seen.plain == "/v1/queue.retry"]
     assert retries[0]["items"] == [{"id": "a" * 30, "retry_in": "2m0s"}]
 
 
@@ -110,7 +110,7 @@ def test_the_backoff_may_answer_seconds_or_a_duration_string(fake: FakeServer, f
 
     fake_client.consume("q", fail, max_items=2, batch_size=1, concurrency=1, backoff=lambda _: next(answers))
 
-    retries = [seen.json() for seen in fake.seen if seen.path == "/v1/queue.retry"]
+    retries = [seen.json() for seen in fake.seen if seen.plain == "/v1/queue.retry"]
     assert [body["items"][0]["retry_in"] for body in retries] == ["45s", "7.5s"]
 
 

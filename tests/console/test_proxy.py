@@ -27,7 +27,7 @@ from querator.console.proxy import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 REGION = "eu-west-1"
 KEY = Credentials("AKIDCONSOLETEST", "console-secret", "console-token")
@@ -60,7 +60,9 @@ class VerifyingStack:
     """An HTTP server that answers like a deployed stack: 403 without a valid signature, else a reply
     naming the path; it records every call it accepted."""
 
-    def __init__(self) -> None:
+    def __init__(self, grant: Callable[[str], bool] | None = None) -> None:
+        #: What the caller's IAM policy allows (by path); ``None``: everything (a whole-API grant).
+        self.grant = grant
         self.accepted: list[tuple[str, str, bytes]] = []
         self.refused = 0
         stack = self
@@ -69,7 +71,10 @@ class VerifyingStack:
             def _answer(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = dict(self.headers.items())
-                if signature_is_valid(self.command, headers["Host"], self.path, headers, body):
+                if stack.grant is not None and not stack.grant(self.path):
+                    stack.refused += 1
+                    status, reply = 403, {"message": "User is not authorized to access this resource"}
+                elif signature_is_valid(self.command, headers["Host"], self.path, headers, body):
                     stack.accepted.append((self.command, self.path, body))
                     status, reply = 200, {"path": self.path, "items": []}
                 else:
@@ -150,7 +155,34 @@ def test_read_only_forwards_reads_and_refuses_every_write(stack: VerifyingStack)
         assert call(proxy.url, "/v1/queue.clear", {"queue_name": "a", "queue": True})[0] == 403
         config = call(proxy.url, "/console/config.json")[1]
     assert config == {"read_only": True, "target": stack.url, "refresh_ms": 5000}
-    assert [path for _, path, _ in stack.accepted] == ["/v1/queue.stats"]
+    assert [path for _, path, _ in stack.accepted] == ["/v1/queues/a/queue.stats"]
+
+
+def test_a_role_granted_one_queue_uses_the_console_on_it_through_scoped_paths() -> None:
+    # The stack's authorizer allows only what a policy for the queue "orders" names.
+    stack = VerifyingStack(grant=lambda path: path.startswith("/v1/queues/orders/"))
+    try:
+        with ConsoleProxy(url=stack.url, region=REGION, credentials=KEY, port=0) as proxy:
+            assert call(proxy.url, "/v1/queues.info", {"queue_name": "orders"})[0] == 200
+            assert call(proxy.url, "/v1/queue.stats", {"queue_name": "orders"})[0] == 200
+            body = {"queue_name": "orders", "items": [{"utf8": "x"}]}
+            assert call(proxy.url, "/v1/queue.produce", body)[0] == 200
+            assert call(proxy.url, "/v1/queue.stats", {"queue_name": "emails"})[0] == 403
+            status, reply = call(proxy.url, "/v1/queues.list", {})
+            assert status == 403 and "--queue NAME" in reply["message"], reply
+        with ConsoleProxy(url=stack.url, region=REGION, credentials=KEY, port=0, queues=["orders"]) as proxy:
+            # The configured queues stand in for queues.list, each read with its own queues.info.
+            status, reply = call(proxy.url, "/v1/queues.list", {"limit": 10})
+            assert status == 200 and [q["path"] for q in reply["items"]] == ["/v1/queues/orders/queues.info"]
+            assert call(proxy.url, "/v1/queues.list", {"pivot": "p"}) == (200, {"items": []})
+    finally:
+        stack.close()
+    assert [path for _, path, _ in stack.accepted] == [
+        "/v1/queues/orders/queues.info",
+        "/v1/queues/orders/queue.stats",
+        "/v1/queues/orders/queue.produce",
+        "/v1/queues/orders/queues.info",
+    ]
 
 
 def test_read_only_paths_are_exactly_the_routes_that_change_nothing() -> None:

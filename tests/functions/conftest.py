@@ -99,8 +99,8 @@ class Api:
         headers: dict[str, str] | None = None,
         function: str | None = None,
     ) -> Reply:
-        route = routes.by_path(path)
-        name = function or (route.function if route else routes.Function.META)
+        matched = routes.match(path)  # a scoped path too: /v1/queues/<queue>/<route>
+        name = function or (matched[0].function if matched else routes.Function.META)
         handler = importlib.import_module(f"functions.{name}.handler").lambda_handler
         result = handler(
             self._event(path, body, method=method, headers=headers),

@@ -20,7 +20,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 
 from querator import bootstrap
 from querator.client.stream import _Assembler
-from querator.config import EnvVar
+from querator.config import EnvVar, load_settings
 from querator.localserver import LocalContext
 from querator.storage.dynamodb.connections import DynamoDBConnections, connections_table_definition
 from querator.stream import aws as stream_aws
@@ -402,3 +402,39 @@ def test_a_message_over_the_protocols_limit_is_answered_413_on_the_stack(api: Ap
     streams.send(connection, json.dumps({"type": "ping", "x": "y" * protocol.MAX_MESSAGE_BYTES}))
     [answer] = streams.frames(connection)
     assert (answer["type"], answer["code"]) == ("error", 413)
+
+
+def test_with_tickets_required_a_subscribe_needs_a_ticket_of_its_queue(
+    api: Api, streams: Streams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # $connect's IAM grant names no queue: the ticket from the queue's (IAM-scoped) REST path does.
+    monkeypatch.setenv(EnvVar.STREAM_TICKETS, "required")
+    load_settings.cache_clear()
+    orders, emails = new_queue(api), new_queue(api)
+    produce(api, orders, ["o"])
+    ticket = api.ok(f"/v1/queues/{orders}/stream.ticket", {})["ticket"]
+
+    refused = {
+        "none": streams.connect(queue_name=orders, credit=1),
+        "other queue": streams.connect(queue_name=emails, credit=1, ticket=ticket),
+        "forged": streams.connect(queue_name=orders, credit=1, ticket=ticket[:-4] + "AAAA"),
+    }
+    for why, connection in refused.items():
+        [frame] = streams.frames(connection)
+        assert (frame["type"], frame["code"]) == ("error", 403), (why, frame)
+        if why == "none":
+            assert "needs a ticket" in frame["message"]
+
+    granted = streams.connect(queue_name=orders, credit=1, ticket=ticket)
+    frames = streams.frames(granted)
+    assert frames[0] == {"type": "subscribed", "queue_name": orders, "credit": 1}
+    assert [base64.b64decode(i["bytes"]) for f in frames[1:] for i in f["items"]] == [b"o"]
+
+
+def test_without_the_requirement_a_ticket_sent_is_still_checked(api: Api, streams: Streams) -> None:
+    orders, emails = new_queue(api), new_queue(api)
+    ticket = api.ok("/v1/stream.ticket", {"queue_name": orders})["ticket"]
+    assert streams.frames(streams.connect(queue_name=emails, credit=1))[0]["type"] == "subscribed"
+    [frame] = streams.frames(streams.connect(queue_name=emails, credit=1, ticket=ticket))
+    assert (frame["type"], frame["code"]) == ("error", 403)
+    assert f"for queue '{orders}', not '{emails}'" in frame["message"]

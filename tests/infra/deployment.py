@@ -13,6 +13,9 @@
   function and the credentials of its own role (``sts.assume_role``), so every call it makes is
   signed by that role's access key; requests go through the API's deployed resources, methods,
   integrations and Lambda permissions, the reaper through the schedule rule's target.
+- API Gateway's IAM authorization, for a request signed as a role (``Deployment.request(...,
+  signer=<role ARN>)``): the role's deployed policies must allow ``execute-api:Invoke`` on the
+  method ARN of the request's own path (``iam_policy``), else 403 and no function runs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from querator.config import EnvVar
+from tests.infra import iam_policy
 
 ACCOUNT: Final = "123456789012"
 REGION: Final = "us-east-1"
@@ -319,6 +323,8 @@ class DeployedFunction:
     worker: subprocess.Popen[str] | None = None
     #: How long the handler's import took in the worker; ``None`` until the worker said it was ready.
     import_seconds: float | None = None
+    #: Invocations so far, of any source.
+    invocations: int = 0
 
     @property
     def environment(self) -> dict[str, str]:
@@ -354,8 +360,12 @@ class Deployment:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: (function, METHOD path) of every request the API routed, for the coverage check.
     routed: list[tuple[str, str]] = field(default_factory=list)
+    #: (signer, METHOD path) of every request the IAM authorization refused.
+    refused: list[tuple[str, str]] = field(default_factory=list)
     #: Each function's resource policy by function name, as ``_policy`` read it.
     _policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each signing role's identity policy statements by role ARN, as ``authorize`` read them.
+    _signers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     # -- wiring read back from the deployed resources ------------------------------------------
 
@@ -384,25 +394,88 @@ class Deployment:
                 return True
         return False
 
-    def _route(self, method: str, path: str) -> tuple[str, dict[str, Any]]:
-        """The API's resource and method for a request, as API Gateway picks them."""
-        resource = self.resources.get(path)
-        if resource is None:  # the deepest greedy {proxy+} whose parent is a prefix of the path
+    def _route(self, method: str, path: str) -> tuple[str, dict[str, str] | None, dict[str, Any]]:
+        """The API's resource, path parameters and method for a request, as API Gateway picks them:
+        a literal resource first, then one whose ``{param}`` segments match a segment each (the
+        scoped routes' ``{queue}``), then the deepest greedy ``{proxy+}`` whose parent is a prefix."""
+        resource, parameters = self.resources.get(path), None
+        if resource is None:
+            resource, parameters = self._templated(path)
+        if resource is None:
             proxies = [p for p in self.resources if p.endswith("/{proxy+}")]
             parents = [p for p in proxies if path.startswith(p.removesuffix("{proxy+}").rstrip("/") + "/")]
             assert parents, f"the API has no resource for {path}"
-            resource = self.resources[max(parents, key=len)]
+            longest = max(parents, key=len)
+            resource = self.resources[longest]
+            parameters = {"proxy": path.removeprefix(longest.removesuffix("{proxy+}"))}
         methods = resource.get("resourceMethods", {})
         chosen = methods.get(method) or methods.get("ANY")
         assert chosen is not None, f"{method} {path}: no method on {resource['path']}"
-        return resource["path"], chosen
+        return resource["path"], parameters, chosen
+
+    def _templated(self, path: str) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+        """The resource whose ``{param}`` segments match ``path`` segment for segment (the fewest
+        parameters wins: API Gateway prefers literal segments), with the parameters' values."""
+        segments = path.split("/")
+        found: list[tuple[int, str, dict[str, str]]] = []
+        for template in self.resources:
+            parts = template.split("/")
+            if len(parts) != len(segments) or template.endswith("+}"):
+                continue
+            values = {}
+            for part, segment in zip(parts, segments, strict=True):
+                if part.startswith("{") and part.endswith("}") and segment:
+                    values[part[1:-1]] = segment
+                elif part != segment:
+                    break
+            else:
+                found.append((len(values), template, values))
+        if not found:
+            return None, None
+        _, template, values = min(found)
+        return self.resources[template], values
+
+    def execute_api_arn(self, method: str, path: str) -> str:
+        """The ARN API Gateway's IAM authorizer checks ``execute-api:Invoke`` on for a request."""
+        return f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{self.api_id}/{self.api_stage}/{method}{path}"
+
+    def authorize(self, role_arn: str, method: str, path: str) -> bool:
+        """API Gateway's IAM authorization of a request signed as ``role_arn``: the role's identity
+        policies (inline and attached managed, as deployed) allow ``execute-api:Invoke`` on the
+        method ARN of the request's own path (``iam_policy``: Allow / Deny, ``*`` and ``?``)."""
+        statements = self._signers.get(role_arn)
+        if statements is None:  # read once: nothing changes a role's policies after create_stack
+            role = role_arn.rsplit("/", 1)[1]
+            statements = self._signers[role_arn] = iam_policy.role_statements(self.moto.client("iam"), role)
+        request = iam_policy.Request("execute-api:Invoke", self.execute_api_arn(method, path))
+        return iam_policy.allowed(statements, request)
 
     def request(
-        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        *,
+        signer: str | None = None,
     ) -> Reply:
-        """One signed client request, through the deployed resource, method, integration and permission."""
-        resource_path, chosen = self._route(method, path)
+        """One signed client request, through the deployed resource, method, IAM authorization,
+        integration and permission.
+
+        ``signer``: the ARN of the role that signs it; the method's IAM authorization then evaluates
+        that role's deployed policies before any function runs, and a refusal is API Gateway's 403
+        with no function invoked (``refused`` records it). ``None``: the harness's own principal, an
+        account administrator (``*`` on ``*``), whom every IAM authorization allows.
+        """
+        resource_path, parameters, chosen = self._route(method, path)
         assert chosen["authorizationType"] == "AWS_IAM", f"{method} {path} is not IAM-authenticated"
+        if signer is not None and not self.authorize(signer, method, path):
+            self.refused.append((signer, f"{method} {path}"))
+            message = (
+                f"User: {signer} is not authorized to perform: execute-api:Invoke on resource: "
+                f"{self.execute_api_arn(method, path)}"
+            )
+            return Reply(403, {"Message": message}, {"x-amzn-ErrorType": "AccessDeniedException"}, "", "")
         integration = chosen["methodIntegration"]
         assert integration["type"] == "AWS_PROXY"
         arn = re.search(r"functions/(.+)/invocations$", integration["uri"])
@@ -414,7 +487,7 @@ class Deployment:
         )
         self.routed.append((fn.name, f"{method} {resource_path}"))
         event = json.loads((EVENTS / "apigw_rest_proxy.json").read_text(encoding="utf-8"))
-        event.update(resource=resource_path, path=path, httpMethod=method)
+        event.update(resource=resource_path, path=path, httpMethod=method, pathParameters=parameters)
         event["body"] = None if body is None else json.dumps(body)
         event["headers"] = {**event["headers"], **(headers or {})}
         event["multiValueHeaders"] = {k: [v] for k, v in event["headers"].items()}
@@ -685,6 +758,7 @@ def _log_tail(fn: DeployedFunction) -> str:
 def invoke(fn: DeployedFunction, event: dict[str, Any]) -> dict[str, Any]:
     assert fn.worker is not None and fn.worker.stdin is not None
     _wait_ready(fn)
+    fn.invocations += 1
     fn.worker.stdin.write(json.dumps({"event": event}) + "\n")
     fn.worker.stdin.flush()
     answer = _read(fn)

@@ -8,13 +8,13 @@ operations have their own actions, on every table they name.
 
 from __future__ import annotations
 
-import fnmatch
-import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from tests.infra import iam_policy
 from tests.infra.deployment import ACCOUNT, REGION
+from tests.infra.iam_policy import Request, allowed
 
 if TYPE_CHECKING:
     from tests.infra.deployment import Call, DeployedFunction, Deployment
@@ -26,14 +26,6 @@ _TRANSACT_PART: Final = {
     "ConditionCheck": "ConditionCheckItem",
     "Get": "GetItem",
 }
-
-
-@dataclass(frozen=True, order=True)
-class Request:
-    """One (action, resource) pair IAM evaluates."""
-
-    action: str
-    resource: str
 
 
 def _table(name: str) -> str:
@@ -68,48 +60,13 @@ def iam_requests(call: Call, stream_api: str = "", stage: str = "") -> list[Requ
     return [Request(f"dynamodb:{call.operation}", resource)]
 
 
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
 def role_statements(deployment: Deployment, fn: DeployedFunction) -> list[dict[str, Any]]:
     """Every statement of the function's role: inline policies and attached managed ones."""
-    iam = deployment.moto.client("iam")
-    role = fn.role_arn.rsplit("/", 1)[1]
-    statements: list[dict[str, Any]] = []
-    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
-        document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
-        statements += _as_list((json.loads(document) if isinstance(document, str) else document)["Statement"])
-    for attached in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
-        policy = iam.get_policy(PolicyArn=attached["PolicyArn"])["Policy"]
-        version = iam.get_policy_version(
-            PolicyArn=attached["PolicyArn"], VersionId=policy["DefaultVersionId"]
-        )
-        document = version["PolicyVersion"]["Document"]
-        statements += _as_list((json.loads(document) if isinstance(document, str) else document)["Statement"])
-    for statement in statements:
-        # This evaluator knows Effect, Action and Resource; anything else would be misjudged.
-        unknown = set(statement) - {"Sid", "Effect", "Action", "Resource"}
-        assert not unknown, f"{fn.name}: statement with {sorted(unknown)} cannot be audited: {statement}"
-    return statements
+    return iam_policy.role_statements(deployment.moto.client("iam"), fn.role_arn.rsplit("/", 1)[1])
 
 
 def _matches(pattern: str, value: str, *, case: bool) -> bool:
-    return fnmatch.fnmatchcase(value if case else value.lower(), pattern if case else pattern.lower())
-
-
-def allowed(statements: list[dict[str, Any]], request: Request) -> bool:
-    """IAM's answer for one request: an explicit Deny wins, else any Allow, else denied."""
-    verdict = False
-    for statement in statements:
-        if not any(_matches(a, request.action, case=False) for a in _as_list(statement["Action"])):
-            continue
-        if not any(_matches(r, request.resource, case=True) for r in _as_list(statement["Resource"])):
-            continue
-        if statement["Effect"] == "Deny":
-            return False
-        verdict = True
-    return verdict
+    return iam_policy.matches(pattern, value, case=case)
 
 
 def grants(statements: list[dict[str, Any]]) -> list[Request]:
@@ -119,8 +76,8 @@ def grants(statements: list[dict[str, Any]]) -> list[Request]:
             Request(action, resource)
             for statement in statements
             if statement["Effect"] == "Allow"
-            for action in _as_list(statement["Action"])
-            for resource in _as_list(statement["Resource"])
+            for action in iam_policy.as_list(statement["Action"])
+            for resource in iam_policy.as_list(statement["Resource"])
         }
     )
 

@@ -19,6 +19,8 @@ from infra.app import build
 from infra.permissions import FUNCTION_NAMES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from infra.stack import QueratorStack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,10 +64,15 @@ def fake_assets(root: Path) -> dict[str, str]:
     return {"layerAssetPath": str(root / "layer"), "functionsAssetRoot": str(root / "functions")}
 
 
-def synthesize(outdir: Path, context: dict[str, Any]) -> Synth:
+def synthesize(
+    outdir: Path, context: dict[str, Any], extend: Callable[[QueratorStack], None] | None = None
+) -> Synth:
+    """The app's stack for ``context``; ``extend`` adds what a test needs beside it (before cdk-nag)."""
     app = App(context=context, outdir=str(outdir))
     first_ack = len(nag.ACKNOWLEDGED)
     stack = build(app)
+    if extend is not None:
+        extend(stack)
     acknowledged = nag.ACKNOWLEDGED[first_ack:]
     error = None
     try:

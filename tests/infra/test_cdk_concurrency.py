@@ -14,6 +14,7 @@ from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
 from infra.constructs.reaper import Reaper
 from infra.constructs.table import QueueTables
+from querator.api.routes import for_function
 from tests.infra.synth import fake_assets
 
 pytestmark = pytest.mark.infra
@@ -77,7 +78,8 @@ def test_a_provisioned_function_is_served_by_its_live_alias(prod_like: Any) -> N
         for r in resources.values()
         if r["Type"] == "AWS::ApiGateway::Method" and f'"Ref": "{alias_id}"' in str(r).replace("'", '"')
     ]
-    assert len(lease_methods) == 1
+    # every route of the lease function (queue.lease, stream.ticket), plain and scoped
+    assert len(lease_methods) == len(for_function("lease"))
     assert not [r for r in resources.values() if r["Type"] == "AWS::Lambda::Alias"][1:]
 
 

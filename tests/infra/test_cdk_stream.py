@@ -125,3 +125,11 @@ def test_the_dispatcher_lagging_the_stream_alarms(synth: Synth) -> None:
 
 def test_the_stack_outputs_the_stream_url(synth: Synth) -> None:
     assert synth.logical_id(synth.stack.stream.api) in json.dumps(synth.outputs["StreamUrl"]["Value"])
+
+
+def test_the_stream_function_requires_a_ticket_of_the_queue_at_every_subscribe(synth: Synth) -> None:
+    # $connect names no queue: without tickets a consumer granted one queue could subscribe to any.
+    assert synth.stack.config.stream_tickets_required
+    for fn, required in ((synth.stack.stream.function, "required"), (synth.stack.stream.dispatcher, None)):
+        env = synth.resources[synth.logical_id(fn.function)]["Properties"]["Environment"]["Variables"]
+        assert env.get(EnvVar.STREAM_TICKETS) == required

@@ -11,6 +11,18 @@ deployed policy, both ways: a call its policy does not allow fails, and so does 
 needed (least privilege is measured, not written down). The audit is printed (``-s``) and, when
 ``QUERATOR_POLICY_AUDIT`` names a file, written there.
 
+Per-queue grants: beside the stage's template each stage deploys two roles (``grant_test_roles``),
+granted produce and consume by the service's own ``grant_*`` on one queue and on a prefix. Requests
+signed as them pass the harness's emulation of API Gateway's IAM authorization (the role's deployed
+policies against the method ARN of the request's path, before any function runs); the tests at the
+end show each role working on its queues and refused (403, no invocation) everywhere else, and the
+stack's two example policies doing what they say once attached to a role. They add two roles per
+stage, 18 requests per stage (every scoped route once, for the wiring, and a stream ticket) and
+0.2-0.7 s per test. On 2026-11-27, with four sessions sharing two cores (load average 10-14), the
+module took 105-149 s of pytest in three runs (96-99 tests), against 43-57 s on a quiet machine
+before (below); under that load a lease's 2 s sometimes ran out before its complete or renew
+(stage local, one run in two), a step this change does not touch.
+
 Where its time goes:
 This module synthesizes the three stages one after the other (jsii is single-threaded); each stage
 is then deployed, its nine functions started from their deployed assets and its lifecycle driven on
@@ -41,13 +53,16 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
+from aws_cdk import CfnOutput
+from aws_cdk import aws_iam as iam
 
-from infra.permissions import FUNCTION_NAMES, Caller, caller_routes
+from infra.permissions import FUNCTION_NAMES, Caller, caller_routes, iam_path
 from infra.timeouts import API_GATEWAY_SECONDS
-from querator.api.routes import ROUTES
+from querator.api import paths
+from querator.api.routes import ROUTES, SCOPED_ROUTES, Function
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from tests.infra import iam_audit
 from tests.infra.conftest import host_architecture
@@ -68,6 +83,7 @@ from tests.infra.synth import ROOT, cdk_context, synthesize
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from infra.stack import QueratorStack
     from tests.infra.deployment import Reply
 
 pytestmark = [pytest.mark.infra, pytest.mark.slow]
@@ -78,6 +94,21 @@ STAGES = sorted(cdk_context()["stages"])
 LEASE = 2.0
 #: The expire_timeout of the queues the reaper cleans up.
 SHORT = 0.5
+#: Roles the per-queue tests sign as, each granted produce and consume by the service's own
+#: ``grant_produce`` / ``grant_consume`` in the deployed template: one on a single queue, one on a
+#: prefix. (Their only difference from the stage's template: two roles, their policies and outputs.)
+GRANTED: Final = {"OneQueue": ("granted",), "Prefix": ("tenant-a-*",)}
+#: Queues each role may use, and queues next to them it may not (a longer name, a shorter prefix).
+MINE: Final = {"OneQueue": ("granted",), "Prefix": ("tenant-a-1", "tenant-a-2")}
+OTHERS: Final = {"OneQueue": ("granted-2", "grante"), "Prefix": ("tenant-a", "tenant-b-1")}
+
+
+def grant_test_roles(stack: QueratorStack) -> None:
+    for name, queues in GRANTED.items():
+        role = iam.Role(stack, f"Test{name}", assumed_by=iam.AccountRootPrincipal())
+        stack.service.grant_produce(role, queues=queues)
+        stack.service.grant_consume(role, queues=queues)
+        CfnOutput(stack, f"Test{name}RoleArn", value=role.role_arn)
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +177,7 @@ def stages(
                 apiFlavour="rest",
             )
             began = time.monotonic()
-            synth = synthesize(root / "cdk.out", context)
+            synth = synthesize(root / "cdk.out", context, extend=grant_test_roles)
             assert synth.validation_error is None, synth.validation_error
             print(f"\nstage {stage}: synth {time.monotonic() - began:.1f} s")
             lambda_root = tmp_path_factory.mktemp(f"lambda-{stage}")
@@ -232,6 +263,12 @@ def drive(d: Deployment) -> dict[str, Any]:
     r["docs"] = d.request("GET", "/docs")
     r["wrong_method"] = d.request("GET", "/v1/queue.produce")
     r["unknown_path"] = d.request("POST", "/v1/queue.nope", {})
+    # Every scoped route through its own resource, method, integration and permission: on a queue
+    # that does not exist, so each function answers 400 and changes nothing. First, so that every
+    # API function's cold start is behind it before the leases below start running out.
+    nowhere = f"nowhere-{tag}"
+    for route in SCOPED_ROUTES:
+        post(f"scoped_{route.name}", paths.queue_path(route.name, nowhere), {})
     post(
         "create_dead",
         "/v1/queues.create",
@@ -256,6 +293,8 @@ def drive(d: Deployment) -> dict[str, Any]:
          {"queue_name": scheduled, "items": [{"utf8": "s", "enqueue_at": soon}]})  # fmt: skip
     post("update", "/v1/queues.update", {"queue_name": work, "reference": "deployed"})
     post("info", "/v1/queues.info", {"queue_name": work})
+    # the stream's ticket: the first one makes the service's key (a conditional put in the catalog)
+    post("ticket", "/v1/stream.ticket", {"queue_name": work})
     post("list", "/v1/queues.list", {"pivot": f"dead-{tag}", "limit": 2})
 
     # produce: a batch, then a keyed request and its retry
@@ -389,10 +428,21 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
             ]
         }
 
+    def ticket(queue: str) -> str:
+        """A ``stream.ticket`` of ``queue``: every subscribe shows one (``streamTicketsRequired``)."""
+        return str(d.request("POST", paths.queue_path("stream.ticket", queue), {}).body["ticket"])
+
+    # A subscribe without a ticket, or with another queue's, is refused and subscribes nothing.
+    refused = f"c{tag}C"
+    ws(refused, "$connect")
+    ws(refused, "$default", {"type": "subscribe", "queue_name": live, "credit": 2})
+    ws(refused, "$default", {"type": "subscribe", "queue_name": live, "credit": 2, "ticket": ticket(doomed)})
+    seen["refused_frames"] = stream_frames(d, refused)
+    ws(refused, "$disconnect")
     ws(consumer, "$connect")
-    ws(consumer, "$default", {"type": "subscribe", "queue_name": live, "credit": 2})
+    ws(consumer, "$default", {"type": "subscribe", "queue_name": live, "credit": 2, "ticket": ticket(live)})
     ws(other, "$connect")
-    ws(other, "$default", {"type": "subscribe", "queue_name": doomed, "credit": 1})
+    ws(other, "$default", {"type": "subscribe", "queue_name": doomed, "credit": 1, "ticket": ticket(doomed)})
     d.request(
         "POST",
         "/v1/queue.produce",
@@ -499,7 +549,16 @@ def test_the_deployed_functions_serve_the_whole_lifecycle(lifecycle: dict[str, A
     failed = {
         step: (reply.status, reply.body)
         for step, reply in r.items()
-        if step not in ("reaper", "stream") and reply.status != 200 and step not in EXPECTED_ERRORS
+        if step not in ("reaper", "stream")
+        and reply.status != 200
+        and step not in EXPECTED_ERRORS
+        and not step.startswith("scoped_")
+    }
+    # A scoped route on a queue that does not exist: its function's 400, not API Gateway's 403.
+    scoped = {step: r[step] for step in r if step.startswith("scoped_")}
+    assert len(scoped) == len(SCOPED_ROUTES)
+    assert {step: (reply.status, reply.function) for step, reply in scoped.items()} == {
+        f"scoped_{route.name}": (400, route.function) for route in SCOPED_ROUTES
     }
     assert failed == {}
     for step, status in EXPECTED_ERRORS.items():
@@ -538,6 +597,8 @@ def test_the_deployed_stream_pushes_within_credit_settles_over_the_connection_an
     lifecycle: dict[str, Any],
 ) -> None:
     seen = lifecycle["stream"]
+    # Without a ticket of its queue a subscribe is refused (403), and nothing was pushed to it.
+    assert [(f["type"], f.get("code")) for f in seen["refused_frames"]] == [("error", 403), ("error", 403)]
     # Three items for a consumer with credit 2: the dispatcher pushed two, from the inserts alone.
     assert seen["dispatch"] == {"queues": 1, "pushed": 2}
     assert seen["pushed"] == ["cA==", "cQ=="]  # "p", "q"
@@ -582,6 +643,7 @@ def test_every_route_and_the_schedule_reached_their_function_through_the_deploye
     deployed: Deployment, lifecycle: dict[str, Any]
 ) -> None:
     routed = set(deployed.routed)
+    # The scoped twins through their own resources ({queue}) too: the lifecycle's "scoped_*" steps.
     for route in ROUTES:
         assert (route.function, f"{route.method} {route.path}") in routed
     assert ("reaper", "schedule") in routed
@@ -627,8 +689,112 @@ def test_each_deployed_caller_policy_allows_its_routes_and_nothing_else(
     statements = (json.loads(document) if isinstance(document, str) else document)["Statement"]
     prefix = f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{deployed.api_id}/{deployed.stage}"
     for route in ROUTES:
-        request = iam_audit.Request("execute-api:Invoke", f"{prefix}/{route.method}{route.path}")
+        path = iam_path(route, "orders")
+        request = iam_audit.Request("execute-api:Invoke", f"{prefix}/{route.method}{path}")
         assert iam_audit.allowed(statements, request) == (route in caller_routes(caller)), route
     # The catch-alls that answer 400 / 501 are in no caller's policy.
     for other in ("GET/v1/queue.produce", "POST/v1/queue.nope"):
         assert not iam_audit.allowed(statements, iam_audit.Request("execute-api:Invoke", f"{prefix}/{other}"))
+
+
+# -- per-queue grants, enforced by API Gateway's IAM authorization -----------------------------------
+
+
+def _invocations(d: Deployment) -> int:
+    return sum(fn.invocations for fn in d.functions.values())
+
+
+def _scoped(route_name: str, queue: str) -> str:
+    return paths.queue_path(route_name, queue)
+
+
+@pytest.mark.parametrize("role", list(GRANTED))
+def test_a_role_granted_queues_produces_leases_and_completes_there(deployed: Deployment, role: str) -> None:
+    signer = deployed.outputs[f"Test{role}RoleArn"]
+    for queue in MINE[role]:
+        # GIVEN the queue, created by an administrator
+        created = deployed.request(
+            "POST", "/v1/queues.create", {"queue_name": queue, "lease_timeout": "1m", "expire_timeout": "1h"}
+        )
+        assert created.status == 200, created.body
+
+        # WHEN the role produces, reads the settings, leases and completes through the scoped routes
+        def call(name: str, body: dict[str, Any], queue: str = queue) -> Reply:
+            return deployed.request("POST", _scoped(name, queue), body, signer=signer)
+
+        produced = call("queue.produce", {"items": [{"utf8": "hello"}]})
+        info = call("queues.info", {})
+        leased = call("queue.lease", {"batch_size": 5, "client_id": "scoped", "request_timeout": "0s"})
+        # THEN each call is answered by its function
+        assert (produced.status, produced.function) == (200, "produce"), produced.body
+        assert (info.status, info.body["queue_name"]) == (200, queue), info.body
+        assert leased.status == 200, leased.body
+        (item,) = leased.body["items"]
+        assert item["bytes"] == "aGVsbG8="
+        partition = leased.body.get("partition", 0)
+        completed = call("queue.complete", {"partition": partition, "ids": [item["id"]]})
+        assert completed.status == 200 and completed.body.get("failed") in (None, []), completed.body
+        assert deployed.request("GET", "/health", signer=signer).status == 200
+    assert not [refused for refused in deployed.refused if refused[0] == signer and "/health" in refused[1]]
+
+
+@pytest.mark.parametrize("role", list(GRANTED))
+def test_every_call_on_another_queue_and_every_admin_call_is_refused_before_any_function(
+    deployed: Deployment, role: str
+) -> None:
+    signer = deployed.outputs[f"Test{role}RoleArn"]
+    (mine, *_) = MINE[role]
+    admin_twins = [r for r in SCOPED_ROUTES if r.function in (Function.QUEUES, Function.ADMIN)]
+    asked = [
+        # every scoped route on the queues next to the grant
+        *((_scoped(r.name, other), {}) for r in SCOPED_ROUTES for other in OTHERS[role]),
+        # every admin route on the role's own queue, but reading its settings
+        *((_scoped(r.name, mine), {}) for r in admin_twins if r.name != "queues.info"),
+        # every plain route, its body naming the role's own queue: IAM cannot see the body
+        *((r.path, {"queue_name": mine}) for r in ROUTES if not r.scoped and r.function != Function.META),
+    ]
+    refused, invoked = len(deployed.refused), _invocations(deployed)
+    # WHEN the role signs each
+    replies = {path: deployed.request("POST", path, body, signer=signer) for path, body in asked}
+    # THEN API Gateway's authorization refuses every one, and no function ran
+    assert {path: reply.status for path, reply in replies.items()} == {path: 403 for path, _ in asked}
+    assert all(reply.function == "" for reply in replies.values())
+    assert _invocations(deployed) == invoked
+    assert len(deployed.refused) - refused == len(asked)
+    assert "/v1/queues.list" in replies and "/v1/queues.delete" in replies
+
+
+def test_the_stacks_example_policies_grant_what_they_say_once_attached(deployed: Deployment) -> None:
+    # GIVEN a role of the account with both examples the stack outputs attached (as docs/deploy.md shows)
+    iam_client = deployed.moto.client("iam")
+    name = f"example-{deployed.stage}"
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+             "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}}]}  # fmt: skip
+    role = iam_client.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    for output in ("ExampleOrdersProducerPolicyArn", "ExampleEmailsWorkerPolicyArn"):
+        iam_client.attach_role_policy(RoleName=name, PolicyArn=deployed.outputs[output])
+    for queue in ("orders-eu", "emails"):
+        body = {"queue_name": queue, "lease_timeout": "1m", "expire_timeout": "1h"}
+        assert deployed.request("POST", "/v1/queues.create", body).status == 200
+    produce = {"items": [{"utf8": "x"}]}
+    lease = {"batch_size": 1, "client_id": "example", "request_timeout": "0s"}
+    # WHEN it signs calls: produce to orders-*, lease emails; and the other way round
+    asked = {
+        ("queue.produce", "orders-eu"): produce,
+        ("queue.lease", "emails"): lease,
+        ("queue.produce", "emails"): produce,
+        ("queue.lease", "orders-eu"): lease,
+        ("queue.stats", "emails"): {},
+    }
+    replies = {
+        call: deployed.request("POST", _scoped(*call), body, signer=role) for call, body in asked.items()
+    }
+    # THEN the first two reach their functions, the rest are refused before any
+    assert {call: reply.status for call, reply in replies.items()} == {
+        ("queue.produce", "orders-eu"): 200,
+        ("queue.lease", "emails"): 454,  # nothing to lease: the lease function's answer
+        ("queue.produce", "emails"): 403,
+        ("queue.lease", "orders-eu"): 403,
+        ("queue.stats", "emails"): 403,
+    }
+    assert replies["queue.lease", "emails"].function == "lease"

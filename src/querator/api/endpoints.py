@@ -36,6 +36,9 @@ class Call:
     #: function has left.
     wait_limit: timedelta
     idempotency_key: str | None = None
+    #: The queue of a scoped route's path (``/v1/queues/{queue}/...``): the caller may be granted
+    #: that queue alone, so what reaches other queues is narrowed (docs/api.md, "Access per queue").
+    scoped_queue: str | None = None
     #: Headers the endpoint adds to a successful reply.
     reply_headers: dict[str, str] = field(default_factory=dict)
     #: What undoes the endpoint's effect when its reply cannot be built: a lease gives its items back
@@ -69,6 +72,7 @@ def _applied(outcome: BatchOutcome) -> schemas.OkResponse:
 def create_queue(
     service: QueueService, request: schemas.CreateQueueRequest, call: Call
 ) -> schemas.WireResponse:
+    _check_dead_queue(request.dead_queue, call)
     service.create_queue(request.to_domain(call.now))
     return _ok()
 
@@ -76,8 +80,24 @@ def create_queue(
 def update_queue(
     service: QueueService, request: schemas.UpdateQueueRequest, call: Call
 ) -> schemas.WireResponse:
+    _check_dead_queue(request.dead_queue, call)
     service.update_queue(request.to_domain())
     return _ok()
+
+
+def _check_dead_queue(dead_queue: str | None, call: Call) -> None:
+    """On a scoped path, a dead-letter queue in the queue's own namespace only: its name starts with
+    the queue's (``orders`` → ``orders-dead``). Dead-lettering writes into that queue, and a caller
+    granted ``orders`` alone must not make ``orders``' items land in a queue it was not granted;
+    a prefix grant (``orders*``) covers both. The plain route (a whole-API grant) names any."""
+    queue = call.scoped_queue
+    if queue is not None and dead_queue and not dead_queue.startswith(queue):
+        raise InvalidRequestError(
+            f"dead_queue '{dead_queue}' is not in the namespace of '{queue}': on the scoped path a"
+            f" queue's dead-letter queue must start with its name (e.g. '{queue}-dead'); set it on the"
+            " plain route with a whole-API grant",
+            field="dead_queue",
+        )
 
 
 def queue_info(service: QueueService, request: schemas.QueueInfoRequest, call: Call) -> schemas.WireResponse:
@@ -167,9 +187,18 @@ def clear(service: QueueService, request: schemas.ClearRequest, call: Call) -> s
 
 
 def redrive(service: QueueService, request: schemas.RedriveRequest, call: Call) -> schemas.WireResponse:
-    outcome = service.redrive(request.queue_name, to=request.to, limit=request.limit)
+    outcome = service.redrive(
+        request.queue_name, to=request.to, limit=request.limit, feeders_only=call.scoped_queue is not None
+    )
     count(Metric.ITEMS_REDRIVEN, outcome.moved)
     return schemas.RedriveResponse.from_domain(outcome)
+
+
+def stream_ticket(
+    service: QueueService, request: schemas.StreamTicketRequest, call: Call
+) -> schemas.WireResponse:
+    issued = service.stream_ticket(request.queue_name)
+    return schemas.StreamTicketResponse(ticket=issued.ticket, expires_at=issued.expires_at)
 
 
 def list_items(service: QueueService, request: schemas.ListItemsRequest, call: Call) -> schemas.WireResponse:
@@ -223,6 +252,7 @@ ENDPOINTS: Final[Mapping[str, Endpoint]] = MappingProxyType(
         routes.STATS.name: stats,
         routes.CLEAR.name: clear,
         routes.REDRIVE.name: redrive,
+        routes.STREAM_TICKET.name: stream_ticket,
         routes.ITEMS_LIST.name: list_items,
         routes.SCHEDULED_LIST.name: list_scheduled,
         routes.ITEMS_IMPORT.name: import_items,

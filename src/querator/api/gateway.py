@@ -6,7 +6,11 @@ tells apart a body that is not understood (455) from a wrong value (400) and put
 envelope (docs/adr/0005-http-edge.md). Errors become the envelope here, once: domain errors through
 ``errors.STATUS_BY_ERROR``, anything else as a logged 500 with a generic message.
 
-Routing is an exact lookup of method and path in the route table, so this module does it itself
+A scoped route (``/v1/queues/{queue}/<name>``) takes its queue from the event's ``pathParameters``,
+which API Gateway fills with the segment decoded; it must be a name ``querator.api.paths`` calls
+addressable, and the body may not name another queue (400 before the endpoint runs).
+
+Routing is a lookup of method and path in the route table, so this module does it itself
 rather than import Powertools' event handler, whose package import cost ~165 ms of every cold start
 (measured; docs/adr/0013-cold-start.md). Logging, metrics and tracing stay Powertools'.
 """
@@ -18,8 +22,9 @@ import json
 from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
-from querator.api import routes, schemas
+from querator.api import paths, routes, schemas
 from querator.api.endpoints import ENDPOINTS, Call, idempotency_key
 from querator.api.errors import WireError, error_response, unknown_path
 from querator.domain.errors import QueratorError
@@ -59,6 +64,16 @@ class Request:
         self.headers = headers
         self.query: dict[str, str] = event.get("queryStringParameters") or {}
         self.request_id = str((event.get("requestContext") or {}).get("requestId") or "")
+        #: The queue segment of a scoped route's path, as the path holds it (set by the resolver).
+        self.segment: str | None = None
+
+    def path_queue(self) -> str:
+        """The queue of a scoped route: API Gateway's ``pathParameters.queue`` (already decoded), or
+        for an event without it (a hand-made one) the path's segment decoded once; 400 unless it is
+        addressable, so what the handler serves is the name IAM authorized, whatever the encoding."""
+        given = (self.event.get("pathParameters") or {}).get(paths.QUEUE_PARAMETER)
+        name = given if isinstance(given, str) else unquote(self.segment or "")
+        return paths.check_addressable(name)
 
 
 class FunctionApp:
@@ -82,7 +97,11 @@ class FunctionApp:
     def resolve(self, event: dict[str, Any], context: Any) -> ProxyResponse:
         request = Request(event, context)
         try:
-            handler = self._handlers.get((request.method, request.path))
+            matched = routes.match(request.path)
+            handler = None
+            if matched is not None:
+                handler = self._handlers.get((request.method, matched[0].path))
+                request.segment = matched[1]
             if handler is None:
                 # A known path asked with another method is 400, an unknown one 501 (routes.resolve
                 # raises), including a path another function serves (API Gateway never sends one).
@@ -161,17 +180,20 @@ def _bind(
 
     def serve(request: Request) -> ProxyResponse:
         parsed = None
+        scoped_queue = request.path_queue() if route.scoped else None
         if route.request_model is not None:
             parsed = schemas.parse_request(
                 route.request_model,
                 _raw_body(request.event),
                 content_type=request.headers.get("content-type"),
                 limit=route.body_limit,
+                queue_name=scoped_queue,
             )
         call = Call(
             now=datetime.now(UTC),
             wait_limit=_wait_limit(settings(), request.context),
-            idempotency_key=idempotency_key(request.headers) if route is routes.PRODUCE else None,
+            idempotency_key=idempotency_key(request.headers) if route.base is routes.PRODUCE else None,
+            scoped_queue=scoped_queue,
         )
         try:
             reply = endpoint(service(), parsed, call)

@@ -22,6 +22,7 @@ from querator.api.errors import (
     ErrorBody,
     code_text,
 )
+from querator.api.paths import QUEUE_PARAMETER
 from querator.api.wire import Message
 
 _REF: Final = "#/components/schemas/{model}"
@@ -105,6 +106,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "priority": 1,
     },
     "queue.stats": {"queue_name": "orders"},
+    "stream.ticket": {"queue_name": "orders"},
     "queue.clear": {"queue_name": "orders", "queue": True, "scheduled": True},
     "queue.redrive": {"queue_name": "orders-dead", "to": "orders", "limit": 1000},
     "storage/items.list": {"queue_name": "orders", "partition": 0, "limit": 100},
@@ -129,6 +131,19 @@ _IDEMPOTENCY_KEY: Final = {
     "schema": {"type": "string", "maxLength": 256},
 }
 
+#: The queue of a scoped route (``/v1/queues/{queue}/<route>``), what an IAM policy on the path grants.
+_QUEUE_PARAMETER: Final = {
+    "name": QUEUE_PARAMETER,
+    "in": "path",
+    "required": True,
+    "description": (
+        "The queue this call is on; the body's queue_name may be left out, and naming another queue "
+        "is a 400. Only names of ASCII letters, digits, '.', '_' and '-' (not '.' or '..') have a "
+        "scoped path; other queues are served by the plain route."
+    ),
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,512}$"},
+}
+
 _REPLAYED_HEADER: Final = {
     "description": (
         "Sent when the request had an Idempotency-Key: 'true' when an earlier request with the key "
@@ -148,7 +163,8 @@ def _schemas(
 
 
 def _operation_id(route: routes.Route) -> str:
-    return route.name.replace("/", "_").replace(".", "_")
+    plain = route.name.replace("/", "_").replace(".", "_")
+    return f"{plain}_in_queue" if route.scoped else plain
 
 
 def _error_response(status: int) -> dict[str, Any]:
@@ -185,6 +201,11 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
             "summary": route.summary,
             "tags": [route.function],
         }
+        if route.scoped:
+            operation["description"] = (
+                f"POST /v1/{route.name} for the queue in the path, so that an IAM policy on this "
+                "path can grant one queue or a prefix of queues."
+            )
         if route.request_model is not None:
             operation["requestBody"] = {
                 "required": True,
@@ -196,8 +217,11 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
                     }
                 },
             }
-        if route is routes.PRODUCE:
-            operation["parameters"] = [_IDEMPOTENCY_KEY]
+        parameters = [_QUEUE_PARAMETER] if route.scoped else []
+        if route.base is routes.PRODUCE:
+            parameters.append(_IDEMPOTENCY_KEY)
+        if parameters:
+            operation["parameters"] = parameters
         ok_schema: dict[str, Any] = (
             refs[route.response_model]
             if route.response_model is not None
@@ -208,7 +232,7 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
         media = "text/html" if route is routes.DOCS else _JSON
         operation["responses"] = {"200": {"description": "OK", "content": {media: {"schema": ok_schema}}}}
         statuses = (*_POST_ERRORS, INTERNAL_ERROR) if route.method == "POST" else (INTERNAL_ERROR,)
-        if route is routes.PRODUCE:
+        if route.base is routes.PRODUCE:
             operation["responses"]["200"]["headers"] = {"Idempotency-Replayed": _REPLAYED_HEADER}
         for status in statuses:
             operation["responses"][str(status)] = {"$ref": f"#/components/responses/Error{status}"}

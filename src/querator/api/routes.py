@@ -2,16 +2,20 @@
 
 Handlers, the local server, the OpenAPI document and the CDK app all read ``ROUTES``, so a path, its
 method, the Lambda function that serves it and its body limit are written down once.
+
+Every route whose body names exactly one queue has a scoped twin, ``POST /v1/queues/{queue}/<name>``:
+the same endpoint, models and limit, the queue taken from the path (``querator.api.paths``), so that
+an IAM policy on the path can grant one queue or a prefix of queues (docs/api.md, "Access per queue").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Final
 
-from querator.api import schemas
+from querator.api import paths, schemas
 from querator.api.errors import unknown_path, wrong_method
 
 #: A synchronous Lambda payload is at most 6 MB; leave room for the API Gateway event around the body.
@@ -59,6 +63,24 @@ class Route:
     response_model: type[schemas.WireResponse] | None
     body_limit: int = SMALL_BODY_LIMIT
     summary: str
+    #: A scoped twin: ``path`` is ``/v1/queues/{queue}/<name>`` and the queue comes from it.
+    scoped: bool = False
+    #: The plain route a scoped twin serves the same way (same ``name``); ``None`` on a plain route.
+    plain: Route | None = None
+
+    @property
+    def base(self) -> Route:
+        """The plain route: itself, or the one this scoped twin twins."""
+        return self.plain if self.plain is not None else self
+
+
+def scoped_path(name: str) -> str:
+    """The path template of route ``name``'s scoped twin: ``/v1/queues/{queue}/queue.produce``."""
+    return paths.scoped_template(name)
+
+
+def _twin(route: Route) -> Route:
+    return replace(route, path=scoped_path(route.name), scoped=True, plain=route)
 
 
 def _post(
@@ -171,6 +193,14 @@ REDRIVE: Final = _post(
     schemas.RedriveResponse,
     "Move dead letters back to the queues they came from (or to 'to'); call until remaining is 0.",
 )
+STREAM_TICKET: Final = _post(
+    "stream.ticket",
+    # A consumer's call, on the lease function: a per-queue grant of queue.lease comes with it.
+    Function.LEASE,
+    schemas.StreamTicketRequest,
+    schemas.StreamTicketResponse,
+    "A short-lived ticket that lets a stream subscribe to this queue (per-queue access).",
+)
 ITEMS_LIST: Final = _post(
     "storage/items.list",
     Function.ADMIN,
@@ -228,7 +258,7 @@ DOCS: Final = Route(
     summary="Swagger UI over this API's OpenAPI document (HTML).",
 )
 
-ROUTES: Final[tuple[Route, ...]] = (
+PLAIN_ROUTES: Final[tuple[Route, ...]] = (
     QUEUES_CREATE,
     QUEUES_UPDATE,
     QUEUES_INFO,
@@ -243,6 +273,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     STATS,
     CLEAR,
     REDRIVE,
+    STREAM_TICKET,
     ITEMS_LIST,
     SCHEDULED_LIST,
     ITEMS_IMPORT,
@@ -251,13 +282,39 @@ ROUTES: Final[tuple[Route, ...]] = (
     OPENAPI,
     DOCS,
 )
+#: Routes that span queues or none: no scoped twin (queues.list needs the whole-API grant).
+_UNSCOPED: Final = frozenset({QUEUES_LIST.name, HEALTH.name, OPENAPI.name, DOCS.name})
+#: The scoped twins, in the order of the plain routes.
+SCOPED_ROUTES: Final[tuple[Route, ...]] = tuple(_twin(r) for r in PLAIN_ROUTES if r.name not in _UNSCOPED)
+ROUTES: Final[tuple[Route, ...]] = PLAIN_ROUTES + SCOPED_ROUTES
 
 _BY_PATH: Final = MappingProxyType({route.path: route for route in ROUTES})
+_SCOPED_BY_NAME: Final = MappingProxyType({route.name: route for route in SCOPED_ROUTES})
 
 
 def by_path(path: str) -> Route | None:
-    """The route at ``path`` (exact match), or ``None``."""
+    """The route at ``path`` (exact match; a scoped twin by its template), or ``None``."""
     return _BY_PATH.get(path)
+
+
+def scoped(name: str) -> Route | None:
+    """The scoped twin of route ``name``, or ``None`` when it has none."""
+    return _SCOPED_BY_NAME.get(name)
+
+
+def match(path: str) -> tuple[Route, str | None] | None:
+    """(route, queue segment as sent) of a request path: a plain route with ``None``, a scoped twin
+    with the path's queue segment (not decoded); ``None`` when no route has this path."""
+    route = _BY_PATH.get(path)
+    if route is not None and not route.scoped:
+        return route, None
+    # A template asked literally (".../{queue}/...") is a twin whose queue "{queue}" is refused.
+    split = paths.split_scoped(path)
+    if split is None:
+        return None
+    segment, name = split
+    twin = _SCOPED_BY_NAME.get(name)
+    return None if twin is None else (twin, segment)
 
 
 def for_function(function: str) -> tuple[Route, ...]:
@@ -273,9 +330,10 @@ def resolve(method: str, path: str) -> Route:
     WireError
         501 for an unknown path, 400 for a known path with another method.
     """
-    route = by_path(path)
-    if route is None:
+    matched = match(path)
+    if matched is None:
         raise unknown_path(method, path)
+    route = matched[0]
     if method.upper() != route.method:
         raise wrong_method(method, path, route.method)
     return route

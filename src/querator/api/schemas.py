@@ -491,6 +491,17 @@ class ReprioritizeResponse(WireResponse):
         )
 
 
+class StreamTicketRequest(QueueNameRequest):
+    """``stream.ticket``: a ticket that lets a stream subscribe to this queue."""
+
+
+class StreamTicketResponse(WireResponse):
+    """The ticket to send in the stream's ``subscribe``, and until when it is good."""
+
+    ticket: str = field(TEXT)
+    expires_at: datetime = field(TIMESTAMP)
+
+
 class OkResponse(WireResponse):
     """``{"code": 200}``: Querator's reply to every call with nothing else to return (produce,
     complete, retry, queues.create / update / delete, clear, storage/items.delete)."""
@@ -770,13 +781,15 @@ def parse_request(
     *,
     content_type: str | None = None,
     limit: int | None = None,
+    queue_name: str | None = None,
 ) -> ModelT:
     """Decode a request body into ``model``, applying the contract's wire rules in order.
 
     Raises ``WireError`` (455) when the content type is not JSON, the body is empty or not a JSON
     object, or it has a key the message does not define;
     ``PayloadTooLargeError`` (413) when it is over ``limit`` bytes; ``InvalidRequestError`` (400) for
-    a wrong value, naming the field(s).
+    a wrong value, naming the field(s). ``queue_name`` is a scoped route's queue: the body's
+    ``queue_name`` may be left out and must not name another queue (``Message.from_json``).
     """
     if not is_json_content_type(content_type):
         raise unsupported_content(f"Content-Type {content_type!r} is not application/json")
@@ -787,7 +800,7 @@ def parse_request(
         # Not JSON, so a 455 as the contract says of any such body; "all defaults" is spelled {}.
         raise unsupported_content("the body is empty: send a JSON object ({} for all defaults)")
     try:
-        return model.from_json(raw)
+        return model.from_json(raw, queue_name=queue_name)
     except BodyError as exc:
         if exc.not_understood:
             # Not understanding the body is the cause of the other problems (a misspelt key also

@@ -579,8 +579,12 @@ class Message:
         return message
 
     @classmethod
-    def from_json(cls, body: bytes) -> Self:
+    def from_json(cls, body: bytes, *, queue_name: str | None = None) -> Self:
         """Decode a UTF-8 JSON body into this message.
+
+        ``queue_name``: the queue of a scoped route's path. The body may leave its ``queue_name`` out
+        (the path's is used) or give the same one; another one is a wrong value (400), so a caller
+        granted one queue cannot reach another through the body.
 
         Raises
         ------
@@ -600,11 +604,33 @@ class Message:
         if _SURROGATE_ESCAPE.search(body) and _has_lone_surrogate(data):
             # Valid JSON, but such a string has no UTF-8 form: nothing could store or send it back.
             raise BodyError((), "invalid JSON: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)")
+        if queue_name is not None and isinstance(data, dict):
+            data = cls._with_queue(data, queue_name)
         problems: list[Problem] = []
         message = cls.validate(data, (), problems)
         if problems:
             raise BodyError(problems)
         return message
+
+    @classmethod
+    def _with_queue(cls, data: dict[str, Any], queue_name: str) -> dict[str, Any]:
+        """``data`` with the path's queue as its ``queue_name``; a body naming another queue is refused."""
+        keys = [key for key, declared in cls.keys.items() if declared.name == "queue_name" and key in data]
+        for key in keys:
+            if data[key] != queue_name:
+                raise BodyError(
+                    [
+                        Problem(
+                            ("queue_name",),
+                            INVALID,
+                            f"the body names queue {data[key]!r} but the path names {queue_name!r}; "
+                            "leave queue_name out of the body or give the path's",
+                        )
+                    ]
+                )
+        if not keys:
+            data["queue_name"] = queue_name  # in place: the object was decoded for this call alone
+        return data
 
     # -- writing ---------------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from querator.cli.output import (
 from querator.client import (
     DEFAULT_URL,
     ApiError,
+    AuthError,
     Client,
     ItemNotLeasedError,
     NewItem,
@@ -330,10 +331,19 @@ def _queues_create(args: argparse.Namespace) -> int:
 def _queues_list(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         queues: list[QueueInfo] = []
-        for info in client.iter_queues(pivot=args.pivot, page_size=min(args.limit or 100, 1000)):
-            if args.limit is not None and len(queues) >= args.limit:
-                break
-            queues.append(info)
+        try:
+            for info in client.iter_queues(pivot=args.pivot, page_size=min(args.limit or 100, 1000)):
+                if args.limit is not None and len(queues) >= args.limit:
+                    break
+                queues.append(info)
+        except AuthError as exc:
+            # queues.list spans queues: a role granted some queues (their scoped paths) may not call it.
+            raise CliError(
+                f"{exc.code} {exc.code_text}: listing queues needs the whole-API grant "
+                "(POST /v1/queues.list); a role granted only some queues cannot list them, but can "
+                "name each one: querator queues info NAME (docs/api.md, 'Access per queue')",
+                ExitCode.NOT_ALLOWED,
+            ) from exc
         depths: list[QueueStats] = []
         if args.depth:
             with Waiting(f"counting the items of {len(queues)} queue(s)"):

@@ -51,6 +51,17 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--read-only", action="store_true", help="hide and refuse every call that changes a queue"
     )
+    parser.add_argument(
+        "--queue",
+        dest="queues",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help=(
+            "a queue to show in the list (repeatable): for a role granted some queues, which may not"
+            " call queues.list; the console lists these instead"
+        ),
+    )
     parser.add_argument("--host", default=LOOPBACK, help=f"address to bind (default {LOOPBACK})")
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
@@ -91,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             allow_remote=args.allow_remote,
+            queues=args.queues,
         )
         identity = describe_identity(session)
         proxy.start()

@@ -18,6 +18,8 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from querator.api.durations import parse_timestamp
+from querator.api.paths import is_addressable, queue_path
 from querator.client.errors import (
     ApiError,
     ConnectionFailedError,
@@ -55,7 +57,7 @@ from querator.client.transport import RequestSigner, SigV4Signer, Transport
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
-    from datetime import timedelta
+    from datetime import datetime, timedelta
 
     from botocore.credentials import Credentials
 
@@ -92,12 +94,36 @@ PATHS: Final[Mapping[str, str]] = {
     "queue.stats": "/v1/queue.stats",
     "queue.clear": "/v1/queue.clear",
     "queue.redrive": "/v1/queue.redrive",
+    "stream.ticket": "/v1/stream.ticket",
     "storage/items.list": "/v1/storage/items.list",
     "storage/scheduled.list": "/v1/storage/scheduled.list",
     "storage/items.import": "/v1/storage/items.import",
     "storage/items.delete": "/v1/storage/items.delete",
     "health": "/health",
 }
+#: Calls that span queues or name none: always their plain path (``queues.list`` needs a whole-API
+#: grant; docs/api.md, "Access per queue").
+UNSCOPED: Final = frozenset({"queues.list", "health"})
+
+
+def path_for(name: str, body: Mapping[str, Any] | None, *, scoped: bool = True) -> str:
+    """The path of call ``name``: its scoped twin ``/v1/queues/<queue>/<name>`` when the body names
+    one queue whose name a path can carry (``querator.api.paths``), so a role granted that queue
+    alone may call it; else the plain path, where the body names the queue."""
+    queue_name = None if body is None else body.get("queue_name")
+    if not scoped or name in UNSCOPED or not isinstance(queue_name, str) or not is_addressable(queue_name):
+        return PATHS[name]
+    return PATHS[name] if _reaches_beyond(name, queue_name, body or {}) else queue_path(name, queue_name)
+
+
+def _reaches_beyond(name: str, queue_name: str, body: Mapping[str, Any]) -> bool:
+    """Whether the call reaches a queue its scoped path would not allow: a dead-letter queue outside
+    the queue's namespace, or a redrive to a named queue. Those take the plain path, which a
+    whole-API grant allows (the scoped path would refuse them: docs/api.md, "Access per queue")."""
+    if name in ("queues.create", "queues.update"):
+        dead_queue = body.get("dead_queue")
+        return isinstance(dead_queue, str) and bool(dead_queue) and not dead_queue.startswith(queue_name)
+    return name == "queue.redrive" and body.get("to") is not None
 
 
 class Safety(enum.Enum):
@@ -132,6 +158,10 @@ class Client:
     stream_url
         Where ``consume(mode="stream")`` / ``stream`` connect: a deployed stack's ``StreamUrl``
         (``wss://…/<stage>``); by default ``<base_url>/v1/stream`` (``querator serve``).
+    scoped_paths
+        Send each call on one queue to its scoped path, ``/v1/queues/<queue>/<route>``, which a
+        per-queue IAM grant allows (docs/api.md, "Access per queue"); ``False`` for a server that
+        predates them. A queue whose name a path cannot carry always uses the plain path.
     """
 
     def __init__(
@@ -150,6 +180,7 @@ class Client:
         signer: RequestSigner | None = None,
         request_timeout_margin: float = REQUEST_TIMEOUT_MARGIN,
         stream_url: str | None = None,
+        scoped_paths: bool = True,
     ) -> None:
         if signer is None and sigv4_region:
             signer = SigV4Signer(sigv4_region, credentials)
@@ -157,6 +188,9 @@ class Client:
         #: The stream's WebSocket URL: a deployed stack's ``StreamUrl`` output; ``None``: the
         #: server's own ``/v1/stream`` (``querator serve``).
         self.stream_url = stream_url
+        #: Call each queue on its scoped path (``/v1/queues/<queue>/...``); ``False``: the plain
+        #: paths only, for a server deployed before scoped routes.
+        self.scoped_paths = scoped_paths
         #: Signs the stream's handshake as it signs requests (SigV4 for a deployed stack).
         self.signer = signer
         self.timeout = timeout
@@ -217,7 +251,7 @@ class Client:
 
         ``reply_headers``, when given, receives the headers of the successful reply (lower-case names).
         """
-        path = PATHS[name]
+        path = path_for(name, body, scoped=self.scoped_paths)
         method = "GET" if body is None else "POST"
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
         timeout = self.timeout if read_timeout is None else read_timeout
@@ -532,6 +566,12 @@ class Client:
         body = {"queue_name": queue_name, "partition": partition, "ids": ids, "priority": priority}
         reply = self._call("queue.reprioritize", body, safety=Safety.UNSAFE) or {}
         return {str(i.get("id", "")): str(i.get("new_id", "")) for i in reply.get("items") or ()}
+
+    def stream_ticket(self, queue_name: str) -> tuple[str, datetime]:
+        """``stream.ticket``: (ticket, expires_at), what a stream's ``subscribe`` shows to be let onto
+        ``queue_name`` under a per-queue grant (docs/api.md, "Streaming")."""
+        reply = self._call("stream.ticket", {"queue_name": queue_name}, safety=Safety.IDEMPOTENT) or {}
+        return str(reply.get("ticket", "")), parse_timestamp(str(reply.get("expires_at", "")))
 
     def stats(self, queue_name: str) -> QueueStats:
         """``queue.stats``: counts and ages per partition, from the counters kept beside the items."""

@@ -90,16 +90,20 @@ class Stream:
         call_timeout: float = 60.0,
         url: str | None = None,
         signer: RequestSigner | None = None,
+        ticket: str | None = None,
     ) -> None:
         """``url``: the WebSocket URL when it is not ``base_url``'s ``/v1/stream`` (a deployed
         stack's ``StreamUrl``); ``signer``: signs the handshake (SigV4: the stack's ``$connect`` is
         IAM-authorized); ``call_timeout``: how long ``complete`` / ``retry`` / ``renew`` wait for
-        their reply (the server's calls are short; a long-poll is never one)."""
+        their reply (the server's calls are short; a long-poll is never one); ``ticket``: a
+        ``stream.ticket`` of ``queue_name``, which a stack that checks per-queue access asks for
+        (``Client.stream_ticket``)."""
         self.queue_name = queue_name
         self.credit = credit
         self._client_id = client_id
         self._url = url or stream_url(base_url)
         self._signer = signer
+        self._ticket = ticket
         self._open_timeout = open_timeout
         self._call_timeout = call_timeout
         #: Set once the server closed the stream or the connection ended: the close code and
@@ -142,6 +146,8 @@ class Stream:
         }
         if self._client_id:
             subscribe["client_id"] = self._client_id
+        if self._ticket:
+            subscribe["ticket"] = self._ticket
         try:
             self._send(subscribe)
             # An unknown queue is refused here, with its error (QueueNotFoundError), not after.

@@ -441,6 +441,20 @@ class _Worker:
             return "poll"
         return "stream, then poll" if self.polled else "stream"
 
+    def _stream_ticket(self) -> str | None:
+        """A fresh ``stream.ticket`` of the queue for a deployed stack's stream (its ``$connect``
+        grant names no queue; the ticket does), or ``None`` when the server gives none: it then
+        says itself, at the subscribe, whether it needs one."""
+        ask = getattr(self.client, "stream_ticket", None)
+        if ask is None:
+            return None
+        try:
+            ticket, _ = ask(self.queue_name)
+        except (ApiError, ConnectionFailedError) as exc:
+            log.warning("no stream ticket for %s (%s); subscribing without", self.queue_name, exc)
+            return None
+        return str(ticket)
+
     def _open_stream(self, credit: int | None = None) -> SharedStream | None:
         """Subscribe with a credit of ``concurrency`` (never more than ``max_items``); ``None`` where
         that failed (the worker long-polls): for good where the endpoint has no stream, else with
@@ -469,6 +483,7 @@ class _Worker:
             credit=credit,
             url=url,
             signer=getattr(self.client, "signer", None),
+            ticket=self._stream_ticket() if url is not None else None,
         )
         try:
             stream.open()
@@ -481,6 +496,11 @@ class _Worker:
                 stream.close()
                 return None
             self._plan_resubscribe(exc)
+        except AuthError as exc:
+            # The stream is not granted for this queue (no ticket, or not one of this queue's); its
+            # REST routes may be: long-poll, for good.
+            log.warning("the stream refused %s (%s); long-polling", self.queue_name, exc)
+            self.resubscribe_at = None
         except (ConnectionFailedError, ServerError, RetryError) as exc:
             # The server is away (stopping, restarting, not up yet) or busy: long-poll meanwhile.
             self._plan_resubscribe(exc)

@@ -9,6 +9,12 @@ each call with the user's AWS credentials, like ``kubectl proxy``. It holds the 
   cannot make the browser send that without a CORS preflight, which the proxy never grants, so no
   other site can spend the user's credentials through it;
 - in read-only mode it forwards only the read routes and answers 403 to everything else.
+
+The pages call the plain routes; the proxy sends each call on one queue to its scoped path
+(``/v1/queues/<queue>/...``, as ``querator.client`` does), so a user whose role is granted some queues
+only can use the console on them. ``queues.list`` spans queues and needs the whole-API grant: given
+``queues`` (``querator console --queue NAME``), the proxy answers it itself from those queues'
+``queues.info``; without, a 403 to it says so.
 """
 
 from __future__ import annotations
@@ -27,9 +33,13 @@ from urllib.parse import urlsplit
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
+from querator.api.paths import split_scoped
+from querator.client.client import PATHS, path_for
 from querator.console import assets
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import boto3
     from botocore.credentials import Credentials
 
@@ -116,6 +126,28 @@ class Upstream:
 _OPENER: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+_LIST_PATH: Final = PATHS["queues.list"]
+
+
+def _plain(path: str) -> str:
+    """The plain path of a call the page may have sent on a scoped path."""
+    split = split_scoped(path)
+    return f"/v1/{split[1]}" if split else path
+
+
+def _upstream_path(path: str, body: bytes) -> str:
+    """Where a call goes: a plain single-queue call to its scoped path (the body's queue), so a
+    per-queue grant allows it; anything else as the page sent it."""
+    name = path.removeprefix("/v1/")
+    if PATHS.get(name) != path:
+        return path
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        return path  # the stack answers what is wrong with it
+    return path_for(name, parsed) if isinstance(parsed, dict) else path
+
+
 def _envelope(status: int, text: str, message: str) -> bytes:
     return json.dumps({"code": status, "code_text": text, "message": message}).encode()
 
@@ -125,6 +157,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     server_version = "querator-console"
     upstream: ClassVar[Upstream]
     read_only: ClassVar[bool]
+    queues: ClassVar[tuple[str, ...]]
     allowed_hosts: ClassVar[frozenset[str]]
 
     def do_GET(self) -> None:
@@ -176,7 +209,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     "Content-Type must be application/json; the proxy forwards only the console's own calls",
                 ),
             )
-        elif self.read_only and path not in READ_ONLY_PATHS:
+        elif self.read_only and _plain(path) not in READ_ONLY_PATHS:
             self._reply(
                 403,
                 {"Content-Type": "application/json"},
@@ -184,8 +217,39 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     403, "Forbidden", f"Read-only console; {path} changes the queue and is not forwarded"
                 ),
             )
+        elif path == _LIST_PATH and self.queues:
+            self._list_configured(body)
         else:
-            self._forward("POST", path, body)
+            self._forward("POST", _upstream_path(path, body), body)
+
+    def _list_configured(self, body: bytes) -> None:
+        """``queues.list`` from the configured queues (their ``queues.info``), for a user whose role
+        may not list: the same reply shape, name order, ``pivot`` and ``limit`` applied."""
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            request = {}
+        pivot = str(request.get("pivot") or "") if isinstance(request, dict) else ""
+        limit = request.get("limit") if isinstance(request, dict) else None
+        items: list[Any] = []
+        for name in sorted(q for q in self.queues if q >= pivot):
+            if isinstance(limit, int) and len(items) >= limit:
+                break
+            info = {"queue_name": name}
+            try:
+                status, content_type, reply = self.upstream.send(
+                    "POST", path_for("queues.info", info), json.dumps(info).encode()
+                )
+            except OSError as error:
+                status, content_type = 502, "application/json"
+                reply = _envelope(502, "Bad Gateway", f"The stack did not answer; {error}")
+            if status != 200:
+                self._reply(status, {"Content-Type": content_type}, reply)
+                log.info("POST %s %s (queues.info of %s)", _LIST_PATH, status, name)
+                return
+            items.append(json.loads(reply))
+        self._reply(200, {"Content-Type": "application/json"}, json.dumps({"items": items}).encode())
+        log.info("POST %s 200 (from %d configured queue(s))", _LIST_PATH, len(self.queues))
 
     def _same_origin(self) -> bool:
         # The Host check stops DNS rebinding (a hostile name resolving to 127.0.0.1); the Origin check
@@ -212,6 +276,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             log.warning("%s %s: the stack did not answer: %s", method, path, error)
             status, content_type = 502, "application/json"
             reply = _envelope(502, "Bad Gateway", f"The stack did not answer; {error}")
+        if status == 403 and path == _LIST_PATH:
+            # What a role granted only some queues gets here: say what would work.
+            content_type = "application/json"
+            reply = _envelope(
+                403,
+                "Forbidden",
+                "Listing queues needs the whole-API grant (POST /v1/queues.list); with a role granted "
+                "some queues, start the console with --queue NAME for each of them",
+            )
         self._reply(status, {"Content-Type": content_type}, reply)
         log.info("%s %s %s", method, path, status)
 
@@ -247,6 +320,7 @@ class ConsoleProxy:
         host: str = LOOPBACK,
         port: int = DEFAULT_PORT,
         allow_remote: bool = False,
+        queues: Sequence[str] = (),
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("https", "http") or not parts.hostname:
@@ -258,6 +332,8 @@ class ConsoleProxy:
             )
         self.upstream = Upstream(url=url, region=region, credentials=credentials)
         self.read_only = read_only
+        #: The queues ``queues.list`` answers with, for a role that may not list (empty: forward it).
+        self.queues = tuple(queues)
         self._host = host
         self._port = port
         self._server: _Server | None = None
@@ -278,6 +354,7 @@ class ConsoleProxy:
             {
                 "upstream": self.upstream,
                 "read_only": self.read_only,
+                "queues": self.queues,
                 "allowed_hosts": frozenset(
                     {f"{self._host}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"}
                 ),

@@ -63,8 +63,15 @@ def proxy_event(
     body: bytes,
     source_ip: str,
     query: str = "",
+    *,
+    resource: str | None = None,
+    path_parameters: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An API Gateway REST proxy event, as API Gateway builds it for a Lambda proxy integration."""
+    """An API Gateway REST proxy event, as API Gateway builds it for a Lambda proxy integration.
+
+    ``resource`` is the route's path template (``/v1/queues/{queue}/queue.produce``) and
+    ``path_parameters`` its values, decoded, as API Gateway passes them; by default the path itself.
+    """
     pairs = parse_qsl(query, keep_blank_values=True)
     try:
         text, encoded = body.decode("utf-8"), False
@@ -73,7 +80,7 @@ def proxy_event(
         text, encoded = base64.b64encode(body).decode("ascii"), True
     request_id = str(uuid.uuid4())
     return {
-        "resource": path,
+        "resource": resource or path,
         "path": path,
         "httpMethod": method,
         "headers": headers,
@@ -81,12 +88,12 @@ def proxy_event(
         # API Gateway sends null, not {}, when there is no query string.
         "queryStringParameters": dict(pairs) or None,
         "multiValueQueryStringParameters": _multi(pairs) or None,
-        "pathParameters": None,
+        "pathParameters": path_parameters or None,
         "stageVariables": None,
         "body": text if body else None,
         "isBase64Encoded": encoded,
         "requestContext": {
-            "resourcePath": path,
+            "resourcePath": resource or path,
             "httpMethod": method,
             "path": f"/local{path}",
             "stage": "local",

@@ -31,9 +31,10 @@ from concurrent.futures import Executor, Future
 from datetime import timedelta
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import unquote
 
 from querator import bootstrap
-from querator.api import routes
+from querator.api import paths, routes
 from querator.api.durations import parse_duration
 from querator.api.errors import WireError, body_too_large, error_response, unknown_path
 from querator.config import EnvVar, StoreKind, load_settings, parse_store
@@ -415,20 +416,24 @@ class _Loop:
             return reply.status, close, False
         if path == stream.PATH:
             return await self._stream(connection, head), True, True
-        route = routes.by_path(path)
-        if route is None:
+        matched = routes.match(path)
+        if matched is None:
             # API Gateway has no resource for it either; the contract says 501.
             reply = _Reply.of(unknown_path(head.method, path))
             await self._write(connection, head, reply, close=close)
             return reply.status, close, False
-        if route is routes.LEASE and head.method == "POST":
-            waited = await self._lease(connection, head, body)
+        route, segment = matched
+        # A scoped route's queue, decoded once as API Gateway does before it fills pathParameters;
+        # the handler refuses a name that is not addressable.
+        path_queue = None if segment is None else unquote(segment)
+        if route.base is routes.LEASE and head.method == "POST":
+            waited = await self._lease(connection, head, body, route, path_queue)
             if waited is None:
                 return 0, True, False  # the client went away while its lease waited
             reply = waited
         else:
-            reply = await self._invoke(route.function, head, body, connection.peer)
-        lease = route is routes.LEASE and reply.status == HTTPStatus.OK
+            reply = await self._invoke(route, head, body, connection.peer, path_queue)
+        lease = route.base is routes.LEASE and reply.status == HTTPStatus.OK
         if lease and connection.gone:
             # Nobody to read it: the items go back now rather than stay leased to nobody until their
             # lease times out.
@@ -440,8 +445,8 @@ class _Loop:
             # stays leased to nobody.
             await self._give_back(head, reply, "the reply could not be written")
             return reply.status, True, True
-        if reply.status == HTTPStatus.OK and route.path in _WAKES:
-            self.waiters.notify(*_woken(route.path, body))
+        if reply.status == HTTPStatus.OK and route.base.path in _WAKES:
+            self.waiters.notify(*_woken(body, path_queue))
         return reply.status, close or not written, False
 
     async def _read_body(
@@ -485,10 +490,16 @@ class _Loop:
             return b"", _Reply.of(InvalidRequestError(f"the body ended after {len(body)} of {length} bytes"))
         return body, None
 
-    async def _invoke(self, function: str, head: http1.RequestHead, body: bytes, peer: str) -> _Reply:
-        """The route's handler on a worker thread, with the proxy event API Gateway would send."""
-        event = events.proxy_event(head.method, head.path, head.as_dict(), body, peer, head.query)
-        return await self.run(functools.partial(self._call_handler, function, event))
+    async def _invoke(
+        self, route: routes.Route, head: http1.RequestHead, body: bytes, peer: str, path_queue: str | None
+    ) -> _Reply:
+        """The route's handler on a worker thread, with the proxy event API Gateway would send
+        (a scoped route's with its template and its decoded queue in ``pathParameters``)."""
+        scope: dict[str, Any] = {}
+        if route.scoped and path_queue is not None:
+            scope = {"resource": route.path, "path_parameters": {paths.QUEUE_PARAMETER: path_queue}}
+        event = events.proxy_event(head.method, head.path, head.as_dict(), body, peer, head.query, **scope)
+        return await self.run(functools.partial(self._call_handler, route.function, event))
 
     def _call_handler(self, function: str, event: dict[str, Any]) -> _Reply:
         context = events.LocalContext(function_name=function, timeout_seconds=INVOCATION_SECONDS)
@@ -503,14 +514,21 @@ class _Loop:
 
     # -- long-polls -----------------------------------------------------------------------------------
 
-    async def _lease(self, connection: _Connection, head: http1.RequestHead, body: bytes) -> _Reply | None:
+    async def _lease(
+        self,
+        connection: _Connection,
+        head: http1.RequestHead,
+        body: bytes,
+        route: routes.Route,
+        path_queue: str | None,
+    ) -> _Reply | None:
         """``queue.lease``, its wait parked in the loop: the handler is asked without waiting, and
         asked again each time the queue's waiters are woken, until items come or the wait ends.
         None: the client went away while waiting."""
-        request = _lease_request(body)
+        request = _lease_request(body, path_queue)
         if request is None:
             # Not one the server can read: the handler says what is wrong with it.
-            return await self._invoke(routes.LEASE.function, head, body, connection.peer)
+            return await self._invoke(route, head, body, connection.peer, path_queue)
         queue_name, client_id, wait, key, parsed = request
         holder = self._parked.get((queue_name, client_id))
         if holder is not None and not holder.gone:
@@ -519,7 +537,7 @@ class _Loop:
                 DuplicateClientError(f"client_id '{client_id}' already has a waiting lease on '{queue_name}'")
             )
         if wait <= 0 or self.stopping.is_set():
-            return await self._invoke(routes.LEASE.function, head, body, connection.peer)
+            return await self._invoke(route, head, body, connection.peer, path_queue)
         wait = min(wait, load_settings().lease_wait_cap.total_seconds(), INVOCATION_SECONDS - 1)
         asking = json.dumps({**parsed, key: "0s"}).encode()
         size = parsed.get("batch_size", parsed.get("batchSize", 1))
@@ -534,7 +552,7 @@ class _Loop:
                 self.waiters.attempting(waiter)
                 full = False
                 try:
-                    reply = await self._invoke(routes.LEASE.function, head, asking, connection.peer)
+                    reply = await self._invoke(route, head, asking, connection.peer, path_queue)
                     full = reply.status == HTTPStatus.OK and _leased(reply) >= batch_size
                 finally:
                     self.waiters.attempted(waiter, full=full)
@@ -627,7 +645,7 @@ class _Loop:
         event = events.proxy_event("POST", path, dict(_JSON), raw, peer)
         reply = self._call_handler(route.function, event)
         if reply.status == HTTPStatus.OK and path in _WAKES:
-            self.waiters.notify_threadsafe(*_woken(path, raw))
+            self.waiters.notify_threadsafe(*_woken(raw, None))
         text = reply.body.decode()
         return reply.status, json.loads(text) if text else {}
 
@@ -739,9 +757,10 @@ def _framing_reply(error: http1.FramingError) -> _Reply:
     return _Reply.of(WireError(error.status, stable, str(error)))
 
 
-def _lease_request(body: bytes) -> tuple[str, str, float, str, dict[str, Any]] | None:
+def _lease_request(body: bytes, path_queue: str | None) -> tuple[str, str, float, str, dict[str, Any]] | None:
     """(queue, client id, seconds it asks to wait, the key that said so, the body as parsed) of a
-    lease; None for one the handler must judge (it answers what is wrong with it)."""
+    lease; None for one the handler must judge (it answers what is wrong with it). ``path_queue``:
+    a scoped route's queue, which a body without ``queue_name`` means."""
     try:
         request = json.loads(body)
     except ValueError:
@@ -749,8 +768,10 @@ def _lease_request(body: bytes) -> tuple[str, str, float, str, dict[str, Any]] |
     if not isinstance(request, dict):
         return None
     keys = [key for key in ("request_timeout", "requestTimeout") if key in request]
-    queue_name = request.get("queue_name", request.get("queueName"))
+    queue_name = request.get("queue_name", request.get("queueName", path_queue))
     client_id = request.get("client_id", request.get("clientId"))
+    if path_queue is not None and queue_name != path_queue:
+        return None  # the handler refuses a body naming another queue than the path
     if len(keys) > 1 or not isinstance(queue_name, str) or not isinstance(client_id, str) or not client_id:
         return None
     if not keys:
@@ -773,15 +794,16 @@ def _leased(reply: _Reply) -> int:
     return len(json.loads(reply.body).get("items", []))
 
 
-def _woken(path: str, body: bytes) -> tuple[str, int]:
-    """(queue, items) of a call that made items ready: how many waiters of which queue to wake."""
+def _woken(body: bytes, path_queue: str | None) -> tuple[str, int]:
+    """(queue, items) of a call that made items ready: how many waiters of which queue to wake
+    (``path_queue``: a scoped route's, which a body without ``queue_name`` means)."""
     try:
         request = json.loads(body)
     except ValueError:
         return "", 0
     if not isinstance(request, dict):
         return "", 0
-    queue_name = request.get("queue_name", request.get("queueName", ""))
+    queue_name = request.get("queue_name", request.get("queueName", path_queue or ""))
     listed = request.get("items", request.get("ids", []))
     return (queue_name if isinstance(queue_name, str) else ""), (
         len(listed) if isinstance(listed, list) else 1

@@ -32,6 +32,7 @@ from querator.service.queues import QueueDirectory
 from querator.service.reaper import Reaper, ReapReport
 from querator.service.redrive import Redriver
 from querator.service.settle import Settler
+from querator.service.tickets import StreamTicket, TicketSigner
 from querator.service.tuning import (
     CURSOR_LAG,
     DEFAULT_CLAIM_BUDGET,
@@ -119,6 +120,8 @@ class QueueService:
         self._items = ItemCalls(store, self._queues, settler, clock, ids)
         self._reaper = Reaper(catalog, store, settler, self._admin, clock, recount_period)
         self._redriver = Redriver(store, self._queues, clock, ids, budget=clear_budget)
+        self._tickets = TicketSigner(catalog)
+        self._clock = clock
 
     #: The ports this service runs on, for tools that work beside it (benchmarks, tests, migrations):
     #: another service over the same storage is ``QueueService(catalog=s.catalog, store=s.store, ...)``.
@@ -194,6 +197,16 @@ class QueueService:
 
     # -- inspection and maintenance ---------------------------------------------------------------
 
+    def stream_ticket(self, queue_name: str) -> StreamTicket:
+        """A short-lived ticket that lets a stream subscribe to ``queue_name`` (``service.tickets``);
+        raises ``QueueNotFoundError`` for a queue that does not exist."""
+        self._queues.live(queue_name)
+        return self._tickets.issue(queue_name, self._clock.now())
+
+    def check_stream_ticket(self, ticket: str, queue_name: str) -> None:
+        """Raises ``InvalidRequestError`` unless ``ticket`` is a valid, unexpired ticket of ``queue_name``."""
+        self._tickets.check(ticket, queue_name, self._clock.now())
+
     def check_health(self) -> None:
         """Read the catalog once; raises the store's error when it cannot be reached."""
         self._admin.check_health()
@@ -206,10 +219,13 @@ class QueueService:
         """Remove items in ``scope``; returns how many (``RetryLaterError`` when out of budget)."""
         return self._admin.clear(queue_name, scope)
 
-    def redrive(self, queue_name: str, *, to: str | None = None, limit: int = 1000) -> RedriveOutcome:
+    def redrive(
+        self, queue_name: str, *, to: str | None = None, limit: int = 1000, feeders_only: bool = False
+    ) -> RedriveOutcome:
         """Move up to ``limit`` dead letters of ``queue_name`` back to their source queues (or to
-        ``to``); calling until ``remaining`` is 0 moves each exactly once."""
-        return self._redriver.redrive(queue_name, to=to, limit=limit)
+        ``to``); calling until ``remaining`` is 0 moves each exactly once. ``feeders_only``: only
+        into, and only items from, the queues whose dead_queue this is (``Redriver.redrive``)."""
+        return self._redriver.redrive(queue_name, to=to, limit=limit, feeders_only=feeders_only)
 
     def list_items(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000

@@ -40,11 +40,17 @@ class Redriver:
         self._ids = ids
         self._budget = budget
 
-    def redrive(self, queue_name: str, *, to: str | None = None, limit: int = MAX_BATCH) -> RedriveOutcome:
+    def redrive(
+        self, queue_name: str, *, to: str | None = None, limit: int = MAX_BATCH, feeders_only: bool = False
+    ) -> RedriveOutcome:
         """Move up to ``limit`` items of ``queue_name`` to ``to`` (else to each item's source queue).
 
         Stops early when the call's budget runs out (the reply's ``remaining`` says more are left).
         Raises ``InvalidRequestError`` for a bad ``to`` or ``limit`` before moving anything.
+
+        ``feeders_only`` (a caller granted this dead-letter queue alone): items move only back into
+        the queues that dead-letter here, and only those recorded as coming from one of them; ``to``
+        must be one of them. What else is in the queue stays (counted as ``stranded``).
         """
         if not 1 <= limit <= MAX_BATCH:
             raise InvalidRequestError(f"limit must be between 1 and {MAX_BATCH}", field="limit")
@@ -53,6 +59,13 @@ class Redriver:
         queues = {q.name: q for q in self._catalog.iterate() if not q.deleting}
         feeders = sorted(name for name, q in queues.items() if q.dead_queue == source.name)
         fixed = self._check_target(source, to, queues) if to is not None else None
+        if feeders_only and fixed is not None and fixed.name not in feeders:
+            raise InvalidRequestError(
+                f"queue '{fixed.name}' (in 'to') does not name '{source.name}' as its dead_queue; on"
+                f" the scoped path of '{source.name}' items go back only to the queues that dead-letter"
+                " there (the plain route, with a whole-API grant, moves them anywhere)",
+                field="to",
+            )
         if fixed is None and not feeders:
             raise InvalidRequestError(
                 f"queue '{source.name}' is not the dead_queue of any queue; name the queue to move"
@@ -86,7 +99,9 @@ class Redriver:
                     if item.is_leased(now):
                         continue  # someone holds it in the dead-letter queue: it stays, as remaining
                     target: QueueInfo | None
-                    if fixed is not None:
+                    if feeders_only and item.source_queue not in feeders:
+                        target = None  # not known to come from a queue that dead-letters here
+                    elif fixed is not None:
                         target = fixed
                     elif item.source_queue:
                         target = queues.get(item.source_queue)

@@ -184,6 +184,7 @@ class InMemoryQueueCatalog:
         self._lock = threading.Lock()
         self._queues: dict[str, QueueInfo] = {}
         self._bookmark: str | None = None
+        self._stream_key: str | None = None
 
     def create(self, info: QueueInfo) -> None:
         with self._lock:
@@ -234,3 +235,9 @@ class InMemoryQueueCatalog:
 
     def save_bookmark(self, bookmark: str | None) -> None:
         self._bookmark = bookmark
+
+    def stream_key(self, candidate: str) -> str:
+        with self._lock:
+            if self._stream_key is None:
+                self._stream_key = candidate
+            return self._stream_key

@@ -121,7 +121,13 @@ def dispatcher(context: Any) -> Dispatcher:
             "the stream functions need QUERATOR_CONNECTIONS_TABLE and QUERATOR_STREAM_ENDPOINT"
         )
     connections = DynamoDBConnections(get_client(), settings.connections_table)
-    return Dispatcher(connections, InProcessApi(context), management_post(settings.stream_endpoint))
+    return Dispatcher(
+        connections,
+        InProcessApi(context),
+        management_post(settings.stream_endpoint),
+        check_ticket=get_service().check_stream_ticket,
+        tickets_required=settings.stream_tickets_required,
+    )
 
 
 def websocket_event(event: dict[str, Any], context: Any) -> dict[str, Any]:

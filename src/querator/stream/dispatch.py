@@ -34,6 +34,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from querator.domain.errors import InvalidRequestError
 from querator.stream import protocol
 from querator.stream.session import duration, parse_timestamp, settlement
 
@@ -90,14 +91,45 @@ class Dispatcher:
     """Handles one connection's messages and pushes leased items to subscribers."""
 
     def __init__(
-        self, connections: Connections, api: Api, post: Post, *, now: Callable[[], datetime] = utc_now
+        self,
+        connections: Connections,
+        api: Api,
+        post: Post,
+        *,
+        now: Callable[[], datetime] = utc_now,
+        check_ticket: Callable[[str, str], None] | None = None,
+        tickets_required: bool = False,
     ) -> None:
+        """``check_ticket(ticket, queue_name)`` raises ``InvalidRequestError`` for a ticket that does
+        not let a stream onto the queue; ``tickets_required``: a subscribe without one is refused."""
         self._connections = connections
         self._api = api
         self._post = post
         self._now = now
+        self._check_ticket = check_ticket
+        self._tickets_required = tickets_required
 
     # -- the stream function: messages of one connection -------------------------------------------
+
+    def _ticket_refusal(self, message: protocol.Subscribe) -> str | None:
+        """The error frame refusing a subscribe, or ``None``. ``$connect``'s IAM grant names no queue:
+        a ticket from the queue's (IAM-scoped) ``stream.ticket`` route is what names one."""
+        if not message.ticket:
+            if not self._tickets_required:
+                return None
+            return protocol.error(
+                403,
+                "Forbidden",
+                f"Not allowed; subscribing to '{message.queue_name}' needs a ticket: send the 'ticket' "
+                f"of POST /v1/queues/{message.queue_name}/stream.ticket",
+            )
+        if self._check_ticket is None:
+            return None
+        try:
+            self._check_ticket(message.ticket, message.queue_name)
+        except InvalidRequestError as error:
+            return protocol.error(403, "Forbidden", f"Not allowed; {error}")
+        return None
 
     def disconnect(self, connection_id: str) -> None:
         """The connection closed: forget it. Its leases run out and the items go back to the queue."""
@@ -119,6 +151,10 @@ class Dispatcher:
             self._post(connection_id, protocol.encode("pong"))
             return
         if isinstance(message, protocol.Subscribe):
+            refused = self._ticket_refusal(message)
+            if refused is not None:
+                self._post(connection_id, refused)
+                return
             # One queues.info (a read of the queue's catalog row): an unknown queue is refused here,
             # not answered "subscribed" and then failed by the first push.
             status, reply = self._api(_PATHS["info"], {"queue_name": message.queue_name})

@@ -3,8 +3,9 @@
 Every message is one JSON object in a text frame with a ``type`` (docs/api.md, "Streaming"):
 
 client → server
-    ``subscribe {queue_name, credit, client_id?}``: start receiving leased items of one queue; the
-    server may hold up to ``credit`` items leased for this connection at once.
+    ``subscribe {queue_name, credit, client_id?, ticket?}``: start receiving leased items of one
+    queue; the server may hold up to ``credit`` items leased for this connection at once. ``ticket``
+    (``stream.ticket``) is what a deployed stack checks for per-queue access.
     ``credit {credit}``: return credit for items settled over the HTTP API.
     ``ping``: nothing but proof of life (API Gateway closes a connection idle for 10 minutes).
     ``complete {request_id, partition, ids}``, ``retry {request_id, partition, items}``,
@@ -63,6 +64,8 @@ class Subscribe:
     queue_name: str
     credit: int
     client_id: str
+    #: A ``stream.ticket`` naming ``queue_name`` ("": none sent).
+    ticket: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +116,12 @@ def parse(text: str | bytes) -> Message:
         raise ProtocolError("Invalid message; a message is a JSON object with a 'type'")
     kind = message.get("type")
     if kind == "subscribe":
-        _only(message, {"type", "queue_name", "credit", "client_id"})
+        _only(message, {"type", "queue_name", "credit", "client_id", "ticket"})
         return Subscribe(
             queue_name=_text(message, "queue_name", required=True),
             credit=_credit(message),
             client_id=_text(message, "client_id"),
+            ticket=_text(message, "ticket"),
         )
     if kind == "credit":
         _only(message, {"type", "credit"})

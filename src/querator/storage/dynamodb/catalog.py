@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pynamodb.exceptions import PynamoDBException
 
 _BOOKMARK = "bookmark"
+_STREAM_KEY = "stream"
 
 
 class _CatalogRecord(Model):
@@ -59,6 +60,8 @@ class _CatalogRecord(Model):
     #: Random, written by the create that made the record (an update drops it): a create retried by
     #: botocore after its reply was lost finds its own token and knows the queue is its own.
     create_token = UnicodeAttribute(null=True)
+    #: The secret of a "secret" record (the stream tickets' key).
+    secret = UnicodeAttribute(null=True)
 
 
 @cache
@@ -257,3 +260,20 @@ class DynamoDBQueueCatalog:
             record.save()
         except PutError as exc:
             _raise_store_error(exc, "reaper")
+
+    def stream_key(self, candidate: str) -> str:
+        stored = self._read(schema.CATALOG_SECRET_KIND, _STREAM_KEY, "stream.ticket")
+        if stored is not None and stored.secret:
+            return stored.secret
+        record = self._model(schema.CATALOG_SECRET_KIND, _STREAM_KEY, secret=candidate)
+        try:
+            # Two first uses race: the first write wins and both sign with its key.
+            record.save(condition=self._model.name.does_not_exist())
+        except PutError as exc:
+            if _cause_code(exc) != "ConditionalCheckFailedException":
+                _raise_store_error(exc, "stream.ticket")
+            stored = self._read(schema.CATALOG_SECRET_KIND, _STREAM_KEY, "stream.ticket")
+            if stored is None or not stored.secret:
+                _raise_store_error(exc, "stream.ticket")
+            return str(stored.secret)
+        return candidate

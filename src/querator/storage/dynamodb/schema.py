@@ -124,6 +124,8 @@ CATALOG_HASH = "kind"
 CATALOG_RANGE = "name"
 CATALOG_QUEUE_KIND = "queue"
 CATALOG_REAPER_KIND = "reaper"
+#: The stream tickets' signing key (one record, name "stream"): made on first use, never in the repo.
+CATALOG_SECRET_KIND = "secret"  # noqa: S105 - the record kind, not a secret
 
 
 def partition_key(queue: str, partition: int) -> str:
