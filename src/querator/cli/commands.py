@@ -272,6 +272,22 @@ def _queue_fields(parser: argparse.ArgumentParser, *, defaults: bool = True) -> 
         help="fair queues: the most valid leases one group may hold (0: no limit"
         + (", the default)" if defaults else ")"),
     )
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="PER_SECOND",
+        help="leases a second of the whole queue, across consumers and partitions (0: no limit"
+        + (", the default)" if defaults else ")"),
+    )
+    parser.add_argument(
+        "--rate-limit-per-group",
+        type=float,
+        default=None,
+        metavar="PER_SECOND",
+        help="fair queues: leases a second of each group (0: no limit"
+        + (", the default)" if defaults else ")"),
+    )
 
 
 def _queue_row(info: QueueInfo) -> list[Any]:
@@ -284,8 +300,15 @@ def _queue_row(info: QueueInfo) -> list[Any]:
         info.requested_partitions,
         info.delivery,
         info.max_leased_per_group,
+        _rate(info.rate_limit),
+        _rate(info.rate_limit_per_group),
         info.reference,
     ]
+
+
+def _rate(per_second: float) -> str:
+    """A rate limit as the tables show it: ``20``, ``0.5``, ``-`` for none."""
+    return f"{per_second:g}" if per_second else "-"
 
 
 QUEUE_HEADERS: Final = [
@@ -297,6 +320,8 @@ QUEUE_HEADERS: Final = [
     "PARTITIONS",
     "DELIVERY",
     "MAX LEASED/GROUP",
+    "RATE/S",
+    "RATE/S/GROUP",
     "REFERENCE",
 ]
 
@@ -322,6 +347,8 @@ def _queues_create(args: argparse.Namespace) -> int:
             requested_partitions=args.requested_partitions,
             delivery=args.delivery,
             max_leased_per_group=args.max_leased_per_group,
+            rate_limit=args.rate_limit,
+            rate_limit_per_group=args.rate_limit_per_group,
         )
         _show_queue(args, client.queue_info(args.queue_name))
     return ExitCode.OK
@@ -373,6 +400,8 @@ def _queues_update(args: argparse.Namespace) -> int:
             "requested_partitions",
             "delivery",
             "max_leased_per_group",
+            "rate_limit",
+            "rate_limit_per_group",
         )
         if getattr(args, key) is not None
     }
