@@ -57,3 +57,17 @@ def test_a_rate_limit_the_server_refuses_exits_3_naming_it(run: Run, queue_name:
     per_group = run("queues", "create", queue_name, "--rate-limit-per-group", "5")
     assert per_group.code == ExitCode.BAD_REQUEST
     assert "rate_limit_per_group needs delivery 'fair'" in per_group.err
+
+
+def test_lease_says_when_the_rate_limit_has_a_lease_again(run: Run, client: Client, queue_name: str) -> None:
+    client.create_queue(queue_name, lease_timeout="1m", expire_timeout="1h", rate_limit=1)
+    client.produce(queue_name, [b"a", b"b"])
+
+    first = run("lease", queue_name, "-n", "2")
+    second = run("lease", queue_name, "-n", "2", "--wait", "0s", "-o", "json")
+
+    assert first.code == 0, first.err
+    assert "the rate limit has a lease again at " in first.err
+    assert second.code == ExitCode.TRY_AGAIN
+    assert "nothing to lease" in second.err and "the rate limit has a lease again at " in second.err
+    assert second.json()["items"] == [] and "next_lease_at" in second.json()

@@ -762,9 +762,13 @@ def _lease(args: argparse.Namespace) -> int:
             [i.id, i.attempts, i.priority, i.group, i.lease_deadline, preview(i.payload)] for i in lease.items
         ]
         print(table(["ID", "ATTEMPTS", "PRIORITY", "GROUP", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
+    # A rate limit says when it has a lease again (the JSON output carries next_lease_at).
+    back_at = f"; the rate limit has a lease again at {lease.next_lease_at}" if lease.next_lease_at else ""
     if not lease.items:
-        print(f"querator lease: nothing to lease in {shown(args.queue_name)}", file=sys.stderr)  # noqa: T201
+        print(f"querator lease: nothing to lease in {shown(args.queue_name)}{back_at}", file=sys.stderr)  # noqa: T201
         return ExitCode.TRY_AGAIN
+    if back_at and args.output != "json":
+        print(f"querator lease: {back_at.removeprefix('; ')}", file=sys.stderr)  # noqa: T201
     return ExitCode.OK
 
 

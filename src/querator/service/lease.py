@@ -141,6 +141,14 @@ class Leaser:
         #: Set by ``stop_waiting`` when the process stops serving: no lease waits any more.
         self._stopping = threading.Event()
 
+    def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` in steps of at most ``POLL_MAX``, so that a stop (``stop_waiting``)
+        still answers within one step while a rate limit's longer wait runs."""
+        while seconds > 0 and not self._stopping.is_set():
+            step = min(seconds, POLL_MAX)
+            self._clock.sleep(step)
+            seconds -= step
+
     @staticmethod
     def _nap(limited: Limited, pause: float, now: datetime) -> float:
         """How long a waiting lease sleeps before it tries again: until the queue's limit has a
@@ -203,7 +211,7 @@ class Leaser:
                             next_lease_at=back_at,
                         )
                     raise NothingToLeaseError(f"nothing to lease in '{queue.name}'")
-                self._clock.sleep(min(self._nap(limited, pause, now), remaining))
+                self._sleep(min(self._nap(limited, pause, now), remaining))
                 pause = min(pause * 2, POLL_MAX)
                 queue = self._queues.queue(queue_name)
         finally:
