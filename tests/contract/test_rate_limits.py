@@ -19,6 +19,7 @@ from querator.domain.errors import (
 )
 from querator.domain.model import NewItem, QueueUpdate
 from querator.service import QueueService
+from querator.storage.dynamodb.store import DynamoDBItemStore
 from tests.contract.helpers import beside, make_queue
 
 
@@ -304,3 +305,26 @@ def test_a_throttled_lease_writes_nothing_on_dynamodb(metered, clock):
     # This process saw the bucket empty: it reads the partition and claims nothing, writes nothing.
     writes = {op: n for op, n in meter.snapshot().requests_by_operation.items() if op != "Query"}
     assert writes == {}, writes
+
+
+def test_two_processes_share_a_bucket_by_compare_and_set_on_dynamodb(metered, clock):
+    service, meter = metered.service, metered.meter
+    make_queue(service, rate_limit=10)
+    produce(service, 100)
+    # Another process: its own store (and its own view of the buckets) over the same table.
+    table = service.store._table
+    other = QueueService(catalog=service.catalog, store=DynamoDBItemStore(metered.client, table), clock=clock)
+
+    got = []
+    meter.reset()
+    for step in range(20):
+        for process in (service, other):
+            got.append(len(lease(process, 3, client=f"c{step}")))
+        clock.advance(timedelta(milliseconds=100))
+
+    # Two seconds of leasing at 10 a second from two processes: the burst of 10, then one token a
+    # tenth of a second, whichever process takes it: 10 + 19 (the last is due as the run ends).
+    assert sum(got) == 29, got
+    # A process whose view of the bucket was stale lost the race once per lease call (a failed
+    # conditional write, whose reply taught it the bucket; it did not write again): never more.
+    assert meter.snapshot().failed_conditional_writes <= len(got)
