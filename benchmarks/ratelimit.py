@@ -182,6 +182,7 @@ class CostCase:
     fields: dict[str, float]
     #: Leases made before the one measured (to empty a bucket, or to fill this process's view).
     before: int = 0
+    groups: int = 10
 
 
 COST_CASES: Final = (
@@ -193,6 +194,10 @@ COST_CASES: Final = (
     CostCase("fair 10 groups, per group 100", True, {"rate_limit_per_group": 100}),
     CostCase("fair 10 groups, both", True, {"rate_limit": 100, "rate_limit_per_group": 100}),
     CostCase("fair 10 groups, per group 1, all seen empty", True, {"rate_limit_per_group": 1}, before=1),
+    # The same lease among 20 times the groups (each of which leased once before, so has a bucket).
+    CostCase(
+        "fair 200 groups, per group 100, 20 leases before", True, {"rate_limit_per_group": 100}, 20, 200
+    ),
 )
 
 
@@ -225,10 +230,12 @@ def measure_cost() -> list[tuple[str, int, dict[str, int], float, float]]:
                     **case.fields,  # type: ignore[arg-type]
                 )
             )
-            groups = [f"g{g}" for g in range(10)] if case.fair else [""]
-            service.produce(
-                name, [DomainItem(payload=b"x" * 100, group=groups[n % len(groups)]) for n in range(40)]
-            )
+            groups = [f"g{g}" for g in range(case.groups)] if case.fair else [""]
+            items = [
+                DomainItem(payload=b"x" * 100, group=groups[n % len(groups)]) for n in range(4 * case.groups)
+            ]
+            for start in range(0, len(items), 1000):
+                service.produce(name, items[start : start + 1000])
             clock.advance(timedelta(seconds=2))
             for _ in range(case.before):
                 service.lease(name, batch_size=10, client_id="warm", timeout=timedelta(0))
