@@ -170,13 +170,14 @@ class Leaser:
         """Lease up to ``batch_size`` items of one partition, by priority, then oldest first.
 
         Returns as soon as at least one item is leased; with nothing to lease it polls the store
-        until ``timeout`` and then raises ``NothingToLeaseError``. Under a rate limit
-        (docs/adr/0081-lease-rate-limits.md) it leases what the limits let it, says in
-        ``next_lease_at`` when the queue's limit has a lease again, waits for that time rather
-        than polling, and raises ``LeaseRateLimitedError`` (with ``next_lease_at``) when the wait
-        ends first. Claiming stops once the call has
+        until ``timeout`` and then raises ``NothingToLeaseError``. Claiming stops once the call has
         spent ``claim_budget`` past the attempt that found items, so a lease of 1,000 answers within
         the platform's deadline with what it has claimed; the rest stays unclaimed.
+
+        Under a rate limit (docs/adr/0081-lease-rate-limits.md) it leases what the limits let it,
+        says in ``next_lease_at`` when the queue's limit has a lease again, waits for that time
+        rather than polling, and raises ``LeaseRateLimitedError`` (with ``next_lease_at``) when the
+        wait ends first.
         """
         if not 1 <= batch_size <= MAX_BATCH:
             raise InvalidRequestError(f"batch_size must be between 1 and {MAX_BATCH}", field="batch_size")
@@ -249,7 +250,7 @@ class Leaser:
 
     def _lease_once(self, queue: QueueInfo, batch_size: int, now: datetime) -> tuple[Lease, Limited]:
         self._holdings.clear()
-        self._gate.begin(queue)
+        self._gate.begin()
         leased: list[Item] = []
         try:
             lease = self._lease_partitions(queue, batch_size, now)

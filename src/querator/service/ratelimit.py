@@ -55,7 +55,8 @@ class _Bucket:
 
 @dataclass(slots=True)
 class _Call:
-    queue: QueueInfo | None = None
+    """One lease call's buckets, by name."""
+
     buckets: dict[str, _Bucket] = field(default_factory=dict)
 
 
@@ -82,8 +83,9 @@ class RateGate:
             state = self._call.state = _Call()
         return state
 
-    def begin(self, queue: QueueInfo) -> None:
-        self._call.state = _Call(queue=queue)
+    def begin(self) -> None:
+        """A lease call starts: it holds no tokens."""
+        self._call.state = _Call()
 
     def allow(self, queue: QueueInfo, wanted: int, now: datetime) -> int:
         """How many of ``wanted`` claims the queue's limit lets this call make now."""
