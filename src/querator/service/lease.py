@@ -655,7 +655,7 @@ class Leaser:
         ``max_leased_per_group`` valid leases: each claim enters the group's ledger in the same
         atomic step, conditioned on the ledger the count was made from (a competitor's claim in
         between makes it read the ledger again). Items without a group are not capped."""
-        wanted = self._gate.allow(queue, min(wanted, len(pool)), now)
+        wanted = self._gate.allow(queue, wanted, len(pool), now)
         if not wanted:
             return []
         lease_deadline = now + queue.lease_timeout
@@ -839,7 +839,7 @@ class Leaser:
             return [], set(), False
         # The queue's rate limit, taken here where the claims are about to be made: an idle poll
         # (no candidates) takes no token.
-        wanted = self._gate.allow(queue, min(wanted, len(pending)), now)
+        wanted = self._gate.allow(queue, wanted, len(pending), now)
         if not wanted:
             return [], set(pending), False
         sizes = {s.id: reply_size(s) for s in candidates}

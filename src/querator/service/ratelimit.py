@@ -87,11 +87,14 @@ class RateGate:
         """A lease call starts: it holds no tokens."""
         self._call.state = _Call()
 
-    def allow(self, queue: QueueInfo, wanted: int, now: datetime) -> int:
-        """How many of ``wanted`` claims the queue's limit lets this call make now."""
+    def allow(self, queue: QueueInfo, wanted: int, candidates: int, now: datetime) -> int:
+        """How many of ``wanted`` claims (from ``candidates``) the queue's limit lets this call
+        make now; ``wanted`` itself when the queue has no limit. Tokens are asked for at most as
+        many claims as there are candidates."""
         limit = queue.queue_rate
         if limit is None:
             return wanted
+        wanted = min(wanted, candidates)
         return min(wanted, self._ensure(queue, QUEUE_BUCKET, wanted, limit, now))
 
     def exhausted(self, queue: QueueInfo) -> bool:
