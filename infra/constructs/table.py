@@ -58,8 +58,8 @@ class QueueTables(Construct):
             "Items",
             schema.items_table_definition,
             config=config,
-            # Only produce's idempotency records carry the attribute; items leave by completion or
-            # the reaper, never by TTL.
+            # Only produce's idempotency records and lease rate-limit buckets carry the attribute;
+            # items leave by completion or the reaper, never by TTL.
             ttl_attribute=schema.TTL,
             # Keys only: the stream dispatcher needs to know which queue got which item id, nothing
             # more (a record's size is what a stream read costs).

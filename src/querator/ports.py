@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from querator.domain.model import Item, ItemState, QueueInfo
+    from querator.domain.ratelimit import Grant, RateLimit
 
 
 class Clock(Protocol):
@@ -468,6 +469,18 @@ class ItemStore(Protocol):
         ...
 
     def source_ids(self, queue: str, partition: int) -> set[str]: ...
+
+    def take_tokens(self, queue: str, bucket: str, *, wanted: int, limit: RateLimit, now: datetime) -> Grant:
+        """Take up to ``wanted`` tokens from a lease rate-limit bucket of ``queue`` (``bucket``:
+        ``""`` the queue's, ``g`` + 16 hex digits a group's), refilled by ``now``, in one atomic
+        step across every process (``querator.domain.ratelimit.take``). A bucket never taken from
+        is full; one is stored only once taken from, and a store may forget one that is full again."""
+        ...
+
+    def return_tokens(self, queue: str, bucket: str, *, count: int, limit: RateLimit) -> None:
+        """Give back ``count`` tokens taken and not used (best-effort: a lost return only delays
+        later leases, never lets more through)."""
+        ...
 
     def begin_idempotent(
         self, queue: str, record: IdempotencyRecord, *, stale_before: datetime, expires_at: datetime

@@ -427,6 +427,59 @@ def test_switching_delivery_of_a_queue_holding_items_shows_the_api_error(page: P
     assert api.stats(queue).total == 1
 
 
+def test_set_and_clear_rate_limits_in_the_settings(page: PageType, api: Client) -> None:
+    queue = fresh("limited")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h", delivery="fair", rate_limit=20)
+    page.open(f"#/queue/{queue}")
+    settings = page.element('form[aria-label="Settings"]')
+    rate = settings.find_element(By.NAME, "rate_limit")
+    per_group = settings.find_element(By.NAME, "rate_limit_per_group")
+    assert rate.accessible_name == "Rate limit (leases/s; 0: none)"
+    assert per_group.accessible_name == "Rate limit per group (fair; leases/s; 0: none)"
+    assert (rate.get_attribute("value"), per_group.get_attribute("value")) == ("20", "0")
+
+    per_group.clear()
+    per_group.send_keys("0.5")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.wait_text("#notice", "Settings saved")
+    info = api.queue_info(queue)
+    assert (info.rate_limit, info.rate_limit_per_group) == (20.0, 0.5)
+
+    rate.clear()
+    rate.send_keys("0")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.until(lambda d: api.queue_info(queue).rate_limit == 0, "the rate limit was never cleared")
+    assert api.queue_info(queue).rate_limit_per_group == 0.5
+
+
+def test_a_rate_limit_the_api_refuses_shows_its_error(page: PageType, api: Client) -> None:
+    queue = fresh("fifo-limited")
+    api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+    page.open(f"#/queue/{queue}")
+    settings = page.element('form[aria-label="Settings"]')
+    per_group = settings.find_element(By.NAME, "rate_limit_per_group")
+    per_group.clear()
+    per_group.send_keys("5")
+    settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    # A FIFO queue has no limit per group: the API's 400 names why.
+    assert "rate_limit_per_group needs delivery 'fair'" in page.wait_text("#error", "400")
+    assert api.queue_info(queue).rate_limit_per_group == 0
+
+
+def test_create_a_rate_limited_queue(page: PageType, api: Client) -> None:
+    queue = fresh("new-limited")
+    page.open("#/")
+    form = page.element('form[aria-label="New queue"]')
+    form.find_element(By.NAME, "queue_name").send_keys(queue)
+    limit = form.find_element(By.NAME, "rate_limit")
+    limit.clear()
+    limit.send_keys("2.5")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    page.until(lambda d: queue in d.current_url, "the new queue was never opened")
+    info = api.queue_info(queue)
+    assert (info.rate_limit, info.rate_limit_per_group) == (2.5, 0)
+
+
 @pytest.fixture
 def before_fair_delivery(browser: webdriver.Chrome) -> Iterator[None]:
     script = browser.execute_cdp_cmd(

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from querator.domain.errors import NothingToLeaseError
-from querator.domain.model import NewItem, QueueInfo
+from querator.domain.errors import LeaseRateLimitedError, NothingToLeaseError
+from querator.domain.model import NewItem, QueueInfo, QueueUpdate
 from querator.testing import EPOCH, FakeClock, memory_service
 
 if TYPE_CHECKING:
@@ -80,3 +80,20 @@ def test_after_the_stop_a_lease_does_not_wait(service: QueueService, clock: Stop
     with pytest.raises(NothingToLeaseError):
         service.lease("jobs", batch_size=1, client_id="c", timeout=WAIT)
     assert clock.now() - started < timedelta(seconds=1)
+
+
+def test_a_lease_waiting_for_a_rate_limit_answers_within_one_poll(
+    service: QueueService, clock: StopDuringWait
+) -> None:
+    service.update_queue(QueueUpdate(name="jobs", rate_limit=0.1))  # a lease every 10 s
+    service.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
+    clock.service = None
+    assert len(service.lease("jobs", batch_size=2, client_id="c", timeout=timedelta(0)).items) == 1
+    clock.service = service
+    start = clock.now()
+
+    with pytest.raises(LeaseRateLimitedError):
+        service.lease("jobs", batch_size=1, client_id="c", timeout=WAIT)
+
+    # Not the 10 s to the next lease: one step of the wait, then the answer.
+    assert clock.now() - start <= timedelta(milliseconds=250)

@@ -17,7 +17,7 @@ import pytest
 
 from querator.domain.errors import StoreThrottledError
 from querator.domain.ids import IdFactory, key_after
-from querator.domain.model import Item, NewItem, QueueInfo
+from querator.domain.model import Item, NewItem, QueueInfo, QueueUpdate
 from querator.ports import Guard
 from querator.storage import sqlite as sqlite_module
 from querator.storage.engine import SortedRowsStore
@@ -85,6 +85,9 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     old.execute("ALTER TABLE heads DROP COLUMN completed")
     old.execute("ALTER TABLE queues DROP COLUMN delivery")
     old.execute("ALTER TABLE queues DROP COLUMN max_leased_per_group")
+    old.execute("ALTER TABLE queues DROP COLUMN rate_limit")
+    old.execute("ALTER TABLE queues DROP COLUMN rate_limit_per_group")
+    old.execute("DROP TABLE rate_buckets")
     old.execute("UPDATE querator_meta SET value = '1' WHERE key = 'schema_version'")
     old.execute("PRAGMA user_version = 1")
     old.commit()
@@ -93,7 +96,7 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded = sqlite_service(path, clock=FakeClock())
 
     queue = upgraded.get_queue("jobs")
-    assert (queue.delivery, queue.max_leased_per_group) == ("fifo", 0)
+    assert (queue.delivery, queue.max_leased_per_group, queue.rate_limit) == ("fifo", 0, 0)
     [item] = upgraded.list_items("jobs", 0)
     assert (item.payload, item.source_queue, item.priority, item.next_priority, item.group) == (
         b"kept",
@@ -110,9 +113,13 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded.complete("jobs", 0, [i.id for i in leased])
     [stats] = upgraded.stats("jobs")
     assert (stats.produced, stats.completed) == (1, 2)
+    # And rate limits (schema 6): the setting and its bucket.
+    upgraded.update_queue(QueueUpdate(name="jobs", rate_limit=1))
+    upgraded.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
+    assert len(upgraded.lease("jobs", batch_size=10, client_id="c", timeout=timedelta(0)).items) == 1
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
-    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "5"
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "6"
     check.close()
 
 

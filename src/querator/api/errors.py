@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from http import HTTPStatus
 from types import MappingProxyType
 from typing import Any, Final
 
-from querator.api.wire import Integer, Message, Text, field
+from querator.api.wire import Integer, Message, Text, Timestamp, field
 from querator.domain.errors import (
     ConflictError,
     InvalidRequestError,
     ItemNotLeasedError,
+    LeaseRateLimitedError,
     PayloadTooLargeError,
     QueratorError,
     RetryLaterError,
@@ -74,6 +76,8 @@ class ErrorBody(Message):
     code: int = field(Integer())
     code_text: str = field(Text())
     message: str = field(Text())
+    #: Only on a lease held back by a rate limit: when the limit has a lease again.
+    next_lease_at: datetime | None = field(Timestamp(), default=None)
 
 
 class WireError(Exception):
@@ -134,9 +138,12 @@ def compose_message(stable: str, details: str = "") -> str:
     return f"{stable}; {details}"
 
 
-def envelope(status: int, message: str) -> dict[str, Any]:
-    """The error body for ``status``: ``{"code", "code_text", "message"}``."""
-    return ErrorBody(code=status, code_text=code_text(status), message=message).to_wire()
+def envelope(status: int, message: str, *, next_lease_at: datetime | None = None) -> dict[str, Any]:
+    """The error body for ``status``: ``{"code", "code_text", "message"}`` (and ``next_lease_at``
+    for a lease held back by a rate limit)."""
+    return ErrorBody(
+        code=status, code_text=code_text(status), message=message, next_lease_at=next_lease_at
+    ).to_wire()
 
 
 def error_response(error: BaseException, *, request_id: str | None = None) -> ErrorResponse:
@@ -152,7 +159,14 @@ def error_response(error: BaseException, *, request_id: str | None = None) -> Er
     if status == INTERNAL_ERROR:
         details = f"request id {request_id}" if request_id else ""
         return ErrorResponse(status, envelope(status, compose_message(GENERIC_INTERNAL_MESSAGE, details)))
-    return ErrorResponse(status, envelope(status, compose_message(stable_class(type(error)), str(error))))
+    next_lease_at = error.context.get("next_lease_at") if isinstance(error, LeaseRateLimitedError) else None
+    message = compose_message(stable_class(type(error)), str(error))
+    return ErrorResponse(
+        status,
+        envelope(
+            status, message, next_lease_at=next_lease_at if isinstance(next_lease_at, datetime) else None
+        ),
+    )
 
 
 def unsupported_content(details: str) -> WireError:

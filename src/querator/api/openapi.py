@@ -62,6 +62,8 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         "requested_partitions": 4,
         "delivery": "fair",
         "max_leased_per_group": 10,
+        "rate_limit": 20,
+        "rate_limit_per_group": 5,
     },
     "queues.update": {"queue_name": "orders", "lease_timeout": "5m"},
     "queues.info": {"queue_name": "orders"},

@@ -25,6 +25,7 @@ from querator.api.wire import (
     ListOf,
     Message,
     Nested,
+    Number,
     Text,
     Timestamp,
     field,
@@ -40,6 +41,7 @@ from querator.domain.model import (
     MAX_PAYLOAD_BYTES,
 )
 from querator.domain.priority import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from querator.domain.ratelimit import MAX_RATE_LIMIT
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is Python 3.11+ (docs/adr/0021)
@@ -90,9 +92,21 @@ DELIVERY: Final = Choice(DELIVERIES, "must be 'fifo' or 'fair'")
 #: In a fair queue, the most valid leases one group may hold; a JSON integer, 0 (no limit) or more.
 MAX_LEASED_PER_GROUP: Final = Integer(ge=0, le=MAX_LEASED_PER_GROUP_LIMIT, strict=True)
 
+#: Leases a second (a JSON number, fractions allowed), 0: no limit.
+RATE_LIMIT: Final = Number(ge=0, le=MAX_RATE_LIMIT)
+
 _PRIORITY_TEXT: Final = "0-9, lower leases first"
 _DELIVERY_TEXT: Final = '"fifo" (default) or "fair": leases go round-robin across the groups'
 _MAX_LEASED_TEXT: Final = "fair queues: the most valid leases one group may hold; 0 (default): no limit"
+_RATE_LIMIT_TEXT: Final = (
+    "Leases a second across the queue's partitions and consumers (a token bucket with a burst of"
+    " one second's worth); 0 (default): no limit"
+)
+_RATE_LIMIT_PER_GROUP_TEXT: Final = "fair queues: leases a second of one group; 0 (default): no limit"
+_NEXT_LEASE_AT_TEXT: Final = (
+    "Present when the queue's rate limit has no lease left: when it has one again (a lease before"
+    " it gets nothing)"
+)
 _ENQUEUE_IN_TEXT: Final = "Scheduled this long after the server's clock at the call; not with enqueue_at"
 _RETRY_IN_TEXT: Final = "Back this long after the server's clock at the call; not with retry_at"
 _GROUP_TEXT: Final = f'The item\'s group (a tenant, a customer): up to {MAX_GROUP_BYTES} bytes, "" is none'
@@ -150,6 +164,8 @@ class CreateQueueRequest(WireRequest):
     requested_partitions: int = field(COUNT, default=1)
     delivery: str = field(DELIVERY, default=FIFO, description=_DELIVERY_TEXT)
     max_leased_per_group: int = field(MAX_LEASED_PER_GROUP, default=0, description=_MAX_LEASED_TEXT)
+    rate_limit: float = field(RATE_LIMIT, default=0.0, description=_RATE_LIMIT_TEXT)
+    rate_limit_per_group: float = field(RATE_LIMIT, default=0.0, description=_RATE_LIMIT_PER_GROUP_TEXT)
     # Output-only fields of QueueInfo, accepted and ignored, so the body of a queues.info reply can be
     # sent back as is.
     created_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
@@ -167,6 +183,8 @@ class CreateQueueRequest(WireRequest):
             partitions=self.requested_partitions,
             delivery=self.delivery,
             max_leased_per_group=self.max_leased_per_group,
+            rate_limit=self.rate_limit,
+            rate_limit_per_group=self.rate_limit_per_group,
             created_at=now,
             updated_at=now,
         )
@@ -186,6 +204,10 @@ class UpdateQueueRequest(WireRequest):
     max_leased_per_group: int | None = field(
         MAX_LEASED_PER_GROUP, default=None, nullable=True, description=_MAX_LEASED_TEXT
     )
+    rate_limit: float | None = field(RATE_LIMIT, default=None, nullable=True, description=_RATE_LIMIT_TEXT)
+    rate_limit_per_group: float | None = field(
+        RATE_LIMIT, default=None, nullable=True, description=_RATE_LIMIT_PER_GROUP_TEXT
+    )
     created_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
     updated_at: datetime | None = field(TIMESTAMP, default=None, nullable=True)
 
@@ -201,6 +223,8 @@ class UpdateQueueRequest(WireRequest):
             partitions=self.requested_partitions,
             delivery=self.delivery,
             max_leased_per_group=self.max_leased_per_group,
+            rate_limit=self.rate_limit,
+            rate_limit_per_group=self.rate_limit_per_group,
         )
 
 
@@ -237,6 +261,8 @@ class QueueInfoResponse(WireResponse):
     requested_partitions: int = field(COUNT)
     delivery: str = field(TEXT)
     max_leased_per_group: int = field(COUNT)
+    rate_limit: float = field(RATE_LIMIT, description=_RATE_LIMIT_TEXT)
+    rate_limit_per_group: float = field(RATE_LIMIT, description=_RATE_LIMIT_PER_GROUP_TEXT)
     created_at: datetime = field(TIMESTAMP)
     updated_at: datetime = field(TIMESTAMP)
 
@@ -252,6 +278,8 @@ class QueueInfoResponse(WireResponse):
             requested_partitions=info.partitions,
             delivery=info.delivery,
             max_leased_per_group=info.max_leased_per_group,
+            rate_limit=info.rate_limit,
+            rate_limit_per_group=info.rate_limit_per_group,
             created_at=info.created_at,
             updated_at=info.updated_at,
         )
@@ -376,6 +404,7 @@ class LeaseResponse(WireResponse):
     queue_name: str = field(TEXT)
     partition: int = field(COUNT)
     items: list[LeaseItem] = field(ListOf(Nested(LeaseItem)))
+    next_lease_at: datetime | None = field(TIMESTAMP, default=None, description=_NEXT_LEASE_AT_TEXT)
 
     @classmethod
     def from_domain(cls, lease: domain.Lease) -> Self:
@@ -383,6 +412,7 @@ class LeaseResponse(WireResponse):
             queue_name=lease.queue_name,
             partition=lease.partition,
             items=[LeaseItem.from_domain(i) for i in lease.items],
+            next_lease_at=lease.next_lease_at,
         )
 
 

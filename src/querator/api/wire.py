@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -232,6 +233,32 @@ class Integer(Kind):
 
     def schema(self, defs: dict[str, Any], ref: str) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "integer"}
+        if self.ge is not None:
+            schema["minimum"] = self.ge
+        if self.le is not None:
+            schema["maximum"] = self.le
+        return schema
+
+
+class Number(Kind):
+    """A JSON number (integer or fraction) in ``[ge, le]``, as a float. Never a boolean or a string."""
+
+    def __init__(self, *, ge: float | None = None, le: float | None = None) -> None:
+        self.ge = ge
+        self.le = le
+
+    def convert(self, value: object) -> float:
+        if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+            raise InvalidValueError("Input should be a valid number")
+        number = float(value)  # type: ignore[arg-type]
+        if self.ge is not None and number < self.ge:
+            raise InvalidValueError(f"Input should be greater than or equal to {self.ge:g}")
+        if self.le is not None and number > self.le:
+            raise InvalidValueError(f"Input should be less than or equal to {self.le:g}")
+        return number
+
+    def schema(self, defs: dict[str, Any], ref: str) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "number"}
         if self.ge is not None:
             schema["minimum"] = self.ge
         if self.le is not None:

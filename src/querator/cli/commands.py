@@ -273,6 +273,22 @@ def _queue_fields(parser: argparse.ArgumentParser, *, defaults: bool = True) -> 
         help="fair queues: the most valid leases one group may hold (0: no limit"
         + (", the default)" if defaults else ")"),
     )
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="PER_SECOND",
+        help="leases a second of the whole queue, across consumers and partitions (0: no limit"
+        + (", the default)" if defaults else ")"),
+    )
+    parser.add_argument(
+        "--rate-limit-per-group",
+        type=float,
+        default=None,
+        metavar="PER_SECOND",
+        help="fair queues: leases a second of each group (0: no limit"
+        + (", the default)" if defaults else ")"),
+    )
 
 
 def _queue_row(info: QueueInfo) -> list[Any]:
@@ -285,8 +301,15 @@ def _queue_row(info: QueueInfo) -> list[Any]:
         info.requested_partitions,
         info.delivery,
         info.max_leased_per_group,
+        _rate(info.rate_limit),
+        _rate(info.rate_limit_per_group),
         info.reference,
     ]
+
+
+def _rate(per_second: float) -> str:
+    """A rate limit as the tables show it: ``20``, ``0.5``, ``-`` for none."""
+    return f"{per_second:g}" if per_second else "-"
 
 
 QUEUE_HEADERS: Final = [
@@ -298,6 +321,8 @@ QUEUE_HEADERS: Final = [
     "PARTITIONS",
     "DELIVERY",
     "MAX LEASED/GROUP",
+    "RATE/S",
+    "RATE/S/GROUP",
     "REFERENCE",
 ]
 
@@ -323,6 +348,8 @@ def _queues_create(args: argparse.Namespace) -> int:
             requested_partitions=args.requested_partitions,
             delivery=args.delivery,
             max_leased_per_group=args.max_leased_per_group,
+            rate_limit=args.rate_limit,
+            rate_limit_per_group=args.rate_limit_per_group,
         )
         _show_queue(args, client.queue_info(args.queue_name))
     return ExitCode.OK
@@ -383,6 +410,8 @@ def _queues_update(args: argparse.Namespace) -> int:
             "requested_partitions",
             "delivery",
             "max_leased_per_group",
+            "rate_limit",
+            "rate_limit_per_group",
         )
         if getattr(args, key) is not None
     }
@@ -743,9 +772,13 @@ def _lease(args: argparse.Namespace) -> int:
             [i.id, i.attempts, i.priority, i.group, i.lease_deadline, preview(i.payload)] for i in lease.items
         ]
         print(table(["ID", "ATTEMPTS", "PRIORITY", "GROUP", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
+    # A rate limit says when it has a lease again (the JSON output carries next_lease_at).
+    back_at = f"; the rate limit has a lease again at {lease.next_lease_at}" if lease.next_lease_at else ""
     if not lease.items:
-        print(f"querator lease: nothing to lease in {shown(args.queue_name)}", file=sys.stderr)  # noqa: T201
+        print(f"querator lease: nothing to lease in {shown(args.queue_name)}{back_at}", file=sys.stderr)  # noqa: T201
         return ExitCode.TRY_AGAIN
+    if back_at and args.output != "json":
+        print(f"querator lease: {back_at.removeprefix('; ')}", file=sys.stderr)  # noqa: T201
     return ExitCode.OK
 
 

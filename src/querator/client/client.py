@@ -247,7 +247,8 @@ class Client:
         done_if_retry_fails_with: type[ApiError] | None = None,
         reply_headers: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
-        """Send one call, retrying as ``safety`` allows; the decoded reply, or ``None`` for a lease 454.
+        """Send one call, retrying as ``safety`` allows; the decoded reply, or for a lease 454 ``None``
+        (or ``{"next_lease_at": ...}`` when a rate limit held it back).
 
         ``reply_headers``, when given, receives the headers of the successful reply (lower-case names).
         """
@@ -283,7 +284,9 @@ class Client:
                 fallback_text=reply.body[:200].decode("utf-8", "replace"),
             )
             if safety is Safety.LEASE and reply.status == RetryError.status:
-                return None
+                # A rate limit says when to come back; any other 454 is "nothing leased".
+                back_at = decoded.get("next_lease_at") if isinstance(decoded, dict) else None
+                return {"next_lease_at": back_at} if isinstance(back_at, str) else None
             if (
                 done_if_retry_fails_with is not None
                 and attempt > 0
@@ -311,11 +314,14 @@ class Client:
         requested_partitions: int = 1,
         delivery: str | None = None,
         max_leased_per_group: int | None = None,
+        rate_limit: float | None = None,
+        rate_limit_per_group: float | None = None,
     ) -> None:
         """``queues.create``. Raises ``QueueExistsError`` when the name is taken, ``BadRequestError``
         for a bad field (a bad duration, a missing ``dead_queue``, a ``delivery`` other than
-        ``"fifo"`` or ``"fair"``). ``delivery`` and ``max_leased_per_group`` are sent when given
-        (the server's defaults: ``"fifo"`` and 0, no limit)."""
+        ``"fifo"`` or ``"fair"``). ``delivery``, ``max_leased_per_group``, ``rate_limit`` and
+        ``rate_limit_per_group`` (leases a second) are sent when given (the server's defaults:
+        ``"fifo"`` and 0, no limit)."""
         body: dict[str, Any] = {
             "queue_name": queue_name,
             "lease_timeout": duration_to_wire(lease_timeout),
@@ -332,6 +338,10 @@ class Client:
             body["delivery"] = delivery
         if max_leased_per_group is not None:
             body["max_leased_per_group"] = max_leased_per_group
+        if rate_limit is not None:
+            body["rate_limit"] = rate_limit
+        if rate_limit_per_group is not None:
+            body["rate_limit_per_group"] = rate_limit_per_group
         self._call("queues.create", body, safety=Safety.UNSAFE)
 
     def update_queue(
@@ -346,8 +356,11 @@ class Client:
         requested_partitions: int | None = None,
         delivery: str | None = None,
         max_leased_per_group: int | None = None,
+        rate_limit: float | None = None,
+        rate_limit_per_group: float | None = None,
     ) -> None:
-        """``queues.update``: only the arguments given (not ``None``) change. ``delivery`` can change
+        """``queues.update``: only the arguments given (not ``None``) change (``rate_limit=0``:
+        no limit). ``delivery`` can change
         only while the queue holds no items."""
         body: dict[str, Any] = {"queue_name": queue_name}
         if lease_timeout is not None:
@@ -361,6 +374,8 @@ class Client:
             ("requested_partitions", requested_partitions),
             ("delivery", delivery),
             ("max_leased_per_group", max_leased_per_group),
+            ("rate_limit", rate_limit),
+            ("rate_limit_per_group", rate_limit_per_group),
         ):
             if value is not None:
                 body[key] = value
@@ -442,8 +457,10 @@ class Client:
         """``queue.lease``: up to ``batch_size`` items of one partition, oldest first.
 
         Waits up to ``request_timeout`` (server default when ``None``) for an item; with nothing to
-        lease returns an empty ``Lease`` (the server's 454). Never resent once the request may have
-        reached the server: a lost reply would leave its items leased to nobody until the lease ends.
+        lease returns an empty ``Lease`` (the server's 454). Under a queue's rate limit a ``Lease``
+        may hold fewer items than asked, and ``next_lease_at`` says when the limit has a lease
+        again. Never resent once the request may have reached the server: a lost reply would leave
+        its items leased to nobody until the lease ends.
         """
         body: dict[str, Any] = {
             "queue_name": queue_name,
@@ -455,8 +472,8 @@ class Client:
         reply = self._call(
             "queue.lease", body, safety=Safety.LEASE, read_timeout=self._read_timeout(request_timeout)
         )
-        if reply is None:
-            return Lease(queue_name=queue_name)
+        if reply is None or "items" not in reply:
+            return Lease.from_wire({"queue_name": queue_name, **(reply or {})})
         return Lease.from_wire(reply)
 
     def complete(

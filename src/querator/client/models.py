@@ -147,6 +147,10 @@ def _int(body: Mapping[str, Any], key: str) -> int:
     return int(body.get(key) or 0)
 
 
+def _number(body: Mapping[str, Any], key: str) -> float:
+    return float(body.get(key) or 0)
+
+
 def _str(body: Mapping[str, Any], key: str) -> str:
     return str(body.get(key) or "")
 
@@ -175,6 +179,10 @@ class QueueInfo:
     delivery: str = "fifo"
     #: In a fair queue, the most valid leases one group may hold (0: no limit).
     max_leased_per_group: int = 0
+    #: Leases a second of the whole queue (0: no limit).
+    rate_limit: float = 0.0
+    #: In a fair queue, leases a second of each group (0: no limit).
+    rate_limit_per_group: float = 0.0
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
@@ -191,6 +199,9 @@ class QueueInfo:
             # A server from before fair delivery sends neither: its queues are all FIFO.
             delivery=_str(body, "delivery") or "fifo",
             max_leased_per_group=_int(body, "max_leased_per_group"),
+            # A server from before rate limits sends neither: no limit.
+            rate_limit=_number(body, "rate_limit"),
+            rate_limit_per_group=_number(body, "rate_limit_per_group"),
             created_at=_timestamp(body, "created_at"),
             updated_at=_timestamp(body, "updated_at"),
         )
@@ -207,6 +218,8 @@ class QueueInfo:
             "requested_partitions": self.requested_partitions,
             "delivery": self.delivery,
             "max_leased_per_group": self.max_leased_per_group,
+            "rate_limit": self.rate_limit,
+            "rate_limit_per_group": self.rate_limit_per_group,
         }
         if self.created_at is not None:
             body["created_at"] = format_timestamp(self.created_at)
@@ -333,6 +346,9 @@ class Lease:
     queue_name: str
     partition: int = 0
     items: tuple[LeasedItem, ...] = ()
+    #: Set when the queue's rate limit has no lease left: when it has one again (a lease before
+    #: then gets nothing). Also on an empty ``Lease`` that the rate limit held back.
+    next_lease_at: datetime | None = None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -348,14 +364,18 @@ class Lease:
             queue_name=_str(body, "queue_name"),
             partition=partition,
             items=tuple(LeasedItem.from_wire(i, partition=partition) for i in body.get("items") or ()),
+            next_lease_at=_timestamp(body, "next_lease_at"),
         )
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "queue_name": self.queue_name,
             "partition": self.partition,
             "items": [item.to_wire() for item in self.items],
         }
+        if self.next_lease_at is not None:
+            body["next_lease_at"] = format_timestamp(self.next_lease_at)
+        return body
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -63,6 +63,8 @@ _FATAL: Final = (BadRequestError, AuthError, UnsupportedContentError, UnknownMet
 MAX_IDS: Final = 1000
 #: How often the waits of the lease loop look at the stop flag, in seconds.
 _POLL: Final = 0.2
+#: The longest a worker waits for a rate limit's ``next_lease_at`` before leasing again.
+NEXT_LEASE_WAIT_MAX = 30.0
 #: Pause after the first empty lease call, and the most it grows to (``consume``'s ``idle_backoff``).
 DEFAULT_IDLE_BACKOFF: Final = 1.0
 DEFAULT_IDLE_BACKOFF_MAX: Final = 15.0
@@ -779,7 +781,12 @@ class _Worker:
                 self.stop.wait(self._until_resubscribe(self.client.backoff(min(error_streak, 8))))
                 continue
             error_streak = 0
+            # The queue's rate limit has no lease left until then: a lease before it gets nothing.
+            held_back = self._until_next_lease(lease.next_lease_at)
             if not lease.items:
+                if held_back > 0:
+                    self.stop.wait(self._until_resubscribe(held_back))
+                    continue
                 idle_for = time.monotonic() - self.last_item_at
                 if self.idle_timeout is not None and idle_for >= self.idle_timeout:
                     with self.state.lock:
@@ -804,8 +811,20 @@ class _Worker:
                 with self.state.lock:
                     self.pushed_by.update((item.id, _POLLED) for item in lease.items)
             self._accept(lease.items)
+            if held_back > 0:
+                self.stop.wait(self._until_resubscribe(held_back))
         self.stopped_by = self.stopped_by or "stop"
         return True
+
+    @staticmethod
+    def _until_next_lease(next_lease_at: datetime | None) -> float:
+        """Seconds until a rate limit's ``next_lease_at`` (0: none, or passed), by this machine's
+        clock, at most ``NEXT_LEASE_WAIT_MAX`` (a clock far behind the server's must not park the
+        worker: the server's long-poll waits for the time itself)."""
+        if next_lease_at is None:
+            return 0.0
+        wait = (next_lease_at - datetime.now(timezone.utc)).total_seconds()
+        return min(max(wait, 0.0), NEXT_LEASE_WAIT_MAX)
 
     def _until_resubscribe(self, wait: float) -> float:
         """``wait``, but no longer than until the next try to subscribe (a long-poll or a pause that

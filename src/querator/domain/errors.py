@@ -111,6 +111,17 @@ class NothingToLeaseError(RetryLaterError):
     stable_class = "Nothing to lease before the request timeout"
 
 
+class LeaseRateLimitedError(NothingToLeaseError):
+    """Lease rate limit reached: nothing leased before the request timeout because the queue's (or
+    every ready group's) lease rate limit has no lease left. ``next_lease_at`` (a context value,
+    in the envelope too) says when one is there again. A 454 like ``NothingToLeaseError``, which
+    a client that does not know rate limits takes for the same answer (nothing leased, ask again).
+    """
+
+    code = "rate_limited"
+    stable_class = "Lease rate limit reached"
+
+
 class StoreThrottledError(RetryLaterError):
     """The store is throttling requests."""
 

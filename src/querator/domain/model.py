@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from querator.domain.errors import InvalidRequestError
 from querator.domain.groups import group_lane, validate_group
 from querator.domain.priority import DEFAULT_PRIORITY, priority_of, validate_priority
+from querator.domain.ratelimit import RateLimit, validate_rate_limit
 from querator.domain.text import check_printable
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
@@ -138,10 +139,25 @@ class QueueInfo:
     delivery: str = FIFO
     #: In a fair queue, the most valid leases one group may hold (0: no limit).
     max_leased_per_group: int = 0
+    #: Leases a second across the queue's partitions and consumers (0: no limit); a token bucket
+    #: with a burst of one second's worth (``querator.domain.ratelimit``).
+    rate_limit: float = 0.0
+    #: In a fair queue, leases a second of one group (0: no limit), a bucket per group.
+    rate_limit_per_group: float = 0.0
 
     @property
     def fair(self) -> bool:
         return self.delivery == FAIR
+
+    @property
+    def queue_rate(self) -> RateLimit | None:
+        """The queue's lease rate limit, if it has one."""
+        return RateLimit(self.rate_limit) if self.rate_limit else None
+
+    @property
+    def group_rate(self) -> RateLimit | None:
+        """The lease rate limit of each group, if the queue has one."""
+        return RateLimit(self.rate_limit_per_group) if self.rate_limit_per_group else None
 
     def lane_for(self, group: str) -> str:
         """Where an item of ``group`` goes in its band: the group's lane in a fair queue; the band
@@ -159,6 +175,18 @@ class QueueInfo:
                 "lease_timeout may not be longer than expire_timeout", field="lease_timeout"
             )
         validate_delivery(self.delivery, self.max_leased_per_group)
+        object.__setattr__(self, "rate_limit", validate_rate_limit(self.rate_limit, "rate_limit"))
+        object.__setattr__(
+            self,
+            "rate_limit_per_group",
+            validate_rate_limit(self.rate_limit_per_group, "rate_limit_per_group"),
+        )
+        if self.rate_limit_per_group and not self.fair:
+            # A FIFO queue's lease reads items by their place, not by group: a limit per group
+            # there would have to read every item's group (and skip whole runs of one group).
+            raise InvalidRequestError(
+                "rate_limit_per_group needs delivery 'fair'", field="rate_limit_per_group"
+            )
         if not 0 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidRequestError(
                 f"max_attempts must be between 0 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts"
@@ -193,6 +221,8 @@ class QueueUpdate:
     partitions: int | None = None
     delivery: str | None = None
     max_leased_per_group: int | None = None
+    rate_limit: float | None = None
+    rate_limit_per_group: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -315,6 +345,9 @@ class Lease:
     queue_name: str
     partition: int
     items: list[Item] = field(default_factory=list)
+    #: Set when the queue's rate limit has no lease left now: the first time one is there again
+    #: (a lease before it gets nothing, or waits for it).
+    next_lease_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

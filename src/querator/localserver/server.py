@@ -28,20 +28,21 @@ import threading
 import time
 import uuid
 from concurrent.futures import Executor, Future
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import unquote
 
 from querator import bootstrap
 from querator.api import paths, routes
-from querator.api.durations import parse_duration
+from querator.api.durations import parse_duration, parse_timestamp
 from querator.api.errors import WireError, body_too_large, error_response, unknown_path
 from querator.config import EnvVar, StoreKind, load_settings, parse_store
 from querator.console import assets as console_assets
 from querator.domain.errors import (
     DuplicateClientError,
     InvalidRequestError,
+    LeaseRateLimitedError,
     NothingToLeaseError,
     QueratorError,
 )
@@ -97,6 +98,8 @@ BODY_READ_TIMEOUT: Final = 10.0
 STOP_GRACE: Final = 5.0
 #: A lease that found nothing answers 454 with this stable class; anything else ends a wait.
 _NOTHING_TO_LEASE: Final = NothingToLeaseError.stable_class
+#: A lease a rate limit held back answers 454 with this one and ``next_lease_at``: a wait goes on.
+_RATE_LIMITED: Final = LeaseRateLimitedError.stable_class
 _RETRY_REQUEST: Final = 454
 _JSON: Final = {"Content-Type": "application/json"}
 
@@ -168,7 +171,17 @@ class _Reply:
 
     @property
     def nothing_to_lease(self) -> bool:
-        return self.status == _RETRY_REQUEST and _NOTHING_TO_LEASE.encode() in self.body
+        return self.status == _RETRY_REQUEST and (
+            _NOTHING_TO_LEASE.encode() in self.body or _RATE_LIMITED.encode() in self.body
+        )
+
+    def next_lease_at(self) -> datetime | None:
+        """When a rate limit that held this lease back has a lease again (``None``: no limit did)."""
+        if self.status != _RETRY_REQUEST or _RATE_LIMITED.encode() not in self.body:
+            return None
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            return parse_timestamp(json.loads(self.body)["next_lease_at"])
+        return None
 
 
 class _Protocol(asyncio.StreamReaderProtocol):
@@ -559,6 +572,12 @@ class _Loop:
                 left = deadline - self.loop.time()
                 if not reply.nothing_to_lease or left <= 0 or self.stopping.is_set():
                     return reply
+                back_at = reply.next_lease_at()
+                if back_at is not None:
+                    # Held back by a rate limit: nothing can be leased before its next lease, and
+                    # at that time no write wakes this waiter, so the wait ends there too.
+                    until = (back_at - datetime.now(timezone.utc)).total_seconds()
+                    left = min(left, max(until, 0.001))
                 woken = asyncio.ensure_future(waiter.event.wait())
                 hung_up = asyncio.ensure_future(connection.hung_up.wait())
                 await asyncio.wait({woken, hung_up}, timeout=left, return_when=asyncio.FIRST_COMPLETED)

@@ -83,6 +83,8 @@ class QueueAdmin:
                     "partitions",
                     "delivery",
                     "max_leased_per_group",
+                    "rate_limit",
+                    "rate_limit_per_group",
                 )
                 if (value := getattr(update, name)) is not None
             }

@@ -12,6 +12,7 @@ from querator.domain import lifecycle
 from querator.domain.errors import (
     DuplicateClientError,
     InvalidRequestError,
+    LeaseRateLimitedError,
     NothingToLeaseError,
     StoreThrottledError,
     StoreUnavailableError,
@@ -21,6 +22,7 @@ from querator.domain.lifecycle import Action
 from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
 from querator.domain.priority import is_group_lane, lane_of, ledger_group
 from querator.ports import ClaimInterruptedError, GroupLedger, Guard, Move
+from querator.service.ratelimit import GROUP_WAIT_MAX, Limited, RateGate
 from querator.service.tuning import (
     CURSOR_LAG,
     FIRST_PAGE_MIN,
@@ -71,9 +73,10 @@ class _HoldingStore:
     """The item store as the leaser sees it: every claim and every count also lands in the calling
     thread's ``_Holdings``, so no claim site (band, lane, capped group) has to report its own."""
 
-    def __init__(self, store: ItemStore, holdings: _Holdings) -> None:
+    def __init__(self, store: ItemStore, holdings: _Holdings, gate: RateGate) -> None:
         self._store = store
         self._holdings = holdings
+        self._gate = gate
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -102,6 +105,7 @@ class _HoldingStore:
 
     def _hold(self, partition: int, items: Sequence[Item]) -> None:
         self._holdings.claimed.update(((partition, item.id), item) for item in items)
+        self._gate.spend(items)
 
 
 class Leaser:
@@ -123,8 +127,9 @@ class Leaser:
         claim_budget: timedelta,
     ) -> None:
         self._holdings = _Holdings()
+        self._gate = RateGate(store)
         # Typed as the port: the wrapper adds bookkeeping to three of its methods, nothing else.
-        self._store = cast("ItemStore", _HoldingStore(store, self._holdings))
+        self._store = cast("ItemStore", _HoldingStore(store, self._holdings, self._gate))
         self._queues = queues
         self._settler = settler
         self._clock = clock
@@ -135,6 +140,26 @@ class Leaser:
         self._waiting: set[tuple[str, str]] = set()
         #: Set by ``stop_waiting`` when the process stops serving: no lease waits any more.
         self._stopping = threading.Event()
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` in steps of at most ``POLL_MAX``, so that a stop (``stop_waiting``)
+        still answers within one step while a rate limit's longer wait runs."""
+        while seconds > 0 and not self._stopping.is_set():
+            step = min(seconds, POLL_MAX)
+            self._clock.sleep(step)
+            seconds -= step
+
+    @staticmethod
+    def _nap(limited: Limited, pause: float, now: datetime) -> float:
+        """How long a waiting lease sleeps before it tries again: until the queue's limit has a
+        lease (nothing can be leased before), until a held-back group has one (at most
+        ``GROUP_WAIT_MAX``: other groups' items may come meanwhile), else the polling pause."""
+        if limited.next_lease_at is not None:
+            return max((limited.next_lease_at - now).total_seconds(), 0.001)
+        if limited.groups_at is not None:
+            wait = min(limited.groups_at - now, GROUP_WAIT_MAX)
+            return max(wait.total_seconds(), 0.001)
+        return pause
 
     def stop_waiting(self) -> None:
         """End every wait: a waiting lease tries the store once more and answers with what it
@@ -148,6 +173,11 @@ class Leaser:
         until ``timeout`` and then raises ``NothingToLeaseError``. Claiming stops once the call has
         spent ``claim_budget`` past the attempt that found items, so a lease of 1,000 answers within
         the platform's deadline with what it has claimed; the rest stays unclaimed.
+
+        Under a rate limit (docs/adr/0081-lease-rate-limits.md) it leases what the limits let it,
+        says in ``next_lease_at`` when the queue's limit has a lease again, waits for that time
+        rather than polling, and raises ``LeaseRateLimitedError`` (with ``next_lease_at``) when the
+        wait ends first.
         """
         if not 1 <= batch_size <= MAX_BATCH:
             raise InvalidRequestError(f"batch_size must be between 1 and {MAX_BATCH}", field="batch_size")
@@ -167,14 +197,22 @@ class Leaser:
             deadline = self._clock.now() + timeout
             pause = POLL_FIRST
             while True:
-                lease = self._lease_once(queue, batch_size, self._clock.now())
+                lease, limited = self._lease_once(queue, batch_size, self._clock.now())
                 if lease.items:
                     return lease
-                remaining = (deadline - self._clock.now()).total_seconds()
+                now = self._clock.now()
+                remaining = (deadline - now).total_seconds()
                 # Checked between polls (at most POLL_MAX apart), so a stop answers within that.
                 if remaining <= 0 or self._stopping.is_set():
+                    back_at = limited.next_lease_at or limited.groups_at
+                    if back_at is not None:
+                        raise LeaseRateLimitedError(
+                            f"the lease rate limit of '{queue.name}' has no lease left; next lease at"
+                            f" {back_at.isoformat().replace('+00:00', 'Z')}",
+                            next_lease_at=back_at,
+                        )
                     raise NothingToLeaseError(f"nothing to lease in '{queue.name}'")
-                self._clock.sleep(min(pause, remaining))
+                self._sleep(min(self._nap(limited, pause, now), remaining))
                 pause = min(pause * 2, POLL_MAX)
                 queue = self._queues.queue(queue_name)
         finally:
@@ -210,15 +248,22 @@ class Leaser:
             self._store.forget_leases(queue.name, partition, moved)
         return len(moved)
 
-    def _lease_once(self, queue: QueueInfo, batch_size: int, now: datetime) -> Lease:
+    def _lease_once(self, queue: QueueInfo, batch_size: int, now: datetime) -> tuple[Lease, Limited]:
         self._holdings.clear()
+        self._gate.begin()
+        leased: list[Item] = []
         try:
-            return self._lease_partitions(queue, batch_size, now)
+            lease = self._lease_partitions(queue, batch_size, now)
+            leased = lease.items
         except BaseException:
             self._give_back_holdings(queue, now)
             raise
         finally:
             self._holdings.clear()
+            # Tokens taken for claims that did not end in the reply go back (all of them when the
+            # call failed: the items went back too).
+            limited = self._gate.finish(queue, leased, now)
+        return replace(lease, next_lease_at=limited.next_lease_at), limited
 
     def _give_back_holdings(self, queue: QueueInfo, now: datetime) -> None:
         """After a failure midway: count what was claimed but not yet counted (so the move that
@@ -261,6 +306,8 @@ class Leaser:
             items = self._lease_partition(queue, partition, batch_size, now)
             if items:
                 return Lease(queue_name=queue.name, partition=partition, items=items)
+            if self._gate.exhausted(queue):
+                break  # the queue's rate limit has nothing more for this call: no other partition
         return Lease(queue_name=queue.name, partition=start % queue.partitions)
 
     def _lease_partition(
@@ -385,7 +432,12 @@ class Leaser:
         claimed: list[Item] = []
         came_round = stopped = False
         # The first turn: on along the rotation, until as many lanes offered an item as are wanted.
-        while len(claimed) < batch_size and len(lanes) < MAX_LANES_PER_LEASE and self._clock.now() < stop_at:
+        while (
+            len(claimed) < batch_size
+            and len(lanes) < MAX_LANES_PER_LEASE
+            and self._clock.now() < stop_at
+            and not self._gate.exhausted(queue)
+        ):
             want = batch_size - len(claimed)
             asked = min(want, LANES_PER_TURN, MAX_LANES_PER_LEASE - len(lanes))
             turn = list(itertools.islice(rotation, asked))
@@ -473,6 +525,8 @@ class Leaser:
         """Claim up to ``wanted`` of ``pool`` (in rotation order, which alone they are won in);
         returns the items in that order, the reply's bytes, and whether the lease must stop here
         (claims lost races, or the reply is full)."""
+        # Groups whose rate limit has nothing left sit this call out; the rotation goes on past them.
+        pool = self._gate.within_groups(queue, pool, wanted, now)
         if not pool:
             return [], reply_bytes, False
         first = reply_size(pool[0])
@@ -491,7 +545,7 @@ class Leaser:
         # An item left that would not fit means the reply is full: a later, smaller one must not
         # jump its turn (the claims stop at the first that does not fit, in order).
         full = any(reply_size(s) > MAX_REPLY_BYTES - reply_bytes for s in pool if s.id not in won_ids)
-        return won, reply_bytes, contended or (len(won) < wanted and full)
+        return won, reply_bytes, contended or (len(won) < wanted and full) or self._gate.exhausted(queue)
 
     def _note_lanes(
         self,
@@ -514,7 +568,9 @@ class Leaser:
                 [lane.skipped] if lane.skipped else []
             )
             open_at = min(left) if left else None
-            drained = drained and lane.done and open_at is None
+            # A group held back by its rate limit does not keep lower priorities waiting: its items
+            # are not leasable in this call (its cursor still stops at them).
+            drained = drained and (self._gate.held_back(lane.lane) or (lane.done and open_at is None))
             new = min(lane.read_to, lane.lane + cursor_cap, *([open_at] if open_at else []))
             if new > lane.cursor and lane.evaluated > 0:
                 self._store.note_leased(queue.name, partition, [], cursor=new)
@@ -599,6 +655,9 @@ class Leaser:
         ``max_leased_per_group`` valid leases: each claim enters the group's ledger in the same
         atomic step, conditioned on the ledger the count was made from (a competitor's claim in
         between makes it read the ledger again). Items without a group are not capped."""
+        wanted = self._gate.allow(queue, wanted, len(pool), now)
+        if not wanted:
+            return []
         lease_deadline = now + queue.lease_timeout
         self._store.record_lease(queue.name, partition, [s.id for s in pool], deadline=lease_deadline)
         sizes = {s.id: reply_size(s) for s in pool}
@@ -778,6 +837,11 @@ class Leaser:
         pending = [s.id for s in candidates]
         if not pending:
             return [], set(), False
+        # The queue's rate limit, taken here where the claims are about to be made: an idle poll
+        # (no candidates) takes no token.
+        wanted = self._gate.allow(queue, wanted, len(pending), now)
+        if not wanted:
+            return [], set(pending), False
         sizes = {s.id: reply_size(s) for s in candidates}
         self._store.record_lease(queue.name, partition, pending, deadline=lease_deadline)
         # Small leases claim one at a time, as concurrent consumers of the same page lose least that

@@ -15,7 +15,9 @@ import secrets
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from querator.domain import ratelimit
 from querator.domain.ids import ITEMS_END, key_after, time_key, visible_bound
+from querator.domain.model import timestamp_us
 from querator.domain.priority import band_of, band_start, held_end, is_group_lane, lane_of, ledger_group
 from querator.ports import (
     BatchResult,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from querator.domain.model import Item, ItemState
+    from querator.domain.ratelimit import Grant, RateLimit
     from querator.ports import Move
 
 
@@ -82,6 +85,12 @@ class Rows(Protocol):
     def drop_expired_idempotency(self, now_s: int, limit: int) -> None:
         """Delete up to ``limit`` idempotency records that expired before ``now_s``, oldest first."""
         ...
+
+    def bucket(self, queue: str, key: str) -> int | None:
+        """A lease rate-limit bucket's ``tat`` (``None``: never taken from)."""
+        ...
+
+    def put_bucket(self, queue: str, key: str, tat_us: int) -> None: ...
 
 
 #: Expired idempotency records deleted with each new one.
@@ -682,6 +691,21 @@ class SortedRowsStore:
                 ),
             )
             return True
+
+    # -- lease rate limits ------------------------------------------------------------------------
+
+    def take_tokens(self, queue: str, bucket: str, *, wanted: int, limit: RateLimit, now: datetime) -> Grant:
+        with self._write() as rows:
+            grant = ratelimit.take(rows.bucket(queue, bucket), timestamp_us(now), wanted, limit)
+            if grant.granted:
+                rows.put_bucket(queue, bucket, grant.tat_us)
+        return grant
+
+    def return_tokens(self, queue: str, bucket: str, *, count: int, limit: RateLimit) -> None:
+        with self._write() as rows:
+            tat = ratelimit.give_back(rows.bucket(queue, bucket), count, limit)
+            if tat is not None:
+                rows.put_bucket(queue, bucket, tat)
 
     # -- idempotent produce ----------------------------------------------------------------------
 

@@ -50,6 +50,9 @@ class _MemoryRows:
         self._idem: dict[tuple[str, str], tuple[IdempotencyRecord, int]] = {}
         #: (expiry, queue, key) of every record written; stale entries are skipped when popped.
         self._idem_expiry: list[tuple[int, str, str]] = []
+        #: Lease rate-limit buckets by (queue, bucket): one per group that ever leased, dropped
+        #: with the queue.
+        self._buckets: dict[tuple[str, str], int] = {}
 
     def _get(self, queue: str, partition: int) -> _Partition | None:
         return self._partitions.get((queue, partition))
@@ -141,6 +144,8 @@ class _MemoryRows:
     def _drop_idempotency(self, queue: str, partition: int) -> None:
         # Idempotency records have no partition; the queue's go with its first partition's purge.
         if partition == 0:
+            for bucket in [k for k in self._buckets if k[0] == queue]:
+                del self._buckets[bucket]
             for key in [k for k in self._idem if k[0] == queue]:
                 del self._idem[key]
             self._idem_expiry = [e for e in self._idem_expiry if e[1] != queue]
@@ -160,6 +165,12 @@ class _MemoryRows:
             if found is not None and found[1] == expires:
                 del self._idem[queue, key]
                 limit -= 1
+
+    def bucket(self, queue: str, key: str) -> int | None:
+        return self._buckets.get((queue, key))
+
+    def put_bucket(self, queue: str, key: str, tat_us: int) -> None:
+        self._buckets[queue, key] = tat_us
 
 
 class InMemoryItemStore(SortedRowsStore):

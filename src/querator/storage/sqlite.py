@@ -75,7 +75,14 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
+#: Lease rate-limit buckets: a bucket's ``tat`` (``querator.domain.ratelimit``), one row per queue
+#: and per group that leased under a limit, dropped with the queue.
+_RATE_BUCKETS = (
+    "CREATE TABLE rate_buckets ("
+    " queue TEXT NOT NULL, bucket TEXT NOT NULL, tat_us INTEGER NOT NULL,"
+    " PRIMARY KEY (queue, bucket)) WITHOUT ROWID"
+)
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: the queue a dead letter came from, for queue.redrive.
@@ -93,13 +100,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE queues ADD COLUMN delivery TEXT NOT NULL DEFAULT 'fifo'",
         "ALTER TABLE queues ADD COLUMN max_leased_per_group INTEGER NOT NULL DEFAULT 0",
     ),
+    # 6: lease rate limits: the queue's settings and the buckets (docs/adr/0081-lease-rate-limits.md).
+    6: (
+        "ALTER TABLE queues ADD COLUMN rate_limit REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE queues ADD COLUMN rate_limit_per_group REAL NOT NULL DEFAULT 0",
+        _RATE_BUCKETS,
+    ),
 }
 #: How long a writer waits for another's lock before the call fails (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
 #: Connections kept open between transactions (more are opened under load and closed after).
 _IDLE_CONNECTIONS = 8
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE querator_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE items (
     queue TEXT NOT NULL, part INTEGER NOT NULL, id TEXT NOT NULL,
@@ -137,13 +151,18 @@ CREATE TABLE queues (
     max_attempts INTEGER NOT NULL, dead_queue TEXT NOT NULL, reference TEXT NOT NULL,
     partitions INTEGER NOT NULL, created_us INTEGER NOT NULL, updated_us INTEGER NOT NULL,
     deleting INTEGER NOT NULL, delivery TEXT NOT NULL DEFAULT 'fifo',
-    max_leased_per_group INTEGER NOT NULL DEFAULT 0
+    max_leased_per_group INTEGER NOT NULL DEFAULT 0,
+    rate_limit REAL NOT NULL DEFAULT 0, rate_limit_per_group REAL NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 """
+    + _RATE_BUCKETS
+    + ";\n"
+)
 
 _SELECT_QUEUE = (
     "SELECT name, lease_us, expire_us, max_attempts, dead_queue, reference, partitions, created_us,"
-    " updated_us, deleting, delivery, max_leased_per_group FROM queues WHERE name = ?"
+    " updated_us, deleting, delivery, max_leased_per_group, rate_limit, rate_limit_per_group"
+    " FROM queues WHERE name = ?"
 )
 # Statements below are built from these constant column lists (never from values: those are bound),
 # hence the S608 waivers.
@@ -745,9 +764,20 @@ class _SQLiteRows:
             "DELETE FROM heads WHERE queue = ? AND part = ?", (queue, partition)
         ).rowcount
         if partition == 0 and removed < limit:
-            # Idempotency records have no partition; the queue's go with its first partition.
+            # Idempotency records have no partition; the queue's go with its first partition, and so
+            # do its rate-limit buckets.
             self._c.execute("DELETE FROM idempotency WHERE queue = ?", (queue,))
+            self._c.execute("DELETE FROM rate_buckets WHERE queue = ?", (queue,))
         return removed
+
+    def bucket(self, queue: str, key: str) -> int | None:
+        row = self._c.execute(
+            "SELECT tat_us FROM rate_buckets WHERE queue = ? AND bucket = ?", (queue, key)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def put_bucket(self, queue: str, key: str, tat_us: int) -> None:
+        self._c.execute("INSERT OR REPLACE INTO rate_buckets VALUES (?, ?, ?)", (queue, key, tat_us))
 
     def idempotency(self, queue: str, key: str) -> tuple[IdempotencyRecord, int] | None:
         row = self._c.execute(
@@ -951,7 +981,7 @@ class SQLiteItemStore(SortedRowsStore):
 
 _QUEUE_COLUMNS = (
     "name, lease_us, expire_us, max_attempts, dead_queue, reference, partitions, created_us, updated_us,"
-    " deleting, delivery, max_leased_per_group"
+    " deleting, delivery, max_leased_per_group, rate_limit, rate_limit_per_group"
 )
 
 
@@ -969,6 +999,8 @@ def _queue_row(info: QueueInfo) -> tuple[Any, ...]:
         int(info.deleting),
         info.delivery,
         info.max_leased_per_group,
+        info.rate_limit,
+        info.rate_limit_per_group,
     )
 
 
@@ -986,6 +1018,8 @@ def _queue_info(row: Any) -> QueueInfo:
         deleting=bool(row[9]),
         delivery=row[10],
         max_leased_per_group=row[11],
+        rate_limit=row[12],
+        rate_limit_per_group=row[13],
     )
 
 
@@ -1001,7 +1035,7 @@ class SQLiteQueueCatalog:
             if c.execute("SELECT 1 FROM queues WHERE name = ?", (info.name,)).fetchone():
                 raise QueueAlreadyExistsError(f"queue '{info.name}' already exists")
             c.execute(
-                f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",  # noqa: S608
+                f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",  # noqa: S608
                 _queue_row(info),
             )
 
@@ -1033,7 +1067,7 @@ class SQLiteQueueCatalog:
         with self._db.transaction(write=True, operation="queues.update") as c:
             # Optimistic concurrency: the second of two updates that read the same version fails.
             changed = c.execute(
-                f"UPDATE queues SET ({_QUEUE_COLUMNS}) = (?,?,?,?,?,?,?,?,?,?,?,?)"  # noqa: S608
+                f"UPDATE queues SET ({_QUEUE_COLUMNS}) = (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"  # noqa: S608
                 " WHERE name = ? AND updated_us = ?",
                 (*_queue_row(info), info.name, timestamp_us(expected_updated_at)),
             ).rowcount

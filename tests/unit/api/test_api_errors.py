@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,6 +16,7 @@ from querator.domain.errors import (
     DuplicateClientError,
     InvalidRequestError,
     ItemNotLeasedError,
+    LeaseRateLimitedError,
     NothingToLeaseError,
     PayloadTooLargeError,
     QueratorError,
@@ -41,6 +43,7 @@ EXPECTED_STATUS: dict[type[QueratorError], int] = {
     RequestInProgressError: 453,
     RetryLaterError: 454,
     NothingToLeaseError: 454,
+    LeaseRateLimitedError: 454,
     StoreThrottledError: 454,
     StoreUnavailableError: 500,
     QueratorError: 500,
@@ -211,3 +214,16 @@ def test_an_unknown_path_near_a_route_names_it() -> None:
         str(errors.unknown_path("GET", "/nothing/here"))
         == "Not implemented; no such method: GET /nothing/here"
     )
+
+
+def test_a_rate_limited_lease_says_when_to_come_back_in_the_envelope() -> None:
+    at = datetime(2026, 11, 27, 12, 0, 0, 50_000, tzinfo=UTC)
+    body = error_response(LeaseRateLimitedError("no lease left", next_lease_at=at)).body
+    assert body == {
+        "code": 454,
+        "code_text": "Retry Request",
+        "message": "Lease rate limit reached; no lease left",
+        "next_lease_at": "2026-11-27T12:00:00.050000Z",
+    }
+    # Every other error keeps the three fields.
+    assert set(error_response(NothingToLeaseError()).body) == {"code", "code_text", "message"}

@@ -67,7 +67,9 @@ def test_every_ref_resolves(document: dict[str, Any]) -> None:
 
 def test_error_envelope_schema(document: dict[str, Any]) -> None:
     schema = document["components"]["schemas"]["ErrorBody"]
-    assert set(schema["properties"]) == {"code", "code_text", "message"}
+    # next_lease_at: only on a lease held back by a rate limit.
+    assert set(schema["properties"]) == {"code", "code_text", "message", "next_lease_at"}
+    assert set(schema["required"]) == {"code", "code_text", "message"}
 
 
 def test_requests_are_documented_in_snake_case(document: dict[str, Any]) -> None:

@@ -476,11 +476,27 @@ def test_queue_info_response_shape() -> None:
                 "requested_partitions": 4,
                 "delivery": "fifo",
                 "max_leased_per_group": 0,
+                "rate_limit": 0.0,
+                "rate_limit_per_group": 0.0,
                 "created_at": "2026-11-22T05:33:11.123456Z",
                 "updated_at": "2026-11-22T05:33:12.123456Z",
             }
         ]
     }
+
+
+# -- rate limits ------------------------------------------------------------------------------------
+
+
+def test_rate_limits_are_numbers_of_leases_a_second() -> None:
+    body = _create_body(rate_limit=2.5, delivery="fair", rate_limit_per_group=1)
+    info = parse(schemas.CreateQueueRequest, body).to_domain(NOW)
+    assert (info.rate_limit, info.rate_limit_per_group) == (2.5, 1.0)
+    assert parse(schemas.CreateQueueRequest, _create_body()).to_domain(NOW).rate_limit == 0
+    for bad in ("20", True, -1, 100_001, None):
+        assert "rate_limit:" in invalid(schemas.CreateQueueRequest, _create_body(rate_limit=bad))
+    update = parse(schemas.UpdateQueueRequest, {"queue_name": "q", "rate_limit": 7}).to_domain()
+    assert (update.rate_limit, update.rate_limit_per_group) == (7.0, None)
 
 
 # -- delivery ---------------------------------------------------------------------------------------

@@ -448,6 +448,8 @@ function fairMarker(queue) {
 
 const DELIVERIES = [["fifo", "FIFO"], ["fair", "Fair (round-robin across groups)"]];
 const CAP_LABEL = "Max leased per group (fair; 0: unlimited)";
+const RATE_LABEL = "Rate limit (leases/s; 0: none)";
+const GROUP_RATE_LABEL = "Rate limit per group (fair; leases/s; 0: none)";
 
 function deliverySelect(value, attrs) {
   return h("select", { name: "delivery", ...attrs },
@@ -467,6 +469,8 @@ function createQueueForm() {
       field("requested_partitions", "Partitions", "1", { type: "number", min: 1 }),
       h("label", {}, "Delivery", deliverySelect("fifo")),
       field("max_leased_per_group", CAP_LABEL, "0", { type: "number", min: 0 }),
+      field("rate_limit", RATE_LABEL, "0", { type: "number", min: 0, step: "any" }),
+      field("rate_limit_per_group", GROUP_RATE_LABEL, "0", { type: "number", min: 0, step: "any" }),
       h("button", { type: "submit" }, "Create")));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -480,6 +484,10 @@ function createQueueForm() {
     // The defaults (FIFO, no cap) are left out: the request is then what it was before fair delivery.
     if (data.get("delivery") && data.get("delivery") !== "fifo") info.delivery = data.get("delivery");
     if (Number(data.get("max_leased_per_group") || 0) !== 0) info.max_leased_per_group = Number(data.get("max_leased_per_group"));
+    // No limit is left out too: a server without rate limits takes the request.
+    for (const key of ["rate_limit", "rate_limit_per_group"]) {
+      if (Number(data.get(key) || 0) !== 0) info[key] = Number(data.get(key));
+    }
     const done = await guarded(() => api("queues.create", info));
     if (done !== undefined) location.hash = `#/queue/${encodeURIComponent(info.queue_name)}`;
   });
@@ -548,6 +556,11 @@ function settingsForm(info) {
   // neither, and then the form does not offer them.
   if ("delivery" in info) {
     editable.push(["delivery", "Delivery", "select"], ["max_leased_per_group", CAP_LABEL, "number", { min: 0 }]);
+  }
+  // The same for rate limits: offered only by a server that has them.
+  if ("rate_limit" in info) {
+    editable.push(["rate_limit", RATE_LABEL, "number", { min: 0, step: "any" }],
+      ["rate_limit_per_group", GROUP_RATE_LABEL, "number", { min: 0, step: "any" }]);
   }
   const inputs = {};
   const form = h("form", { class: "panel", "aria-label": "Settings" }, h("h2", {}, "Settings"),

@@ -56,6 +56,9 @@ class _CatalogRecord(Model):
     #: Absent on queues stored before fair delivery, and on FIFO queues: read as "fifo" and 0.
     delivery = UnicodeAttribute(null=True)
     max_leased_per_group = NumberAttribute(null=True)
+    #: Lease rate limits (absent: none, as on queues stored before them).
+    rate_limit = NumberAttribute(null=True)
+    rate_limit_per_group = NumberAttribute(null=True)
     bookmark = UnicodeAttribute(null=True)
     #: Random, written by the create that made the record (an update drops it): a create retried by
     #: botocore after its reply was lost finds its own token and knows the queue is its own.
@@ -145,6 +148,8 @@ class DynamoDBQueueCatalog:
             deleting=info.deleting,
             delivery=info.delivery if info.delivery != FIFO else None,
             max_leased_per_group=info.max_leased_per_group or None,
+            rate_limit=info.rate_limit or None,
+            rate_limit_per_group=info.rate_limit_per_group or None,
         )
 
     @staticmethod
@@ -162,6 +167,8 @@ class DynamoDBQueueCatalog:
             deleting=bool(record.deleting),
             delivery=record.delivery or FIFO,
             max_leased_per_group=int(record.max_leased_per_group or 0),
+            rate_limit=float(record.rate_limit or 0),
+            rate_limit_per_group=float(record.rate_limit_per_group or 0),
         )
 
     def create(self, info: QueueInfo) -> None:

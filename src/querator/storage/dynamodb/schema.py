@@ -23,7 +23,9 @@ Items table (docs/adr/0050-engine-v2.md)
 
     Because ``~`` sorts after every hex digit, item ranges never touch the other rows. Idempotency
     records of produce live under ``<queue>~idem~<key digest>`` with ``sk`` = ``~`` and expire
-    through TTL on ``ttl``.
+    through TTL on ``ttl``; so do lease rate-limit buckets (``<queue>~rate~<bucket>``, ``""`` the
+    queue's, ``g<16 hex>`` a group's; a partition key each, so no bucket's writes crowd another's),
+    a day after they were last full.
 
 Catalog table
     ``kind`` (S, hash) ``queue`` for queues (so ``queues.list`` is one ordered Query),
@@ -119,6 +121,15 @@ IDEM_DONE = "done"
 IDEM_STARTED = "started"
 IDEM_QUEUE_CREATED = "qcreated"
 
+# Lease rate-limit bucket attributes (same table): GCRA's theoretical arrival time, in microseconds.
+BUCKET_TAT = "tat"
+
+
+def bucket_key(queue: str, bucket: str) -> dict[str, dict[str, str]]:
+    """The key of a lease rate-limit bucket's row (``bucket``: ``""`` the queue's, else a group's)."""
+    return {PK: {"S": f"{queue}{SEPARATOR}rate{SEPARATOR}{bucket}"}, SK: {"S": IDEM_SK}}
+
+
 # Catalog table.
 CATALOG_HASH = "kind"
 CATALOG_RANGE = "name"
@@ -180,7 +191,8 @@ def create_tables(client: Any, *, items_table: str, catalog_table: str) -> None:
             TableName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
         )
         if name == items_table:
-            # Only idempotency records carry ``ttl``; items leave by completion or the reaper.
+            # Only idempotency records and rate-limit buckets carry ``ttl``; items leave by
+            # completion or the reaper.
             client.update_time_to_live(
                 TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL}
             )

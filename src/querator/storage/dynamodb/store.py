@@ -62,6 +62,7 @@ from querator.storage.counters import (
     still_scheduled,
 )
 from querator.storage.dynamodb import codec, expressions, schema
+from querator.storage.dynamodb.buckets import RateBuckets
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from querator.domain.model import Item, ItemState
+    from querator.domain.ratelimit import Grant, RateLimit
     from querator.ports import Move
 
 log = logging.getLogger(__name__)
@@ -152,6 +154,7 @@ class DynamoDBItemStore:
         self._pool_lock = threading.Lock()
         #: (queue, partition, band or lane or "gl") -> when this store last registered it.
         self._registered: dict[tuple[str, int, str], datetime] = {}
+        self._buckets = RateBuckets(self._client, table_name)
 
     def _each(self, function: Callable[[T], R], values: Sequence[T]) -> list[R]:
         """``function`` over ``values`` with up to ``concurrency`` in flight; results in order.
@@ -1306,6 +1309,14 @@ class DynamoDBItemStore:
             )
         except ClientError as exc:
             raise translate(exc, "reaper") from exc
+
+    # -- lease rate limits ------------------------------------------------------------------------
+
+    def take_tokens(self, queue: str, bucket: str, *, wanted: int, limit: RateLimit, now: datetime) -> Grant:
+        return self._buckets.take(queue, bucket, wanted=wanted, limit=limit, now=now)
+
+    def return_tokens(self, queue: str, bucket: str, *, count: int, limit: RateLimit) -> None:
+        self._buckets.give_back(queue, bucket, count=count, limit=limit)
 
     # -- idempotent produce ----------------------------------------------------------------------
 
