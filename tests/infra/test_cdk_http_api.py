@@ -15,7 +15,7 @@ from cfnlint.api import ManualArgs, lint
 
 from infra.constructs.api import QueueApi
 from infra.constructs.http_api import HttpQueueApi
-from infra.permissions import Caller, caller_routes
+from infra.permissions import Caller, invoke_paths
 from querator.api.routes import ROUTES
 from tests.infra.conftest import ALARM_EMAIL
 from tests.infra.synth import cdk_context, fake_assets, synthesize
@@ -152,7 +152,8 @@ def test_each_caller_policy_invokes_exactly_its_routes_on_the_http_api(
         stage, method, path = parts[-1].split("/", 3)[1:]
         assert stage == "$default"
         granted.add(f"{method} /{path}")
-    assert granted == {f"{r.method} {r.path}" for r in caller_routes(caller)}
+    # The whole-API grant: the caller's plain routes and their scoped twins for any queue.
+    assert granted == {f"{method} {path}" for method, path in invoke_paths(caller)}
 
 
 def test_execute_api_arn_grants_any_value_of_a_path_parameter_and_any_method_for_any(
@@ -172,7 +173,9 @@ def test_the_rest_apis_execute_api_arn_is_cdks_for_every_route(synth: Synth) -> 
     # what CDK's arn_for_execute_api named before, or the deployed policies would change.
     api = synth.stack.api
     assert isinstance(api, QueueApi)
-    for route in ROUTES:
+    # CDK writes a path parameter as it is ("{queue}"), which IAM would match literally; the twins'
+    # segment is checked as "*" below.
+    for route in (r for r in ROUTES if "{" not in r.path):
         ours = synth.stack.resolve(api.execute_api_arn(route.method, route.path))
         cdks = synth.stack.resolve(
             api.api.arn_for_execute_api(route.method, route.path, synth.stack.config.stage)
