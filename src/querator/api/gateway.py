@@ -97,11 +97,13 @@ class FunctionApp:
     def resolve(self, event: dict[str, Any], context: Any) -> ProxyResponse:
         request = Request(event, context)
         try:
-            matched = routes.match(request.path)
-            handler = None
-            if matched is not None:
-                handler = self._handlers.get((request.method, matched[0].path))
-                request.segment = matched[1]
+            handler = self._handlers.get((request.method, request.path))
+            if handler is None:
+                # A scoped path: its handler is keyed by the route's template.
+                matched = routes.match(request.path)
+                if matched is not None and matched[0].scoped:
+                    handler = self._handlers.get((request.method, matched[0].path))
+                    request.segment = matched[1]
             if handler is None:
                 # A known path asked with another method is 400, an unknown one 501 (routes.resolve
                 # raises), including a path another function serves (API Gateway never sends one).
