@@ -7,6 +7,7 @@ error statuses with the error envelope.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection
 from importlib import metadata
 from typing import Any, Final, Literal
@@ -164,6 +165,25 @@ def _schemas(
     return refs, dict(sorted(defs.items()))
 
 
+def _in_queue(ref: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The ``$ref`` of a scoped route's request: the plain one's schema with ``queue_name``
+    optional, since the path names the queue (``<Model>InQueue``, added to ``defs`` once)."""
+    name = ref["$ref"].rsplit("/", 1)[1]
+    scoped = f"{name}InQueue"
+    if scoped not in defs:
+        schema = copy.deepcopy(defs[name])
+        schema["title"] = scoped
+        schema["required"] = [key for key in schema.get("required", []) if key != "queue_name"]
+        if not schema["required"]:
+            del schema["required"]
+        schema["description"] = (
+            f"{schema.get('description', '')} On a scoped path the body may leave `queue_name` out; "
+            "if it names one, it must be the path's."
+        ).strip()
+        defs[scoped] = schema
+    return {"$ref": _REF.format(model=scoped)}
+
+
 def _operation_id(route: routes.Route) -> str:
     plain = route.name.replace("/", "_").replace(".", "_")
     return f"{plain}_in_queue" if route.scoped else plain
@@ -209,12 +229,13 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
                 "path can grant one queue or a prefix of queues."
             )
         if route.request_model is not None:
+            schema = _in_queue(refs[route.request_model], defs) if route.scoped else refs[route.request_model]
             operation["requestBody"] = {
                 "required": True,
                 "description": f"At most {route.body_limit:,} bytes.",
                 "content": {
                     _JSON: {
-                        "schema": refs[route.request_model],
+                        "schema": schema,
                         "example": EXAMPLES.get(route.name, {}),
                     }
                 },
@@ -256,7 +277,7 @@ def build_openapi(*, version: str | None = None, server_url: str | None = None) 
         },
         "paths": paths,
         "components": {
-            "schemas": defs,
+            "schemas": dict(sorted(defs.items())),
             "responses": {
                 f"Error{status}": _error_response(status) for status in (*_POST_ERRORS, INTERNAL_ERROR)
             },

@@ -51,9 +51,9 @@ def test_posts_document_body_and_error_statuses(document: dict[str, Any]) -> Non
         if route.method != "POST":
             continue
         operation = document["paths"][route.path]["post"]
-        assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
-            route.request_model.__name__  # type: ignore[union-attr]
-        )
+        # A scoped path's body leaves the queue to the path (its schema's "InQueue" twin).
+        expected = route.request_model.__name__ + ("InQueue" if route.scoped else "")  # type: ignore[union-attr]
+        assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(expected)
         assert {"400", "413", "453", "454", "455", "500"} <= set(operation["responses"])
 
 
@@ -96,3 +96,23 @@ def test_no_description_names_a_python_class(document: dict[str, Any]) -> None:
     found = _strings_under("description", document)
     assert len(found) > 20
     assert [text for text in found if re.search(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)+Error\b", text)] == []
+
+
+def test_a_scoped_path_takes_a_body_without_its_queue(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    plain = document["paths"]["/v1/queue.produce"]["post"]["requestBody"]["content"]["application/json"]
+    scoped = document["paths"]["/v1/queues/{queue}/queue.produce"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]
+    assert plain["schema"] == {"$ref": "#/components/schemas/ProduceRequest"}
+    assert "queue_name" in schemas["ProduceRequest"]["required"]
+    assert scoped["schema"] == {"$ref": "#/components/schemas/ProduceRequestInQueue"}
+    in_queue = schemas["ProduceRequestInQueue"]
+    assert in_queue["required"] == ["items"]
+    assert in_queue["properties"] == schemas["ProduceRequest"]["properties"]
+    # Every scoped route's body leaves the queue to the path.
+    for route in routes.ROUTES:
+        if route.scoped and route.request_model is not None:
+            ref = document["paths"][route.path]["post"]["requestBody"]["content"]["application/json"]
+            name = ref["schema"]["$ref"].rsplit("/", 1)[1]
+            assert "queue_name" not in schemas[name].get("required", []), route.path
