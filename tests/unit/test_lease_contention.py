@@ -23,7 +23,7 @@ ITEMS = 40
 STOLEN = 35
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 pytestmark = pytest.mark.disable_socket
 
@@ -39,6 +39,8 @@ class StaleRaceStore:
         self._steal = steal
         self._pages = pages
         self.scans = 0
+        #: Called after each steal (another producer, say).
+        self.then: Callable[[], object] = lambda: None
         self.stolen: list[str] = []
         self.failed: list[str] = []
 
@@ -51,6 +53,7 @@ class StaleRaceStore:
             won = self._store.claim("busy", 0, taken, lease_deadline=deadline, now=NOW)
             assert len(won.applied) == len(taken)
             self.stolen += taken
+            self.then()
         return page
 
     def claim(self, queue: str, partition: int, ids: Any, **kwargs: Any) -> Any:
@@ -65,7 +68,7 @@ class StaleRaceStore:
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def busy_queue(store: StaleRaceStore, seed: int = 7) -> QueueService:
+def busy_queue(store: StaleRaceStore, seed: int = 7, items: int = ITEMS) -> QueueService:
     service = QueueService(
         catalog=InMemoryQueueCatalog(), store=store, clock=FakeClock(NOW), rng=random.Random(seed)
     )
@@ -78,7 +81,7 @@ def busy_queue(store: StaleRaceStore, seed: int = 7) -> QueueService:
             updated_at=NOW,
         )
     )
-    service.produce("busy", [NewItem(payload=f"{n:02d}".encode()) for n in range(ITEMS)])
+    service.produce("busy", [NewItem(payload=f"{n:02d}".encode()) for n in range(items)])
     return service
 
 
@@ -125,3 +128,16 @@ def test_a_lease_that_lost_every_race_tries_again_rather_than_answer_nothing():
     # THEN it tries again at once and gets the oldest item left, not "nothing to lease"
     assert [item.payload.decode() for item in lease.items] == ["32"]
     assert len(store.stolen) == 32
+
+
+def test_a_lease_that_lost_every_claim_of_a_short_page_reads_it_again():
+    # GIVEN two items, both claimed by another consumer right after the lease read them, while a
+    # third is produced
+    store = StaleRaceStore(InMemoryItemStore(), steal=[0, 1])
+    service = busy_queue(store, items=2)
+    store.then = lambda: service.produce("busy", [NewItem(payload=b"late")])
+    # WHEN it leases without waiting
+    lease = service.lease("busy", batch_size=1, client_id="c", timeout=timedelta(0))
+    # THEN losing both claims sent it back to read the page, not away as from an empty one
+    assert [item.payload for item in lease.items] == [b"late"]
+    assert len(store.failed) == 2
