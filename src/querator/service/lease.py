@@ -740,9 +740,10 @@ class Leaser:
                 won, untried, contended = self._claim(
                     queue, partition, pool, wanted, room, lease_deadline, now, stop_at
                 )
-                # Every candidate tried and lost (a pool smaller than LOSSES_BEFORE_RESCAN): the
-                # page went stale too; read it again rather than take the band for empty.
-                contended = contended or not (won or untried)
+                # Every candidate of the band's last page tried and lost (fewer than
+                # LOSSES_BEFORE_RESCAN of them): the page went stale, the band is not empty; read it
+                # again. (Short of the band's end, the next page is read, as after any short pool.)
+                contended = contended or (page.done and not (won or untried))
             claimed += won
             won_ids = {item.id for item in won}
             reply_bytes += sum(reply_size(s) for s in pool if s.id in won_ids)
