@@ -34,6 +34,7 @@ from querator.service.tuning import (
     MAX_REPLY_BYTES,
     MAX_RESCANS,
     MIN_POOL,
+    OUTRACED_RETRIES,
     PAGE_MAX,
     POLL_FIRST,
     POLL_MAX,
@@ -63,6 +64,9 @@ class _Holdings(threading.local):
         #: By (partition, id): a lease tries partitions in turn, and ids are a partition's.
         self.claimed: dict[tuple[int, str], Item] = {}
         self.counted: set[tuple[int, str]] = set()
+        #: Whether the call's last try left a band with items in it, every claim lost to other
+        #: consumers: that try found items, so it must not count as finding nothing.
+        self.outraced = False
 
     def clear(self) -> None:
         self.claimed.clear()
@@ -194,12 +198,24 @@ class Leaser:
                 )
             self._waiting.add(waiter)
         try:
-            deadline = self._clock.now() + timeout
+            started = self._clock.now()
+            deadline = started + timeout
             pause = POLL_FIRST
+            retries = 0
             while True:
                 lease, limited = self._lease_once(queue, batch_size, self._clock.now())
                 if lease.items:
                     return lease
+                if (
+                    self._holdings.outraced
+                    and retries < OUTRACED_RETRIES
+                    and self._clock.now() < started + self._claim_budget
+                ):
+                    retries += 1
+                    # Items were there, but other consumers won every claim on them: try again at
+                    # once rather than answer "nothing to lease" with items waiting (an empty
+                    # reply means nothing was leasable; tests/linearizability checks that too).
+                    continue
                 now = self._clock.now()
                 remaining = (deadline - now).total_seconds()
                 # Checked between polls (at most POLL_MAX apart), so a stop answers within that.
@@ -250,6 +266,7 @@ class Leaser:
 
     def _lease_once(self, queue: QueueInfo, batch_size: int, now: datetime) -> tuple[Lease, Limited]:
         self._holdings.clear()
+        self._holdings.outraced = False
         self._gate.begin()
         leased: list[Item] = []
         try:
@@ -766,9 +783,9 @@ class Leaser:
             candidates, left = self._sort_page(queue, partition, page, now)
             if left is not None:
                 first_open = _min_id(first_open, left)
-            # The pool: more candidates than wanted, so that after a lost race a consumer can jump
-            # to one its competitors are not claiming (each loss is a charged write), but few enough
-            # that the lease record listing them stays a small write.
+            # The pool: more candidates than wanted, so that after a lost race a consumer goes on to
+            # the next-oldest without reading again, but few enough that the lease record listing
+            # them stays a small write.
             wanted = batch_size - len(claimed)
             pool = candidates[: max(2 * wanted, MIN_POOL)]
             # The first item is taken whatever its size (a lease returns at least one); after it the
@@ -782,6 +799,10 @@ class Leaser:
                 won, untried, contended = self._claim(
                     queue, partition, pool, wanted, room, lease_deadline, now, stop_at
                 )
+                # Every candidate of the band's last page tried and lost (fewer than
+                # LOSSES_BEFORE_RESCAN of them): the page went stale, the band is not empty; read it
+                # again. (Short of the band's end, the next page is read, as after any short pool.)
+                contended = contended or (page.done and not (won or untried))
             claimed += won
             won_ids = {item.id for item in won}
             reply_bytes += sum(reply_size(s) for s in pool if s.id in won_ids)
@@ -794,6 +815,8 @@ class Leaser:
                 # than keep trying stale ids (a Query costs reads; each lost claim is a charged write).
                 rescans += 1
                 continue
+            if contended and not claimed:
+                self._holdings.outraced = True
             read_to = page.read_to
             evaluated += page.evaluated
             drained = page.done and not contended and first_open is None
@@ -825,14 +848,17 @@ class Leaser:
         brings it back when its lease runs out, even if this process dies right after the claim.
 
         Returns the items won, the ids not tried, and whether it stopped because of contention.
-        Alone, a consumer claims strictly oldest first and never loses; its waves double from 1 to
-        one claim in flight per ``ITEMS_PER_CONCURRENT_CLAIM`` candidates, at most ``WAVE_MAX``.
-        A lost race means other consumers are claiming from the same page, so the rest of it is
-        going stale, and every further loss is a charged write: after a loss the wave drops back to
-        one claim taken from a random point of the remaining candidates; the call stops after two
-        losses in a row once it has won something (the contract returns as soon as one item is
-        leased) and gives the page up after ``LOSSES_BEFORE_RESCAN`` losses in a row with nothing
-        won. Measured in docs/adr/0050-engine-v2.md.
+        Claims go strictly oldest first, alone or not: each wave takes the oldest candidates not
+        tried yet, so an item a lease returns never passes an older one it left waiting (every older
+        candidate was won by this call or lost to a competitor that holds it; docs/api.md promises
+        oldest first, and tests/linearizability checks it). Alone, a consumer never loses; its waves
+        double from 1 to one claim in flight per ``ITEMS_PER_CONCURRENT_CLAIM`` candidates, at most
+        ``WAVE_MAX``. A lost race means other consumers are claiming from the same page, so the
+        rest of it is going stale, and every further loss is a charged write: after a loss the wave
+        drops back to one claim, of the next-oldest candidate; the call stops after two losses in a
+        row once it has won something (the contract returns as soon as one item is leased) and
+        gives the page up after ``LOSSES_BEFORE_RESCAN`` losses in a row with nothing won. Measured
+        in docs/adr/0050-engine-v2.md.
         """
         pending = [s.id for s in candidates]
         if not pending:
@@ -851,17 +877,14 @@ class Leaser:
         room = max_bytes
         wave = 1
         losses = 0
-        at = 0
         # The budget counts from the read that found items: the first claim is always made.
         while pending and len(won) < wanted and (not won or self._clock.now() < stop_at):
-            if at + min(wave, len(pending)) > len(pending):
-                at = 0
             batch: list[str] = []
-            while at < len(pending) and len(batch) < min(wave, wanted - len(won)):
-                if sizes[pending[at]] > room:
+            while pending and len(batch) < min(wave, wanted - len(won)):
+                if sizes[pending[0]] > room:
                     break
-                room -= sizes[pending[at]]
-                batch.append(pending.pop(at))
+                room -= sizes[pending[0]]
+                batch.append(pending.pop(0))
             if not batch:
                 break  # the reply is full: the rest stays unclaimed
             got = self._store.claim(
@@ -877,7 +900,6 @@ class Leaser:
             if (won and losses > 1) or losses >= LOSSES_BEFORE_RESCAN:
                 return won, set(pending), True
             wave = 1
-            at = self._rng.randrange(len(pending)) if pending else 0
         return won, set(pending), False
 
 

@@ -20,13 +20,18 @@ REAPER_FIRST_PAGE: Final = 10
 LOSSES_BEFORE_RESCAN: Final = 3
 #: Re-reads of a page lost to other consumers before a lease moves on to the next partition.
 MAX_RESCANS: Final = 3
+#: Tries, at once, of a lease call whose every partition with items was lost to other consumers
+#: (each try up to ``MAX_RESCANS`` reads), before it waits like a lease that found nothing: an
+#: empty reply says nothing was leasable, so it is not given while items wait if it can be helped.
+OUTRACED_RETRIES: Final = 3
 #: Claims of one lease in flight at once, reached by doubling from one while nothing is lost:
 #: one more in flight per this many candidates (a lease of 10 claims one at a time, of 128 or more
 #: 16 at a time).
 WAVE_MAX: Final = 16
 ITEMS_PER_CONCURRENT_CLAIM: Final = 8
-#: Candidates a lease may jump among after a lost race: at least this many, or twice its batch (its
-#: lease record lists them all, and putting an expired lease back reads each of them once).
+#: Candidates a lease claims from, oldest first, without reading again after lost races: at least
+#: this many, or twice its batch (its lease record lists them all, and putting an expired lease
+#: back reads each of them once).
 MIN_POOL: Final = 8
 #: Lease records a lease call (or the reaper, per read) puts back at most.
 RECORDS_PER_CALL: Final = 25
