@@ -4,6 +4,7 @@ and JSON), a queue without them shows none, and a value the server refuses exits
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from querator.cli.output import ExitCode
@@ -68,6 +69,8 @@ def test_lease_says_when_the_rate_limit_has_a_lease_again(run: Run, client: Clie
 
     assert first.code == 0, first.err
     assert "the rate limit has a lease again at " in first.err
+    # An RFC 3339 timestamp, as the table's lease deadlines print, not Python's str().
+    assert re.search(r"lease again at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", first.err), first.err
     assert second.code == ExitCode.TRY_AGAIN
     assert "nothing to lease" in second.err and "the rate limit has a lease again at " in second.err
     assert second.json()["items"] == [] and "next_lease_at" in second.json()

@@ -29,6 +29,7 @@ from querator.cli.output import (
     ExitCode,
     Progress,
     Waiting,
+    cell,
     exit_code_for,
     guarded,
     key_values,
@@ -773,7 +774,9 @@ def _lease(args: argparse.Namespace) -> int:
         ]
         print(table(["ID", "ATTEMPTS", "PRIORITY", "GROUP", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
     # A rate limit says when it has a lease again (the JSON output carries next_lease_at).
-    back_at = f"; the rate limit has a lease again at {lease.next_lease_at}" if lease.next_lease_at else ""
+    back_at = (
+        f"; the rate limit has a lease again at {cell(lease.next_lease_at)}" if lease.next_lease_at else ""
+    )
     if not lease.items:
         print(f"querator lease: nothing to lease in {shown(args.queue_name)}{back_at}", file=sys.stderr)  # noqa: T201
         return ExitCode.TRY_AGAIN
