@@ -524,7 +524,8 @@ class QueueCatalog(Protocol):
 
     def save_bookmark(self, bookmark: str | None) -> None: ...
 
-    def stream_key(self, candidate: str) -> str:
+    def stream_key(self, candidate: str | None) -> str | None:
         """The key stream tickets are signed with: the stored one, else ``candidate`` once stored by
-        a conditional write, so first uses that race agree on one key."""
+        a conditional write, so first uses that race agree on one key. ``candidate`` ``None``: only
+        read (``None`` if no ticket was ever issued), for the stream's checks, which may not write."""
         ...

@@ -20,6 +20,7 @@ from querator.api.gateway import FunctionApp, build_app
 from querator.config import settings_from
 from querator.domain.errors import InvalidRequestError
 from querator.service import QueueService
+from querator.service.tickets import TicketSigner
 
 if TYPE_CHECKING:
     from querator.testing import FakeClock
@@ -225,3 +226,17 @@ def test_a_stream_ticket_names_its_queue_and_is_checked_on_every_store(
         service.check_stream_ticket(ticket, "orders")
     status, reply = api.call("stream.ticket", {}, queue="nope")
     assert status == 400 and "does not exist" in reply["message"], reply
+
+
+def test_a_ticket_checked_before_any_was_issued_is_refused_without_making_a_key(
+    service: QueueService, clock: FakeClock
+) -> None:
+    # The stream function checks tickets and may not write the catalog: a check must only read.
+    forged = "9999999999.b3JkZXJz.AAAA"
+    with pytest.raises(InvalidRequestError, match="not one this service issued"):
+        service.check_stream_ticket(forged, "orders")
+    assert service.catalog.stream_key(None) is None
+    # The first ticket issued makes the key; checks from then on use it.
+    issued = TicketSigner(service.catalog).issue("orders", clock.now())
+    service.check_stream_ticket(issued.ticket, "orders")
+    assert service.catalog.stream_key(None) is not None

@@ -43,19 +43,26 @@ class TicketSigner:
         self._catalog = catalog
         self._key: bytes | None = None
 
-    def _signing_key(self) -> bytes:
+    def _signing_key(self, *, create: bool) -> bytes | None:
+        """The catalog's key; ``create``: make it if no ticket was ever issued (only ``issue`` may:
+        the stream function, which checks, cannot write the catalog)."""
         if self._key is None:
-            self._key = self._catalog.stream_key(secrets.token_urlsafe(32)).encode()
+            key = self._catalog.stream_key(secrets.token_urlsafe(32) if create else None)
+            self._key = key.encode() if key is not None else None
         return self._key
 
-    def _signature(self, expiry: int, queue_name: str) -> str:
-        digest = hmac.new(self._signing_key(), f"{expiry}\n{queue_name}".encode(), hashlib.sha256).digest()
+    @staticmethod
+    def _signature(key: bytes, expiry: int, queue_name: str) -> str:
+        digest = hmac.new(key, f"{expiry}\n{queue_name}".encode(), hashlib.sha256).digest()
         return _b64(digest)
 
     def issue(self, queue_name: str, now: datetime) -> StreamTicket:
         expires_at = (now + TICKET_TTL).astimezone(timezone.utc).replace(microsecond=0)
         expiry = int(expires_at.timestamp())
-        ticket = f"{expiry}.{_b64(queue_name.encode())}.{self._signature(expiry, queue_name)}"
+        key = self._signing_key(create=True)
+        if key is None:  # a catalog given a candidate always answers a key
+            raise RuntimeError("the catalog gave no stream ticket key")
+        ticket = f"{expiry}.{_b64(queue_name.encode())}.{self._signature(key, expiry, queue_name)}"
         return StreamTicket(ticket=ticket, expires_at=expires_at)
 
     def check(self, ticket: str, queue_name: str, now: datetime) -> None:
@@ -67,7 +74,9 @@ class TicketSigner:
             ticket_queue = base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
         except ValueError:
             raise InvalidRequestError("the stream ticket is not one", field="ticket") from None
-        if not hmac.compare_digest(signature, self._signature(expiry, ticket_queue)):
+        key = self._signing_key(create=False)
+        # No key yet: no ticket was ever issued, so none can be good.
+        if key is None or not hmac.compare_digest(signature, self._signature(key, expiry, ticket_queue)):
             raise InvalidRequestError("the stream ticket is not one this service issued", field="ticket")
         if ticket_queue != queue_name:
             raise InvalidRequestError(

@@ -247,7 +247,7 @@ class InMemoryQueueCatalog:
     def save_bookmark(self, bookmark: str | None) -> None:
         self._bookmark = bookmark
 
-    def stream_key(self, candidate: str) -> str:
+    def stream_key(self, candidate: str | None) -> str | None:
         with self._lock:
             if self._stream_key is None:
                 self._stream_key = candidate

@@ -1095,11 +1095,13 @@ class SQLiteQueueCatalog:
         with self._db.transaction(write=True, operation="reaper") as c:
             c.execute("INSERT OR REPLACE INTO querator_meta VALUES ('reaper_bookmark', ?)", (bookmark or "",))
 
-    def stream_key(self, candidate: str) -> str:
+    def stream_key(self, candidate: str | None) -> str | None:
         with self._db.transaction(write=False, operation="stream.ticket") as c:
             row = c.execute("SELECT value FROM querator_meta WHERE key = 'stream_key'").fetchone()
         if row:
             return str(row[0])
+        if candidate is None:
+            return None
         with self._db.transaction(write=True, operation="stream.ticket") as c:
             # The write lock orders racing first uses: the second keeps the first's key.
             c.execute("INSERT OR IGNORE INTO querator_meta VALUES ('stream_key', ?)", (candidate,))

@@ -268,10 +268,13 @@ class DynamoDBQueueCatalog:
         except PutError as exc:
             _raise_store_error(exc, "reaper")
 
-    def stream_key(self, candidate: str) -> str:
+    def stream_key(self, candidate: str | None) -> str | None:
         stored = self._read(schema.CATALOG_SECRET_KIND, _STREAM_KEY, "stream.ticket")
         if stored is not None and stored.secret:
-            return stored.secret
+            return str(stored.secret)
+        if candidate is None:
+            # The stream function checks tickets and holds no PutItem on the catalog.
+            return None
         record = self._model(schema.CATALOG_SECRET_KIND, _STREAM_KEY, secret=candidate)
         try:
             # Two first uses race: the first write wins and both sign with its key.
