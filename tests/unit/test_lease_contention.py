@@ -141,3 +141,43 @@ def test_a_lease_that_lost_every_claim_of_a_short_page_reads_it_again():
     # THEN losing both claims sent it back to read the page, not away as from an empty one
     assert [item.payload for item in lease.items] == [b"late"]
     assert len(store.failed) == 2
+
+
+class SlowHeadStore:
+    """The in-memory store, where reading the partition's head row takes longer than the lease's
+    whole claim budget (a loaded machine, a throttled table)."""
+
+    def __init__(self, store: InMemoryItemStore, clock: FakeClock) -> None:
+        self._store = store
+        self._clock = clock
+
+    def head(self, *args: Any, **kwargs: Any) -> Any:
+        self._clock.advance(timedelta(seconds=6))
+        return self._store.head(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.mark.parametrize("delivery", ["fifo", "fair"])
+def test_a_lease_whose_head_read_outlasts_the_budget_still_reads_and_claims(delivery):
+    # GIVEN waiting items, and a head read that takes 6 s of a 5 s claim budget
+    clock = FakeClock(NOW)
+    store = SlowHeadStore(InMemoryItemStore(), clock)
+    service = QueueService(catalog=InMemoryQueueCatalog(), store=store, clock=clock, rng=random.Random(1))
+    service.create_queue(
+        QueueInfo(
+            name="slow",
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(hours=1),
+            created_at=NOW,
+            updated_at=NOW,
+            delivery=delivery,
+        )
+    )
+    service.produce("slow", [NewItem(payload=b"a", group="g"), NewItem(payload=b"b", group="g")])
+    clock.advance(timedelta(seconds=2))
+    # WHEN a consumer leases without waiting
+    lease = service.lease("slow", batch_size=1, client_id="c", timeout=timedelta(0))
+    # THEN it gets the oldest item, not "nothing to lease" with items waiting
+    assert [item.payload for item in lease.items] == [b"a"]

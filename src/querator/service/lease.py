@@ -452,7 +452,8 @@ class Leaser:
         while (
             len(claimed) < batch_size
             and len(lanes) < MAX_LANES_PER_LEASE
-            and self._clock.now() < stop_at
+            # The first turn is read whatever the budget says, as a band's first page is.
+            and (not lanes or self._clock.now() < stop_at)
             and not self._gate.exhausted(queue)
         ):
             want = batch_size - len(claimed)
@@ -776,7 +777,11 @@ class Leaser:
         evaluated = 0
         rescans = 0
         drained = False
-        while len(claimed) < batch_size and self._clock.now() < stop_at:
+        reads = 0
+        # The first page is read whatever the budget says: a slow head read or a slow recovery of
+        # expired leases must not turn a lease into "nothing to lease" while items wait.
+        while len(claimed) < batch_size and (reads == 0 or self._clock.now() < stop_at):
+            reads += 1
             page = self._store.scan(
                 queue.name, partition, start=start, end=end, limit=limit, available_at=now
             )
