@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+from unittest import mock
+
 import pytest
 
 from benchmarks import flavour
 from benchmarks.flavour import Inputs
 from infra.config import StageConfig
 from infra.timeouts import limits
+from querator import bootstrap
 from querator.api.routes import Function
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: Batch 10 as benchmarks.idle prices it (docs/capacity.md): Lambda $0.21, 3.40 write units.
 BATCH_10 = Inputs(batch=10, lambda_per_million=0.21, write_units=3.40, read_units=0.38)
@@ -64,7 +72,18 @@ def test_update_document_replaces_only_the_generated_block() -> None:
     assert flavour.generated_block(updated) == flavour.render([BATCH_10])
 
 
+@pytest.fixture
+def environment_restored() -> Iterator[None]:
+    """The measurement points the functions' environment at its moto server (``benchmarks.idle``);
+    later tests in this process must not inherit that endpoint, or their in-process moto clients
+    would call a server that is gone."""
+    with mock.patch.dict(os.environ):
+        yield
+    bootstrap.reset()
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("environment_restored")
 def test_a_short_measurement_runs_and_prices_every_batch() -> None:
     rows = flavour.measure(rounds=1, count=100)
     assert [row.batch for row in rows] == list(flavour.BATCHES)
