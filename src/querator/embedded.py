@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from querator.api import paths, routes, schemas
-from querator.api.endpoints import ENDPOINTS, Call, idempotency_key
+from querator.api.endpoints import ENDPOINTS, Call, idempotency_key, undone_on_failure
 from querator.api.errors import WireError, error_response, unknown_path
 from querator.bootstrap import open_stores
 from querator.client.client import Client
@@ -100,19 +100,23 @@ class _InProcessTransport(Transport):
                 idempotency_key=idempotency_key(headers) if route.base is routes.PRODUCE else None,
                 scoped_queue=queue,
             )
-            if self._metrics:
-                try:
-                    wire = ENDPOINTS[route.name](self._service, request, call).to_wire()
-                finally:
-                    flush()  # as a function does at the end of each invocation
-            else:
-                with quiet_metrics():
-                    wire = ENDPOINTS[route.name](self._service, request, call).to_wire()
+            # A lease whose reply cannot be built (or whose call is interrupted) gives its items
+            # back, as behind the functions' gateway: a lease holds nothing it did not return.
+            with undone_on_failure(call, path):
+                if self._metrics:
+                    try:
+                        wire = ENDPOINTS[route.name](self._service, request, call).to_wire()
+                    finally:
+                        flush()  # as a function does at the end of each invocation
+                else:
+                    with quiet_metrics():
+                        wire = ENDPOINTS[route.name](self._service, request, call).to_wire()
+                body = json.dumps(wire).encode()
             status, reply_headers = 200, {k.lower(): v for k, v in call.reply_headers.items()}
         except (QueratorError, WireError) as exc:
             error = error_response(exc)
-            status, wire = error.status, error.body
-        return Reply(status=status, body=json.dumps(wire).encode(), headers=reply_headers)
+            status, body = error.status, json.dumps(error.body).encode()
+        return Reply(status=status, body=body, headers=reply_headers)
 
     def close(self) -> None:
         """Nothing to close: there is no connection."""

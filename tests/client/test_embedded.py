@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from querator.api import schemas
 from querator.client import Client, ItemNotLeasedError, Lease, QueueExistsError, QueueNotFoundError
 from querator.client.models import QueueStats
 from querator.config import ConfigurationError
@@ -132,3 +133,25 @@ def test_metrics_when_asked_are_the_functions_emf_lines(capfd: pytest.CaptureFix
     assert len(lines) == 1  # one line per call that counted something
     emf = json.loads(lines[0])
     assert emf["ItemsProduced"] == [2.0] and "_aws" in emf
+
+
+def test_a_lease_whose_reply_cannot_be_built_gives_its_items_back_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As behind the functions' gateway (tests/contract/test_lease_faults.py): a lease holds nothing
+    # it did not return, so an interrupted reply leaves no item leased to nobody.
+    with Embedded("memory") as queue:
+        queue.create_queue("jobs", lease_timeout="1h", expire_timeout="2h")
+        queue.produce("jobs", [b"a", b"b"])
+
+        def unwritable(self: schemas.LeaseResponse) -> dict[str, object]:
+            raise KeyboardInterrupt  # the program stopped while the reply was being built
+
+        with monkeypatch.context() as patched:
+            patched.setattr(schemas.LeaseResponse, "to_wire", unwritable)
+            with pytest.raises(KeyboardInterrupt):
+                queue.lease("jobs", 2, request_timeout="0s")
+
+        stats = queue.stats("jobs")
+        assert sum(p.total_leased for p in stats.partitions) == 0
+        assert sorted(i.payload for i in queue.lease("jobs", 2, request_timeout="0s").items) == [b"a", b"b"]

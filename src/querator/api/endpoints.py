@@ -8,7 +8,8 @@ checks that it covers the route table exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -19,7 +20,7 @@ from querator.api.errors import failed_ids_error
 from querator.config import Metric
 from querator.domain.errors import InvalidRequestError, NothingToLeaseError
 from querator.domain.model import BatchOutcome
-from querator.observability import count
+from querator.observability import count, logger
 from querator.service import QueueService
 
 #: Longest accepted ``Idempotency-Key`` header; the key is hashed before it is stored.
@@ -42,8 +43,24 @@ class Call:
     #: Headers the endpoint adds to a successful reply.
     reply_headers: dict[str, str] = field(default_factory=dict)
     #: What undoes the endpoint's effect when its reply cannot be built: a lease gives its items back
-    #: (a lease holds nothing it did not return). Set by the endpoint, run by the gateway.
+    #: (a lease holds nothing it did not return). Set by the endpoint, run by ``undone_on_failure``.
     undo: list[Callable[[], object]] = field(default_factory=list)
+
+
+@contextmanager
+def undone_on_failure(call: Call, path: str) -> Iterator[None]:
+    """Around an endpoint and the building of its reply, in every transport (the functions'
+    gateway, ``Embedded``): when the endpoint acted but its reply cannot be built, or the call is
+    interrupted, run ``call.undo`` (nobody will hear of the effect) and let the error go on."""
+    try:
+        yield
+    except BaseException:
+        for undo in call.undo:
+            try:
+                undo()
+            except Exception:  # the reply's own failure is the one reported; this one is only logged
+                logger.exception("could not undo a call whose reply failed", extra={"path": path})
+        raise
 
 
 #: On a produce with an ``Idempotency-Key``: ``true`` when an earlier request with that key stored the

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from querator.api import paths, routes, schemas
-from querator.api.endpoints import ENDPOINTS, Call, idempotency_key
+from querator.api.endpoints import ENDPOINTS, Call, idempotency_key, undone_on_failure
 from querator.api.errors import WireError, error_response, unknown_path
 from querator.domain.errors import QueratorError
 from querator.observability import logger
@@ -197,24 +197,12 @@ def _bind(
             idempotency_key=idempotency_key(request.headers) if route.base is routes.PRODUCE else None,
             scoped_queue=scoped_queue,
         )
-        try:
+        # An error after the endpoint acted becomes the 500 it is, its effect undone first.
+        with undone_on_failure(call, request.path):
             reply = endpoint(service(), parsed, call)
             return _json(200, reply.to_wire(), call.reply_headers)
-        except BaseException:
-            # The endpoint acted but its reply cannot be built (or the invocation is interrupted):
-            # undo what nobody will hear of, then let the error become the 500 it is.
-            for undo in call.undo:
-                _undo_quietly(undo, request)
-            raise
 
     return serve
-
-
-def _undo_quietly(undo: Callable[[], object], request: Request) -> None:
-    try:
-        undo()
-    except Exception:  # the reply's own failure is the one reported; this one is only logged
-        logger.exception("could not undo a call whose reply failed", extra={"path": request.path})
 
 
 def _raw_body(event: dict[str, Any]) -> bytes:
