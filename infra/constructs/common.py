@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Final
 
+import jsii
 from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_apigatewayv2 as apigw2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from constructs import Construct
 
     from infra.config import StageConfig
@@ -63,3 +69,21 @@ def execute_api_arn(scope: Construct, api_id: str, stage: str, method: str, path
     return Stack.of(scope).format_arn(
         service="execute-api", resource=api_id, resource_name=f"{stage}/{verb}{pattern}"
     )
+
+
+@jsii.implements(apigw2.IAccessLogSettings)
+class AccessLogSettings:
+    """A v2 API stage's JSON access log (the HTTP API flavour, the stream's WebSocket API): CDK takes
+    these settings as an interface, not a struct."""
+
+    def __init__(self, group: logs.ILogGroup, fields: Mapping[str, str]) -> None:
+        self._destination = apigw2.LogGroupLogDestination(group)
+        self._format = apigw.AccessLogFormat.custom(json.dumps(dict(fields), separators=(",", ":")))
+
+    @property
+    def destination(self) -> apigw2.IAccessLogDestination:
+        return self._destination
+
+    @property
+    def format(self) -> apigw.AccessLogFormat:
+        return self._format

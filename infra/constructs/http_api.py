@@ -16,19 +16,16 @@ Gateway as on REST; the handlers answer 413 over a route's own limit as before.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Final
 
-import jsii
 from aws_cdk import Duration
-from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigw2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.constructs.common import execute_api_arn, removal_policy, retention
+from infra.constructs.common import AccessLogSettings, execute_api_arn, removal_policy, retention
 from infra.timeouts import API_GATEWAY_SECONDS
 from querator.api.routes import ROUTES, Function
 
@@ -63,22 +60,6 @@ ACCESS_LOG_FIELDS: Final = {
     "integrationError": "$context.integration.error",
     "error": "$context.error.message",
 }
-
-
-@jsii.implements(apigw2.IAccessLogSettings)
-class _AccessLog:
-    """The stage's access log settings (CDK takes them as an interface, not a struct)."""
-
-    def __init__(self, group: logs.ILogGroup) -> None:
-        self._destination = apigw2.LogGroupLogDestination(group)
-
-    @property
-    def destination(self) -> apigw2.IAccessLogDestination:
-        return self._destination
-
-    @property
-    def format(self) -> apigw.AccessLogFormat:
-        return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS, separators=(",", ":")))
 
 
 def _integration(construct_id: str, function: ServiceFunction) -> integrations.HttpLambdaIntegration:
@@ -130,7 +111,7 @@ class HttpQueueApi(Construct):
             http_api=self.api,
             stage_name=STAGE,
             auto_deploy=True,
-            access_log_settings=_AccessLog(self.access_logs),
+            access_log_settings=AccessLogSettings(self.access_logs, ACCESS_LOG_FIELDS),
             throttle=apigw2.ThrottleSettings(
                 rate_limit=config.api_throttle_rate, burst_limit=config.api_throttle_burst
             ),

@@ -11,12 +11,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Final, cast
 
-import jsii
 from aws_cdk import CfnElement, Duration, Stack
-from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigw2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
@@ -28,7 +25,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.constructs.common import removal_policy, retention
+from infra.constructs.common import AccessLogSettings, removal_policy, retention
 from infra.constructs.functions import ServiceFunction
 from infra.nag import acknowledge
 from infra.permissions import DISPATCHER, STREAM
@@ -59,22 +56,6 @@ ACCESS_LOG_FIELDS: Final = {
 #: Tries of a failed batch (halved each time to find the bad record) before it is skipped: a skipped
 #: batch loses no item (it waits in its queue for the next write or the sweep), only promptness.
 STREAM_RETRIES: Final = 2
-
-
-@jsii.implements(apigw2.IAccessLogSettings)
-class _AccessLog:
-    """The stage's access log settings (CDK takes them as an interface, not a struct)."""
-
-    def __init__(self, group: logs.ILogGroup) -> None:
-        self._destination = apigw2.LogGroupLogDestination(group)
-
-    @property
-    def destination(self) -> apigw2.IAccessLogDestination:
-        return self._destination
-
-    @property
-    def format(self) -> apigw.AccessLogFormat:
-        return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS, separators=(",", ":")))
 
 
 class QueueStream(Construct):
@@ -129,7 +110,7 @@ class QueueStream(Construct):
             web_socket_api=self.api,
             stage_name=config.stage,
             auto_deploy=True,
-            access_log_settings=_AccessLog(self.access_log),
+            access_log_settings=AccessLogSettings(self.access_log, ACCESS_LOG_FIELDS),
             throttle=apigw2.ThrottleSettings(
                 rate_limit=config.api_throttle_rate, burst_limit=config.api_throttle_burst
             ),
