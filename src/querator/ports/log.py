@@ -1,0 +1,214 @@
+"""Ports: engine v3's claim log (docs/adr/0100-engine-v3-candidates.md).
+
+A *log* is one lane of one partition (``LogKey``: a band, or a band and a group in a fair queue).
+Its items sit at positions (``querator.domain.positions``) handed out once, in produce order, by a
+sequencer in the log's *head*; items produced together are stored together in write-once *packed
+rows*. A lease claims a *run* of positions after the head's *cursor* with one conditional write that
+also files a *lease record* (a token, the positions it holds, their deadline); completing, retrying
+and renewing write the record, not the items, and finished rows go by TTL. So a delivered item
+costs a share of three small head writes and of the bytes of its row, not three writes of its own.
+
+What the service sees, and every store keeps (the contract suite in ``tests/contract`` holds them to
+it on every store):
+
+- **Order.** A log hands out positions oldest first, to any number of consumers: concurrent claims
+  get disjoint runs, each in position order, and a claim never fails because another one won (a
+  fetch-and-add on the cursor, not a race per item).
+- **Fencing.** An id is valid for one lease: a position is written once, an item that goes back to
+  the queue is appended at a new position, and a settled position is done for good. A holder whose
+  lease ran out, or whose position was settled, gets the id back as rejected.
+- **Nothing held that was not returned.** A claim returns every position it took, either as an item
+  or as a *hole* (see ``collect``): the run is the caller's to settle, or it expires.
+- **A dead writer** (a produce that took positions and stopped before writing them) leaves a hole.
+  A claim that meets one waits ``HOLE_TIMEOUT_S`` for it (``collect``), then fills it: the position
+  is done, and a writer that was only late finds it taken and appends its items at new positions,
+  so its call still succeeds and nothing lands behind the cursor.
+- **Atomic moves.** Whatever settles a position and appends an item elsewhere (a retry, an expired
+  lease going to the tail, a dead letter) does both or neither.
+- **Costs** (DynamoDB): ``append`` one sequencer write plus the bytes of its rows; ``claim`` one head
+  write plus reading the run's rows; ``settle``/``renew`` one write per record touched (a
+  transaction when items move); reads O(what the call returns), never O(what the log holds).
+
+Every method raises on a store error; a method that raised may have applied part of its work only
+where its docstring says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from querator.domain.model import Item
+    from querator.ports import BatchResult, Guard
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LogKey:
+    """One log: ``lane`` is ``querator.domain.priority.lane_of`` of its items' ids (``""``: priority
+    5 without groups)."""
+
+    queue: str
+    partition: int
+    lane: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogHead:
+    """What a log's head says; zeros for a log never written. One strong read of one small row.
+
+    ``tail - cursor`` positions are waiting (some may be holes being written, or deleted while
+    waiting). ``next_expiry`` and ``next_due`` are lower bounds: no record expires and no scheduled
+    item is due before them (``None``: none at all), so a lease reads what is due only when they
+    have passed.
+    """
+
+    #: The next position the sequencer hands out.
+    tail: int = 0
+    #: Every position below it is claimed (or was filled or deleted while waiting).
+    cursor: int = 0
+    #: Lease records in flight, and the positions they hold that are not settled yet.
+    leases: int = 0
+    leased: int = 0
+    #: Items in the log's schedule (``enqueue_at``/``retry_at`` after the write).
+    scheduled: int = 0
+    next_expiry: datetime | None = None
+    next_due: datetime | None = None
+    #: The largest ``Item.reply_size`` ever appended: a lease sizes its claim under the reply cap with it.
+    largest: int = 0
+
+    @property
+    def waiting(self) -> int:
+        return self.tail - self.cursor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A run of positions one ``claim`` took, filed as one lease record under ``token``.
+
+    ``items`` are the positions written when the claim read them, in position order, with
+    ``lease_deadline`` set and ``attempts`` counting this lease. ``holes`` are the ids of positions
+    taken by a writer that has not written them yet: ``collect`` them.
+    """
+
+    token: str
+    deadline: datetime
+    items: list[Item] = field(default_factory=list)
+    holes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRun:
+    """A lease record as ``expired`` finds it: its undone items (as ``claim`` returned them)."""
+
+    token: str
+    deadline: datetime
+    items: list[Item] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settlement:
+    """What happens to one leased position: ``to is None``: done (completed, or dropped); else
+    ``item`` is appended to ``to`` (its tail, or its schedule when ``item.enqueue_at`` is later than
+    the call's ``now``) in the same atomic step that marks the position done. ``item.id`` is ignored:
+    the target assigns one."""
+
+    id: str
+    to: LogKey | None = None
+    item: Item | None = None
+
+
+class ClaimLog(Protocol):
+    """Engine v3's storage of items: one log per ``LogKey``."""
+
+    def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
+        """Store ``items`` at the tail, in order, and return them as stored, ids assigned (their
+        ``id`` is ignored). An item whose ``enqueue_at`` is later than ``now`` goes to the log's
+        schedule (a ``scheduled_id``) instead and is moved to the tail by ``promote`` when due.
+
+        The items of one call are packed into as few rows as the store's row size allows. One
+        sequencer write takes their positions, then the rows are written once each, in order; a row
+        whose positions a lease filled meanwhile (this writer was taken for dead) is written at new
+        positions, with every row after it. On an error some leading rows may be stored: their
+        items will be delivered (a produce retried with its idempotency key does not write twice).
+        """
+        ...
+
+    def head(self, key: LogKey) -> LogHead:
+        """The log's head (one strong read)."""
+        ...
+
+    def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+        """Take up to ``count`` positions after the cursor as one lease valid until ``deadline``.
+
+        Fewer when fewer are waiting; none (an empty ``Claim``, ``token == ""``) when none are.
+        Concurrent claims take disjoint runs and never fail because another one won. Positions
+        deleted while waiting or filled are skipped (they count against ``count``: a claim stays
+        O(count)). On an error after the cursor moved the record exists with its run: it expires
+        like any lease, and its items go back to the tail then.
+        """
+        ...
+
+    def collect(self, key: LogKey, token: str, *, now: datetime) -> Claim:
+        """Read the holes of ``token``'s record again: the ones now written come back as items; a
+        hole whose claim is ``HOLE_TIMEOUT_S`` old or more is filled (done, never delivered). Returns
+        the claim with only what this call found, and the holes still open."""
+        ...
+
+    def promote(self, key: LogKey, *, now: datetime, limit: int) -> int:
+        """Move up to ``limit`` scheduled items due at ``now`` to the tail, oldest due first, each
+        move atomic (under a new id). Returns how many moved."""
+        ...
+
+    def expired(self, key: LogKey, *, now: datetime, limit: int) -> list[LeaseRun]:
+        """Up to ``limit`` lease records whose deadline passed, oldest deadline first, with their
+        undone items: a key range of what is due, never a read of valid leases. The caller settles
+        them (to the tail, a dead-letter queue, or dropped) with ``Guard.LEASE_EXPIRED``; a hole of
+        such a record is filled on the way (its writer is long dead)."""
+        ...
+
+    def settle(
+        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+    ) -> BatchResult[str]:
+        """Settle leased positions: each id must be an unsettled position of a lease record that
+        ``guard`` admits (``LEASE_VALID``: deadline after ``now``; ``LEASE_EXPIRED``: at or before
+        it; ``ANY``). Applied ids are settled for good; the others are rejected (unknown, stale,
+        already settled, or refused by the guard). A record left with nothing unsettled is gone.
+        Each record's settlements, with the appends they carry, are one atomic step."""
+        ...
+
+    def renew(
+        self, key: LogKey, ids: Sequence[str], *, deadline: datetime, now: datetime
+    ) -> BatchResult[str]:
+        """Move the deadline of validly leased positions to ``deadline``. All of a record's
+        unsettled positions: its deadline moves. A part of them: they move to a new record with the
+        new deadline (the rest keep theirs)."""
+        ...
+
+    def delete(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> BatchResult[str]:
+        """Remove items in any state: a waiting position is skipped by every later claim, a leased
+        one is settled, a scheduled one is removed. Ids that name nothing stored are rejected."""
+        ...
+
+    def get(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> dict[str, Item]:
+        """The items ``ids`` name, as stored now (leased ones with their deadline and attempts as
+        ``claim`` returned them): what a retry or a dead letter appends again. Ids that name nothing
+        stored (settled, filled, deleted, unknown) are absent. Reads O(ids)."""
+        ...
+
+    def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
+        """Up to ``limit`` stored items with ids after ``after``, in id order: leased (with their
+        deadline) and waiting positions, then scheduled items. Skips settled, filled and deleted
+        positions; reads O(returned + records in the range)."""
+        ...
+
+    def purge(self, key: LogKey, *, limit: int) -> int:
+        """Delete up to ``limit`` rows of the log (its head last): a deleted queue's storage, paged.
+        Returns how many rows went; 0 once the log is gone."""
+        ...
+
+
+__all__ = ["Claim", "ClaimLog", "LeaseRun", "LogHead", "LogKey", "Settlement"]
