@@ -113,8 +113,8 @@ class LeaseRun:
 class Settlement:
     """What happens to one leased position: ``to is None``: done (completed, or dropped); else
     ``item`` is appended to ``to`` (its tail, or its schedule when ``item.enqueue_at`` is later than
-    the call's ``now``) in the same atomic step that marks the position done. ``item.id`` is ignored:
-    the target assigns one."""
+    the call's ``now``) in the same atomic step that marks the position done. ``item.id`` and
+    ``item.lease_deadline`` are ignored: the target assigns an id, and the item waits unleased."""
 
     id: str
     to: LogKey | None = None
@@ -126,8 +126,9 @@ class ClaimLog(Protocol):
 
     def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
         """Store ``items`` at the tail, in order, and return them as stored, ids assigned (their
-        ``id`` is ignored). An item whose ``enqueue_at`` is later than ``now`` goes to the log's
-        schedule (a ``scheduled_id``) instead and is moved to the tail by ``promote`` when due.
+        ``id`` and ``lease_deadline`` are ignored). An item whose ``enqueue_at`` is later than
+        ``now`` goes to the log's schedule (a ``scheduled_id``) instead and is moved to the tail by
+        ``promote`` when due.
 
         The items of one call are packed into as few rows as the store's row size allows. One
         sequencer write takes their positions, then the rows are written once each, in order; a row
