@@ -142,14 +142,25 @@ class ClaimLog(Protocol):
         """The log's head (one strong read)."""
         ...
 
-    def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+    def claim(
+        self,
+        key: LogKey,
+        *,
+        count: int,
+        deadline: datetime,
+        now: datetime,
+        max_leased: int | None = None,
+    ) -> Claim:
         """Take up to ``count`` positions after the cursor as one lease valid until ``deadline``.
 
         Fewer when fewer are waiting; none (an empty ``Claim``, ``token == ""``) when none are.
-        Concurrent claims take disjoint runs and never fail because another one won. Positions
-        deleted while waiting or filled are skipped (they count against ``count``: a claim stays
-        O(count)). On an error after the cursor moved the record exists with its run: it expires
-        like any lease, and its items go back to the tail then.
+        ``max_leased``: take only as many as keep the log's unsettled leased positions
+        (``LogHead.leased``) at or below it, checked in the claim's own write (a group lane's
+        ``max_leased_per_group``): none when it is reached. Concurrent claims take disjoint runs and
+        never fail because another one won. Positions deleted while waiting or filled are skipped
+        (they count against ``count``: a claim stays O(count)). On an error after the cursor moved
+        the record exists with its run: it expires like any lease, and its items go back to the
+        tail then.
         """
         ...
 
@@ -176,9 +187,11 @@ class ClaimLog(Protocol):
     ) -> BatchResult[str]:
         """Settle leased positions: each id must be an unsettled position of a lease record that
         ``guard`` admits (``LEASE_VALID``: deadline after ``now``; ``LEASE_EXPIRED``: at or before
-        it; ``ANY``). Applied ids are settled for good; the others are rejected (unknown, stale,
-        already settled, or refused by the guard). A record left with nothing unsettled is gone.
-        Each record's settlements, with the appends they carry, are one atomic step."""
+        it; ``ANY``: either, and also a waiting position, which claims then skip, or a scheduled
+        item, which leaves the schedule: how a waiting item is moved or reprioritized). Applied ids
+        are settled for good; the others are rejected (unknown, stale, already settled, or refused
+        by the guard). A record left with nothing unsettled is gone. Each record's settlements, with
+        the appends they carry, are one atomic step (and each waiting or scheduled item's)."""
         ...
 
     def renew(
