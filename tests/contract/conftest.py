@@ -90,8 +90,8 @@ def metered(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Metere
 def claim_log(request: pytest.FixtureRequest) -> Iterator[ClaimLog]:
     """Engine v3's claim log (``querator.ports.log``) on each store, over fresh tables or a fresh file.
 
-    Each store class also has the two halves of ``append`` as methods of its own,
-    ``take_positions`` and ``write_taken``, so a test can play a writer that dies between them.
+    A test plays a writer that dies between taking its positions and writing them with the two
+    halves of ``append``, ``take_positions`` and ``write_taken``.
     """
     # Imported by name while the stores are being built on separate branches (engine v3, issue 35).
     if request.param == "memory":

@@ -492,13 +492,11 @@ def test_purge_removes_the_log_in_pages(claim_log: ClaimLog) -> None:
 
 
 def _take(log: ClaimLog, count: int, now: datetime = NOW) -> list[str]:
-    taken: list[str] = log.take_positions(KEY, count, now=now)  # type: ignore[attr-defined]
-    return taken
+    return log.take_positions(KEY, count, now=now)
 
 
 def _write_taken(log: ClaimLog, ids: list[str], items: list[Item], now: datetime) -> list[Item]:
-    stored: list[Item] = log.write_taken(KEY, ids, items, now=now)  # type: ignore[attr-defined]
-    return stored
+    return log.write_taken(KEY, ids, items, now=now)
 
 
 def test_a_writer_that_is_only_slow_is_collected(claim_log: ClaimLog) -> None:
@@ -555,6 +553,16 @@ def test_an_expired_lease_with_a_hole_is_filled_on_the_way(claim_log: ClaimLog) 
     assert claim_log.head(KEY).leases == 0
     assert _write_taken(claim_log, taken, _items("late"), late)[0].id not in taken
     assert _payloads(_drain(claim_log, now=late)) == [b"before", b"late"]
+
+
+def test_a_retried_write_of_taken_positions_does_not_write_twice(claim_log: ClaimLog) -> None:
+    taken = _take(claim_log, 2)
+    first = _write_taken(claim_log, taken, _items("a", "b"), NOW)
+
+    again = _write_taken(claim_log, taken, _items("a", "b"), NOW + timedelta(milliseconds=10))
+
+    assert [i.id for i in first] == [i.id for i in again] == taken
+    assert _payloads(_drain(claim_log)) == [b"a", b"b"]
 
 
 # --- at depth: the work of a call is its own ---------------------------------------------------------

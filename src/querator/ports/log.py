@@ -138,6 +138,23 @@ class ClaimLog(Protocol):
         """
         ...
 
+    def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
+        """The first half of ``append``: take ``count`` positions at the tail with one sequencer
+        write and return their ids; nothing is written at them yet (they are holes until
+        ``write_taken``). An idempotent produce records these ids before it writes, so a retry after
+        a crash writes the same positions instead of new ones."""
+        ...
+
+    def write_taken(
+        self, key: LogKey, ids: Sequence[str], items: Sequence[Item], *, now: datetime
+    ) -> list[Item]:
+        """The second half of ``append``: write ``items`` (one per id, in order, packed as
+        ``append`` packs them) at the positions ``ids`` that ``take_positions`` returned, each row
+        written once. A row whose position a lease filled meanwhile (this writer was taken for dead)
+        is written at new positions at the tail, with every row after it; a row already written
+        there by an earlier try of the same write is left as it is. Returns the items as stored."""
+        ...
+
     def head(self, key: LogKey) -> LogHead:
         """The log's head (one strong read)."""
         ...
