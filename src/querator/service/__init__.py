@@ -27,6 +27,7 @@ from querator.domain.ids import IdFactory
 from querator.service.admin import QueueAdmin
 from querator.service.items import ItemCalls
 from querator.service.lease import Leaser
+from querator.service.logs import Logs
 from querator.service.produce import Producer
 from querator.service.queues import QueueDirectory
 from querator.service.reaper import Reaper, ReapReport
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
         StorageItem,
     )
     from querator.ports import Clock, ItemStore, QueueCatalog
+    from querator.ports.log import ClaimLog
 
 
 class QueueService:
@@ -90,6 +92,10 @@ class QueueService:
         queue delete may purge before leaving the rest to the reaper (on the service's clock).
     recount_period
         How often the reaper recounts a partition to heal drift in the counters ``stats`` reads.
+    log
+        Engine v3's claim log (``querator.ports.log``; docs/adr/0100): given, new items of FIFO
+        queues are written there and what engine v2 stored is served until it is gone; ``None``:
+        engine v2 alone. Fair queues stay on engine v2 either way, for now.
     """
 
     def __init__(
@@ -105,20 +111,29 @@ class QueueService:
         clear_budget: timedelta = DEFAULT_CLEAR_BUDGET,
         purge_budget: timedelta = DEFAULT_PURGE_BUDGET,
         recount_period: timedelta = DEFAULT_RECOUNT_PERIOD,
+        log: ClaimLog | None = None,
     ) -> None:
         ids = ids or IdFactory()
         rng = rng or random.Random()  # noqa: S311 - spreading load, not security
         self.catalog = catalog
         self.store = store
         self._queues = QueueDirectory(catalog, clock, queue_cache_ttl)
+        self.log = log
+        logs = Logs(log, store, self._queues, clock) if log is not None else None
         settler = Settler(store, self._queues, ids)
         self._admin = QueueAdmin(
-            store, self._queues, settler, clock, clear_budget=clear_budget, purge_budget=purge_budget
+            store,
+            self._queues,
+            settler,
+            clock,
+            clear_budget=clear_budget,
+            purge_budget=purge_budget,
+            logs=logs,
         )
-        self._producer = Producer(store, self._queues, clock, ids, rng)
-        self._leaser = Leaser(store, self._queues, settler, clock, rng, claim_budget)
-        self._items = ItemCalls(store, self._queues, settler, clock, ids)
-        self._reaper = Reaper(catalog, store, settler, self._admin, clock, recount_period)
+        self._producer = Producer(store, self._queues, clock, ids, rng, logs)
+        self._leaser = Leaser(store, self._queues, settler, clock, rng, claim_budget, logs)
+        self._items = ItemCalls(store, self._queues, settler, clock, ids, logs)
+        self._reaper = Reaper(catalog, store, settler, self._admin, clock, recount_period, logs)
         self._redriver = Redriver(store, self._queues, clock, ids, budget=clear_budget)
         self._tickets = TicketSigner(catalog)
         self._clock = clock
@@ -127,6 +142,7 @@ class QueueService:
     #: another service over the same storage is ``QueueService(catalog=s.catalog, store=s.store, ...)``.
     catalog: QueueCatalog
     store: ItemStore
+    log: ClaimLog | None
 
     # -- queues -----------------------------------------------------------------------------------
 

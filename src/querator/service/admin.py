@@ -18,6 +18,7 @@ from querator.domain.model import (
 )
 from querator.domain.priority import band_end, band_start
 from querator.ports import Guard
+from querator.service.logs import ALL_BANDS
 from querator.service.tuning import PAGE_MAX, RECORDS_PER_CALL, UPDATE_RETRIES
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from querator.domain.model import QueueInfo, QueueUpdate
     from querator.ports import Clock, ItemStore, PartitionHead
+    from querator.service.logs import Logs
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
 
@@ -41,7 +43,9 @@ class QueueAdmin:
         *,
         clear_budget: timedelta,
         purge_budget: timedelta,
+        logs: Logs | None = None,
     ) -> None:
+        self._logs = logs
         self._store = store
         self._queues = queues
         self._catalog = queues.catalog
@@ -142,6 +146,11 @@ class QueueAdmin:
         Deleted rows are gone from the next read, so the partitions themselves are the bookmark.
         """
         for partition in range(info.partitions):
+            if self._logs is not None:
+                # Engine v3's logs first: the partition's head row, gone last, names their bands.
+                while self._logs.purge(info.name, partition, ALL_BANDS, limit=PAGE_MAX):
+                    if self._clock.now() >= stop_at:
+                        return False
             while self._store.purge_page(info.name, partition, limit=PAGE_MAX):
                 if self._clock.now() >= stop_at:
                     return False

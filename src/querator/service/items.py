@@ -23,6 +23,7 @@ from querator.domain.model import (
 )
 from querator.domain.priority import band_end, band_start, validate_priority
 from querator.ports import Guard, Move
+from querator.service.logs import is_log_id
 from querator.service.queues import check_partition
 from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, UNKNOWN_ITEM
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from querator.domain.ids import IdFactory
     from querator.domain.model import QueueInfo, RetryRequest, StorageItem
     from querator.ports import Clock, ItemStore
+    from querator.service.logs import Logs
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
 
@@ -40,9 +42,16 @@ class ItemCalls:
     """complete / retry / renew (the holder of a lease) and the storage calls (an operator)."""
 
     def __init__(
-        self, store: ItemStore, queues: QueueDirectory, settler: Settler, clock: Clock, ids: IdFactory
+        self,
+        store: ItemStore,
+        queues: QueueDirectory,
+        settler: Settler,
+        clock: Clock,
+        ids: IdFactory,
+        logs: Logs | None = None,
     ) -> None:
         self._store = store
+        self._logs = logs
         self._queues = queues
         self._settler = settler
         self._clock = clock
@@ -52,15 +61,27 @@ class ItemCalls:
         """Delete leased items; ids that are unknown, stale or not leased are reported as failed."""
         queue, valid, failed = self._leased_ids(queue_name, partition, ids)
         now = self._clock.now()
-        result = self._store.delete(
-            queue.name, partition, valid, guard=Guard.LEASE_VALID, now=now, completed=True
+        logged, valid_v2 = self._split(valid)
+        done = (
+            self._logs.complete(queue, partition, logged, now) if self._logs is not None and logged else set()
         )
-        self._free_slots(queue, partition, result.applied)
-        rejected = set(result.rejected)
+        if valid_v2:
+            result = self._store.delete(
+                queue.name, partition, valid_v2, guard=Guard.LEASE_VALID, now=now, completed=True
+            )
+            self._free_slots(queue, partition, result.applied)
+            done |= set(result.applied)
         return BatchOutcome(
-            applied=[i for i in valid if i not in rejected],
-            failed=failed + [IdFailure(id=i, reason=NOT_LEASED) for i in valid if i in rejected],
+            applied=[i for i in valid if i in done],
+            failed=failed + [IdFailure(id=i, reason=NOT_LEASED) for i in valid if i not in done],
         )
+
+    def _split(self, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """``ids`` as (engine v3's, engine v2's). Without logs every id is v2's: a v3 id then names
+        nothing the store holds and fails as any unknown id does."""
+        if self._logs is None:
+            return [], list(ids)
+        return [i for i in ids if is_log_id(i)], [i for i in ids if not is_log_id(i)]
 
     def retry(self, queue_name: str, partition: int, requests: Sequence[RetryRequest]) -> BatchOutcome:
         """Put leased items back: at the tail, at ``retry_at``, or into the dead-letter queue.
@@ -78,7 +99,12 @@ class ItemCalls:
                 # Counted from this call's clock, the one the item's lease and schedule are read by.
                 retry_at = resolve_time(None, request.retry_in, now, "retry_in")
                 wanted[request.id] = replace(request, retry_at=retry_at, retry_in=None)
-        items = self._store.get_many(queue.name, partition, list(wanted))
+        logged, _ = self._split(list(wanted))
+        done: set[str] = set()
+        if logged and self._logs is not None:
+            done = self._logs.retry(queue, partition, [wanted.pop(i) for i in logged], now)
+            failed += [IdFailure(id=i, reason=NOT_LEASED) for i in logged if i not in done]
+        items = self._store.get_many(queue.name, partition, list(wanted)) if wanted else {}
         requeue: list[Move] = []
         dead: list[Item] = []
         for item_id, request in wanted.items():
@@ -98,7 +124,6 @@ class ItemCalls:
                 Move(item=item, target_queue=queue.name, target_partition=partition, replacement=replacement)
             )
         attempted = [m.item.id for m in requeue] + [item.id for item in dead]
-        done: set[str] = set()
         if requeue:
             done |= set(
                 self._store.move(queue.name, partition, requeue, guard=Guard.LEASE_VALID, now=now).applied
@@ -107,8 +132,9 @@ class ItemCalls:
             moved, _ = self._settler.dead_letter(queue, partition, dead, Guard.LEASE_VALID, now)
             done |= moved
         failed += [IdFailure(id=i, reason=NOT_LEASED) for i in attempted if i not in done]
-        self._free_slots(queue, partition, list(done))
-        return BatchOutcome(applied=[i for i in wanted if i in done], failed=failed)
+        self._free_slots(queue, partition, [i for i in done if not is_log_id(i)])
+        asked = dict.fromkeys(r.id for r in requests)
+        return BatchOutcome(applied=[i for i in asked if i in done], failed=failed)
 
     def _free_slots(self, queue: QueueInfo, partition: int, ended: Sequence[str]) -> None:
         """In a capped fair queue, leases that ended leave their group's ledger at once (else their
@@ -146,11 +172,18 @@ class ItemCalls:
             )
         now = self._clock.now()
         deadline = now + timeout
-        if valid:
-            self._store.record_lease(queue.name, partition, valid, deadline=deadline)
-        rejected = set(
-            self._store.renew(queue.name, partition, valid, lease_deadline=deadline, now=now).rejected
+        logged, valid_v2 = self._split(valid)
+        renewed = (
+            self._logs.renew(queue, partition, logged, deadline, now)
+            if self._logs is not None and logged
+            else set()
         )
+        rejected = {i for i in logged if i not in renewed}
+        if valid_v2:
+            self._store.record_lease(queue.name, partition, valid_v2, deadline=deadline)
+            rejected |= set(
+                self._store.renew(queue.name, partition, valid_v2, lease_deadline=deadline, now=now).rejected
+            )
         return RenewOutcome(
             queue_name=queue.name,
             partition=partition,
@@ -356,7 +389,11 @@ class ItemCalls:
         queue, valid, failed = self._leased_ids(queue_name, partition, ids)
         if failed:
             raise InvalidRequestError(f"'{failed[0].id}' is not an item id", id=failed[0].id)
-        self._store.delete(queue.name, partition, valid, guard=Guard.ANY, now=self._clock.now())
+        logged, valid = self._split(valid)
+        if logged and self._logs is not None:
+            self._logs.delete(queue, partition, logged, self._clock.now())
+        if valid:
+            self._store.delete(queue.name, partition, valid, guard=Guard.ANY, now=self._clock.now())
 
 
 def _seconds(value: timedelta) -> str:

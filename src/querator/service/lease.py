@@ -22,6 +22,7 @@ from querator.domain.lifecycle import Action
 from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
 from querator.domain.priority import is_group_lane, lane_of, ledger_group
 from querator.ports import ClaimInterruptedError, GroupLedger, Guard, Move
+from querator.service.logs import is_log_id
 from querator.service.ratelimit import GROUP_WAIT_MAX, Limited, RateGate
 from querator.service.tuning import (
     CURSOR_LAG,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
     from querator.domain.model import Item, ItemState, QueueInfo
     from querator.ports import BatchResult, Clock, ItemStore, Page, PartitionHead
+    from querator.service.logs import Logs
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
 
@@ -64,6 +66,8 @@ class _Holdings(threading.local):
         #: By (partition, id): a lease tries partitions in turn, and ids are a partition's.
         self.claimed: dict[tuple[int, str], Item] = {}
         self.counted: set[tuple[int, str]] = set()
+        #: Items leased from engine v3's logs, by partition (their claims are the logs' records).
+        self.logged: dict[int, list[Item]] = {}
         #: Whether the call's last try left a band with items in it, every claim lost to other
         #: consumers: that try found items, so it must not count as finding nothing.
         self.outraced = False
@@ -71,6 +75,7 @@ class _Holdings(threading.local):
     def clear(self) -> None:
         self.claimed.clear()
         self.counted.clear()
+        self.logged.clear()
 
 
 class _HoldingStore:
@@ -129,8 +134,10 @@ class Leaser:
         clock: Clock,
         rng: random.Random,
         claim_budget: timedelta,
+        logs: Logs | None = None,
     ) -> None:
         self._holdings = _Holdings()
+        self._logs = logs
         self._gate = RateGate(store)
         # Typed as the port: the wrapper adds bookkeeping to three of its methods, nothing else.
         self._store = cast("ItemStore", _HoldingStore(store, self._holdings, self._gate))
@@ -241,8 +248,16 @@ class Leaser:
         of the old ids can no longer act). Returns how many went back."""
         queue = self._queues.queue(queue_name)
         now = self._clock.now()
+        given = 0
+        if self._logs is not None:
+            logged = [i for i in ids if is_log_id(i)]
+            given += self._logs.give_back_ids(queue, partition, logged, now) if logged else 0
+            ids = [i for i in ids if not is_log_id(i)]
+        if not ids:
+            return given
         found = self._store.get_many(queue.name, partition, list(ids))
-        return self._put_back(queue, partition, [item for item in found.values() if item.is_leased(now)], now)
+        leased = [item for item in found.values() if item.is_leased(now)]
+        return given + self._put_back(queue, partition, leased, now)
 
     def _put_back(self, queue: QueueInfo, partition: int, items: Sequence[Item], now: datetime) -> int:
         moves = [
@@ -290,6 +305,9 @@ class Leaser:
         for (partition, _), item in self._holdings.claimed.items():
             by_partition.setdefault(partition, []).append(item)
         counted = set(self._holdings.counted)
+        if self._logs is not None:
+            for partition, items in self._holdings.logged.items():
+                self._give_back_logged(queue, partition, items, now)
         for partition, items in by_partition.items():
             try:
                 uncounted = [item for item in items if (partition, item.id) not in counted]
@@ -312,6 +330,27 @@ class Leaser:
                 len(items),
                 partition,
             )
+
+    def _give_back_logged(self, queue: QueueInfo, partition: int, items: list[Item], now: datetime) -> None:
+        assert self._logs is not None  # noqa: S101 - only called with logs
+        try:
+            given = self._logs.give_back(queue, partition, items, now)
+        except Exception:  # the original failure goes on; this one is only logged
+            log.exception(
+                "a failed lease of %s could not give back %d item(s) of partition %d; they return"
+                " when their lease runs out",
+                queue.name,
+                len(items),
+                partition,
+            )
+            return
+        log.warning(
+            "a failed lease of %s gave back %d of %d claimed item(s) of partition %d",
+            queue.name,
+            given,
+            len(items),
+            partition,
+        )
 
     def _lease_partitions(self, queue: QueueInfo, batch_size: int, now: datetime) -> Lease:
         with self._lock:
@@ -354,8 +393,56 @@ class Leaser:
                     # name: read the head again, or a lower priority would be leased before it.
                     head, _ = self._store.head(queue.name, partition, now=now)
         stop_at = now + self._claim_budget
+        if self._logs is not None:
+            return self._lease_both(queue, partition, head, batch_size, now, stop_at)
         if queue.fair or head.has_lanes:
             return self._lease_fair(queue, partition, head, batch_size, now, stop_at)
+        return self._lease_bands(queue, partition, head, batch_size, now, stop_at)
+
+    def _lease_both(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        batch_size: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> list[Item]:
+        """With engine v3's logs: what engine v2 still holds first (it is older), then the logs,
+        band by band, highest priority first. A partition whose v2 counters say it holds nothing
+        there reads no v2 band."""
+        assert self._logs is not None  # noqa: S101 - only called with logs
+        claimed: list[Item] = []
+        if head.items > 0 or queue.fair or head.has_lanes:
+            if queue.fair or head.has_lanes:
+                claimed = self._lease_fair(queue, partition, head, batch_size, now, stop_at)
+            else:
+                claimed = self._lease_bands(queue, partition, head, batch_size, now, stop_at)
+        reply_bytes = sum(reply_size(item.state()) for item in claimed)
+        for band in head.leasable_bands():
+            if len(claimed) >= batch_size or (claimed and self._clock.now() >= stop_at):
+                break
+            won, reply_bytes, drained = self._logs.lease_band(
+                queue, partition, band, batch_size - len(claimed), reply_bytes, self._gate, now
+            )
+            if won:
+                self._holdings.logged.setdefault(partition, []).extend(won)
+            claimed += won
+            # A lower priority only once this one has nothing more to give.
+            if not drained:
+                break
+        return claimed
+
+    def _lease_bands(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        batch_size: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> list[Item]:
+        """A FIFO lease of engine v2's rows: band by band, highest priority first."""
         claimed: list[Item] = []
         reply_bytes = 0
         for band in head.leasable_bands():

@@ -11,6 +11,7 @@ from querator.domain import lifecycle
 from querator.domain.errors import InvalidRequestError, RequestInProgressError
 from querator.domain.model import MAX_BATCH, Item, ProduceReceipt, resolve_time
 from querator.ports import IdempotencyRecord
+from querator.service.logs import is_log_id
 from querator.service.tuning import IDEMPOTENCY_STALE_AFTER, IDEMPOTENCY_TTL
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from querator.domain.ids import IdFactory
     from querator.domain.model import NewItem, QueueInfo
     from querator.ports import Clock, ItemStore
+    from querator.service.logs import Logs
     from querator.service.queues import QueueDirectory
 
 
@@ -28,9 +30,16 @@ class Producer:
     """Writes produced items; owns the partition balancer (what this process sent where)."""
 
     def __init__(
-        self, store: ItemStore, queues: QueueDirectory, clock: Clock, ids: IdFactory, rng: random.Random
+        self,
+        store: ItemStore,
+        queues: QueueDirectory,
+        clock: Clock,
+        ids: IdFactory,
+        rng: random.Random,
+        logs: Logs | None = None,
     ) -> None:
         self._store = store
+        self._logs = logs
         self._queues = queues
         self._clock = clock
         self._ids = ids
@@ -53,19 +62,32 @@ class Producer:
         now = self._clock.now()
         partition = self._choose_partition(queue, len(items))
         stored = [self._new_item(queue, item, now) for item in items]
+        logs = self._logs_for(queue)
         if idempotency_key is None:
-            self._store.put_new(queue.name, partition, stored, now=now)
+            if logs is not None:
+                stored = logs.write(queue, partition, stored, now)
+            else:
+                self._store.put_new(queue.name, partition, stored, now=now)
             return ProduceReceipt(queue_name=queue.name, partition=partition, ids=[i.id for i in stored])
         return self._produce_once(queue, partition, stored, idempotency_key, now)
+
+    def _logs_for(self, queue: QueueInfo) -> Logs | None:
+        """Engine v3's logs when the service has them and the queue is a FIFO one (fair delivery is
+        still engine v2's)."""
+        return self._logs if self._logs is not None and not queue.fair else None
 
     def _produce_once(
         self, queue: QueueInfo, partition: int, stored: list[Item], key: str, now: datetime
     ) -> ProduceReceipt:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        logs = self._logs_for(queue)
+        # In a log the positions are taken first and recorded, so a retry after a crash writes the
+        # same positions: nothing lands twice (scheduled items, which have none, may).
+        ids = logs.take(queue, partition, stored, now) if logs is not None else [i.id for i in stored]
         record = IdempotencyRecord(
             key=digest,
             partition=partition,
-            ids=[i.id for i in stored],
+            ids=ids,
             done=False,
             started_at=now,
             queue_created_at=queue.created_at,
@@ -88,9 +110,14 @@ class Producer:
         )
         if resumed and previous is not None:
             # The first writer died mid-way: write its ids where missing, so nothing lands twice.
-            stored = [replace(item, id=old) for item, old in zip(stored, previous.ids, strict=True)]
             partition = previous.partition
-            self._store.put_absent(queue.name, partition, stored, now=now)
+            if logs is not None and any(is_log_id(i) or not i for i in previous.ids):
+                stored = logs.write_taken(queue, partition, previous.ids, stored, now)
+            else:
+                stored = [replace(item, id=old) for item, old in zip(stored, previous.ids, strict=True)]
+                self._store.put_absent(queue.name, partition, stored, now=now)
+        elif logs is not None:
+            stored = logs.write_taken(queue, partition, ids, stored, now)
         else:
             self._store.put_new(queue.name, partition, stored, now=now)
         ids = [item.id for item in stored]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from querator.domain.model import QueueInfo
     from querator.ports import Clock, ItemStore, PartitionHead, QueueCatalog
     from querator.service.admin import QueueAdmin
+    from querator.service.logs import Logs
     from querator.service.settle import SettleOutcome, Settler
 
 #: A straggler found by the sweep goes back to the tail like an expired lease.
@@ -85,7 +86,9 @@ class Reaper:
         admin: QueueAdmin,
         clock: Clock,
         recount_period: timedelta,
+        logs: Logs | None = None,
     ) -> None:
+        self._logs = logs
         self._catalog = catalog
         self._store = store
         self._settler = settler
@@ -154,6 +157,9 @@ class Reaper:
         for band in head.leasable_lanes():
             self._reap_head(queue, partition, head, band, now, report, stop_at, is_dead_queue=is_dead_queue)
             self._sweep(queue, partition, head, band, now, report, stop_at)
+        if self._logs is not None:
+            for band in head.leasable_bands():
+                self._reap_log(queue, partition, band, now, report, stop_at, is_dead_queue=is_dead_queue)
         self._drop_idle_bands(queue, partition, head, now, report)
         if head.recount is not None or (
             head.recounted_at is not None and now - head.recounted_at >= self._recount_period
@@ -219,6 +225,25 @@ class Reaper:
             # Past the first page only expired items are wanted: read no further than they go.
             start, end, limit = page.read_to, expired_below, PAGE_MAX
 
+    def _reap_log(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        band: str,
+        now: datetime,
+        report: ReapReport,
+        stop_at: datetime,
+        *,
+        is_dead_queue: bool,
+    ) -> None:
+        """Engine v3's upkeep of one band's log (``Logs.reap``), folded into the report."""
+        assert self._logs is not None  # noqa: S101 - only called with logs
+        outcome, came_due, oldest = self._logs.reap(queue, partition, band, now, stop_at)
+        report.add(outcome)
+        report.came_due += came_due
+        if oldest is not None and not is_dead_queue and now - oldest > report.oldest_item_age:
+            report.oldest_item_age, report.oldest_item_queue = now - oldest, queue.name
+
     def _sweep(
         self,
         queue: QueueInfo,
@@ -282,7 +307,10 @@ class Reaper:
     def _band_holds_items(self, queue: QueueInfo, partition: int, band: str) -> bool:
         # A state read of one row (the payload is not read): leased, scheduled or waiting, any counts.
         page = self._store.scan(queue.name, partition, start=band_start(band), end=held_end(band), limit=1)
-        return bool(page.items)
+        if page.items:
+            return True
+        # Engine v3 keeps the band's items in its log: its head counts them.
+        return self._logs is not None and self._logs.holds_items(queue.name, partition, band)
 
     def _recount(
         self,

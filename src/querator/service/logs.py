@@ -1,0 +1,483 @@
+"""Engine v3's use cases over the claim log (``querator.ports.log``; docs/adr/0100).
+
+A service built with a ``ClaimLog`` writes new items of FIFO queues into logs, one per band of a
+partition, and leases, completes, retries and renews them there; what engine v2 stored before is
+served by v2's code until it is gone (an id's shape says which engine holds it:
+``querator.domain.positions``). This module holds the v3 side of each call; the components
+(``Producer``, ``Leaser``, ``ItemCalls``, ``Reaper``) decide which side a call goes to.
+
+What a call costs here is the log's: a lease of a band is a head read, a claim (one write) and a
+read of its run's rows; a complete is one write per lease record it touches, whatever the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from querator.domain import lifecycle
+from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError
+from querator.domain.lifecycle import Action
+from querator.domain.model import REPLY_SIZE_THRESHOLD, Item
+from querator.domain.positions import HOLE_TIMEOUT_S, parse_position_id, parse_scheduled_id, position_id
+from querator.domain.priority import BANDS, band, lane_of
+from querator.ports import Guard
+from querator.ports.log import LogKey, Settlement
+from querator.service.settle import SettleOutcome
+from querator.service.tuning import MAX_REPLY_BYTES, REPLY_ITEM_OVERHEAD
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from datetime import datetime
+
+    from querator.domain.model import QueueInfo, RetryRequest
+    from querator.ports import Clock, ItemStore
+    from querator.ports.log import ClaimLog
+    from querator.service.queues import QueueDirectory
+    from querator.service.ratelimit import RateGate
+
+log = logging.getLogger("querator.service")
+
+#: Expired lease records and due scheduled items a lease puts back before it claims, per band: the
+#: rest is the next lease's (or the reaper's), so a lease stays O(batch + this).
+UPKEEP_PER_LEASE = 32
+#: How a lease waits for a hole in its run (a writer between its two steps): first look again after
+#: this, doubling up to ``HOLE_POLL_MAX``; after ``HOLE_TIMEOUT_S`` the log fills the hole.
+HOLE_POLL_FIRST = 0.01
+HOLE_POLL_MAX = 0.25
+#: Waiting items the reaper reads from a log's cursor for ones that outlived ``expire_timeout``.
+REAPER_PAGE = 100
+#: Every band a FIFO queue's logs may use: a deleted queue's purge goes through all of them (its
+#: partition head, which names the bands in use, may be gone first).
+ALL_BANDS = BANDS
+
+
+def is_log_id(item_id: str) -> bool:
+    """Whether ``item_id`` names an item of a claim log (a position or a scheduled item)."""
+    return parse_position_id(item_id) is not None or parse_scheduled_id(item_id) is not None
+
+
+def log_key(queue: str, partition: int, item_id: str) -> LogKey:
+    """The log holding ``item_id`` (a log id) in ``partition``."""
+    return LogKey(queue, partition, lane_of(item_id))
+
+
+def lane_key(queue: QueueInfo, partition: int, priority: int, group: str) -> LogKey:
+    """The log an item of ``priority`` and ``group`` goes to in ``queue``'s ``partition``."""
+    return LogKey(queue.name, partition, band(priority) + queue.lane_for(group))
+
+
+def reply_bytes_at_most(size: int) -> int:
+    """What an item of ``Item.reply_size`` ``size`` adds to a lease reply at most (as
+    ``service.lease.reply_size`` counts a read item)."""
+    return 4 * -(-max(size, REPLY_SIZE_THRESHOLD) // 3) + REPLY_ITEM_OVERHEAD
+
+
+class Logs:
+    """The v3 side of produce, lease, complete, retry, renew and the reaper's upkeep."""
+
+    def __init__(self, log: ClaimLog, store: ItemStore, queues: QueueDirectory, clock: Clock) -> None:
+        self.log = log
+        self._store = store
+        self._queues = queues
+        self._clock = clock
+
+    # -- produce ----------------------------------------------------------------------------------
+
+    def write(self, queue: QueueInfo, partition: int, items: Sequence[Item], now: datetime) -> list[Item]:
+        """Append ``items`` (as the producer built them; their v2 ids say only their lane) to their
+        logs, and return them as stored, in the order given. One append per lane they span."""
+        by_lane = _by_lane(queue, partition, items)
+        self._register(queue, partition, by_lane)
+        stored: dict[int, Item] = {}
+        for key, entries in by_lane.items():
+            written = self.log.append(key, [item for _, item in entries], now=now)
+            stored.update(zip((n for n, _ in entries), written, strict=True))
+        return [stored[n] for n in range(len(items))]
+
+    def take(self, queue: QueueInfo, partition: int, items: Sequence[Item], now: datetime) -> list[str]:
+        """The positions an idempotent produce records before it writes (scheduled items have
+        none: ``""``), in the order of ``items``."""
+        by_lane = _by_lane(queue, partition, items)
+        self._register(queue, partition, by_lane)
+        ids = [""] * len(items)
+        for key, entries in by_lane.items():
+            ready = [(n, item) for n, item in entries if not _scheduled(item, now)]
+            if ready:
+                taken = self.log.take_positions(key, len(ready), now=now)
+                for (n, _), taken_id in zip(ready, taken, strict=True):
+                    ids[n] = taken_id
+        return ids
+
+    def write_taken(
+        self, queue: QueueInfo, partition: int, ids: Sequence[str], items: Sequence[Item], now: datetime
+    ) -> list[Item]:
+        """Write ``items`` at the positions ``take`` returned (again, after a crash: what was
+        written stays as it is); scheduled items are appended to their schedules."""
+        by_lane = _by_lane(queue, partition, items)
+        stored: dict[int, Item] = {}
+        for key, entries in by_lane.items():
+            ready = [(n, item) for n, item in entries if ids[n]]
+            later = [(n, item) for n, item in entries if not ids[n]]
+            if ready:
+                written = self.log.write_taken(
+                    key, [ids[n] for n, _ in ready], [item for _, item in ready], now=now
+                )
+                stored.update(zip((n for n, _ in ready), written, strict=True))
+            if later:
+                written = self.log.append(key, [item for _, item in later], now=now)
+                stored.update(zip((n for n, _ in later), written, strict=True))
+        return [stored[n] for n in range(len(items))]
+
+    def _register(
+        self, queue: QueueInfo, partition: int, by_lane: dict[LogKey, list[tuple[int, Item]]]
+    ) -> None:
+        # A lease reads the bands the partition's head row names (engine v2's registration, which
+        # v3 shares), so a band is named before its first item is written.
+        lanes = [key.lane + "0" * 30 for key in by_lane if key.lane]
+        if lanes:
+            self._store.register_bands(queue.name, partition, lanes, now=self._clock.now())
+
+    # -- lease --------------------------------------------------------------------------------------
+
+    def lease_band(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        band_key: str,
+        wanted: int,
+        reply_bytes: int,
+        gate: RateGate,
+        now: datetime,
+    ) -> tuple[list[Item], int, bool]:
+        """Lease up to ``wanted`` items of one band's log, oldest first: the items, the reply's
+        bytes so far, and whether the band has nothing more to give (so a lower priority may be
+        read). Expired leases and due scheduled items of the band go back to its tail first."""
+        key = LogKey(queue.name, partition, band_key)
+        head = self.log.head(key)
+        upkeep = False
+        if head.next_expiry is not None and head.next_expiry <= now:
+            upkeep = self._recover_quietly(queue, key, now)
+        if head.next_due is not None and head.next_due <= now:
+            upkeep = bool(self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE)) or upkeep
+        if upkeep:
+            head = self.log.head(key)
+        if head.waiting <= 0:
+            return [], reply_bytes, True
+        per_item = reply_bytes_at_most(head.largest)
+        room = MAX_REPLY_BYTES - reply_bytes if reply_bytes else max(MAX_REPLY_BYTES, per_item)
+        # Sized by the largest item the log was ever given, so a run never passes the reply cap.
+        count = min(wanted, room // per_item)
+        count = gate.allow(queue, count, head.waiting, now) if count else 0
+        if not count:
+            return [], reply_bytes, False
+        claim = self.log.claim(key, count=count, deadline=now + queue.lease_timeout, now=now)
+        try:
+            items = self._collect(key, claim.token, claim.items, claim.holes)
+            leased = self._sort_claimed(queue, key, items, now)
+        except BaseException:
+            # A lease holds nothing it did not return (the record would otherwise hold the items
+            # until their deadline): everything it claimed goes back, the attempt not spent.
+            self._give_back_quietly(queue, key, claim.items)
+            raise
+        reply_bytes += sum(reply_bytes_at_most(item.reply_size()) for item in leased)
+        taken = len(claim.items) + len(claim.holes)
+        return leased, reply_bytes, taken < count
+
+    def _collect(self, key: LogKey, token: str, items: list[Item], holes: list[str]) -> list[Item]:
+        """``items`` with the claim's holes read again until written or filled (a writer between its
+        two steps writes within milliseconds; one that died is filled after ``HOLE_TIMEOUT_S``)."""
+        pause = HOLE_POLL_FIRST
+        # Bounded: the log fills every hole once the claim is HOLE_TIMEOUT_S old.
+        for _ in range(int(HOLE_TIMEOUT_S / HOLE_POLL_FIRST) + 2):
+            if not holes:
+                break
+            self._clock.sleep(pause)
+            pause = min(pause * 2, HOLE_POLL_MAX)
+            found = self.log.collect(key, token, now=self._clock.now())
+            items = items + found.items
+            holes = found.holes
+        return sorted(items, key=lambda item: item.id)
+
+    def _sort_claimed(self, queue: QueueInfo, key: LogKey, items: list[Item], now: datetime) -> list[Item]:
+        """The claimed items a consumer may have: those whose time is up are dead-lettered (or
+        dropped) instead, as a v2 lease does when it finds them."""
+        expired = [item for item in items if item.expire_deadline <= now]
+        if not expired:
+            return items
+        gone = set(self._dead_letter(queue, key, expired, Guard.LEASE_VALID, now))
+        return [item for item in items if item.id not in gone]
+
+    # -- settling -------------------------------------------------------------------------------------
+
+    def complete(self, queue: QueueInfo, partition: int, ids: Sequence[str], now: datetime) -> set[str]:
+        """Settle validly leased log ids; returns those applied."""
+        applied: set[str] = set()
+        for key, key_ids in _by_log(queue.name, partition, ids).items():
+            result = self.log.settle(
+                key, [Settlement(id=i) for i in key_ids], guard=Guard.LEASE_VALID, now=now
+            )
+            applied |= set(result.applied)
+        return applied
+
+    def retry(
+        self, queue: QueueInfo, partition: int, requests: Sequence[RetryRequest], now: datetime
+    ) -> set[str]:
+        """Put validly leased log items back as ``requests`` say (``retry_at`` already resolved):
+        the tail, the schedule, or the dead-letter queue. Returns the ids applied."""
+        applied: set[str] = set()
+        wanted = {r.id: r for r in requests}
+        for key, key_ids in _by_log(queue.name, partition, list(wanted)).items():
+            items = self.log.get(key, key_ids, now=now)
+            back: list[Settlement] = []
+            dead: list[Item] = []
+            for item_id in key_ids:
+                item = items.get(item_id)
+                if item is None or not item.is_leased(now):
+                    continue
+                request = wanted[item_id]
+                plan = lifecycle.plan_retry(request, item.attempts, queue, now)
+                if plan.action is Action.DEAD_LETTER:
+                    dead.append(item)
+                    continue
+                assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
+                priority = item.priority if request.priority is None else request.priority
+                later = plan.visible_at if plan.visible_at > now else None
+                back.append(
+                    Settlement(
+                        id=item_id,
+                        to=lane_key(queue, partition, priority, item.group),
+                        item=replace(item, lease_deadline=None, enqueue_at=later, next_priority=None),
+                    )
+                )
+            if back:
+                applied |= set(self.log.settle(key, back, guard=Guard.LEASE_VALID, now=now).applied)
+            if dead:
+                applied |= set(self._dead_letter(queue, key, dead, Guard.LEASE_VALID, now))
+        return applied
+
+    def renew(
+        self, queue: QueueInfo, partition: int, ids: Sequence[str], deadline: datetime, now: datetime
+    ) -> set[str]:
+        applied: set[str] = set()
+        for key, key_ids in _by_log(queue.name, partition, ids).items():
+            applied |= set(self.log.renew(key, key_ids, deadline=deadline, now=now).applied)
+        return applied
+
+    def give_back(self, queue: QueueInfo, partition: int, items: Iterable[Item], now: datetime) -> int:
+        """Put validly leased items back at the tail at once, their attempt not spent (a lease whose
+        reply could not be written). Returns how many went."""
+        given = 0
+        by_key: dict[LogKey, list[Item]] = {}
+        for item in items:
+            by_key.setdefault(log_key(queue.name, partition, item.id), []).append(item)
+        for key, key_items in by_key.items():
+            given += len(self._put_back(queue, key, key_items, now))
+        return given
+
+    def give_back_ids(self, queue: QueueInfo, partition: int, ids: Sequence[str], now: datetime) -> int:
+        """``give_back`` for ids (read first: the items go back as they were)."""
+        found: list[Item] = []
+        for key, key_ids in _by_log(queue.name, partition, ids).items():
+            found += [item for item in self.log.get(key, key_ids, now=now).values() if item.is_leased(now)]
+        return self.give_back(queue, partition, found, now)
+
+    def _put_back(self, queue: QueueInfo, key: LogKey, items: Sequence[Item], now: datetime) -> list[str]:
+        back = [
+            Settlement(
+                id=item.id,
+                to=key,
+                # The claim counted an attempt that never reached a consumer: it is not spent.
+                item=replace(item, lease_deadline=None, attempts=max(item.attempts - 1, 0)),
+            )
+            for item in items
+        ]
+        return self.log.settle(key, back, guard=Guard.LEASE_VALID, now=now).applied if back else []
+
+    def _give_back_quietly(self, queue: QueueInfo, key: LogKey, items: Sequence[Item]) -> None:
+        try:
+            given = len(self._put_back(queue, key, items, self._clock.now()))
+        except Exception:  # the original failure goes on; this one is only logged
+            log.exception(
+                "a failed lease of %s could not give back %d item(s); they return when their lease runs out",
+                queue.name,
+                len(items),
+            )
+            return
+        log.warning("a failed lease of %s gave back %d of %d claimed item(s)", queue.name, given, len(items))
+
+    def _dead_letter(
+        self, queue: QueueInfo, key: LogKey, items: Sequence[Item], guard: Guard, now: datetime
+    ) -> list[str]:
+        """Move ``items`` to the queue's dead-letter queue (drop them when it has none); the ids
+        that went."""
+        if not queue.dead_queue:
+            return self.log.settle(key, [Settlement(id=i.id) for i in items], guard=guard, now=now).applied
+        try:
+            target = self._queues.cached(queue.dead_queue)
+        except QueueNotFoundError as exc:
+            raise DeadLetterQueueMissingError(
+                f"dead_queue '{queue.dead_queue}' of '{queue.name}' does not exist"
+            ) from exc
+        moves = [
+            Settlement(
+                id=item.id,
+                # The same item always lands in the same partition of the dead-letter queue.
+                to=lane_key(
+                    target, zlib.crc32(item.id.encode()) % target.partitions, item.priority, item.group
+                ),
+                item=Item(
+                    id="",
+                    payload=item.payload,
+                    reference=item.reference,
+                    encoding=item.encoding,
+                    kind=item.kind,
+                    group=item.group,
+                    attempts=item.attempts,
+                    created_at=item.created_at,
+                    expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+                    source_id=item.id,
+                    source_queue=queue.name,
+                ),
+            )
+            for item in items
+        ]
+        return self.log.settle(key, moves, guard=guard, now=now).applied
+
+    # -- upkeep ---------------------------------------------------------------------------------------
+
+    def recover(
+        self, queue: QueueInfo, key: LogKey, now: datetime, limit: int = UPKEEP_PER_LEASE
+    ) -> SettleOutcome:
+        """Settle up to ``limit`` expired lease records of ``key``: each undone item to the tail
+        with its attempt counted, or to the dead-letter queue when its attempts or time are up."""
+        outcome = SettleOutcome()
+        for run in self.log.expired(key, now=now, limit=limit):
+            back: list[Settlement] = []
+            dead: dict[str, list[Item]] = {}
+            for item in run.items:
+                decision = lifecycle.decide_for_lease(
+                    replace(item, lease_deadline=run.deadline).state(), queue, now
+                )
+                if decision.action is Action.DEAD_LETTER:
+                    dead.setdefault(decision.reason, []).append(item)
+                else:
+                    back.append(
+                        Settlement(
+                            id=item.id,
+                            to=lane_key(queue, key.partition, item.returning_priority, item.group),
+                            item=replace(item, lease_deadline=None, enqueue_at=None, next_priority=None),
+                        )
+                    )
+            if back:
+                moved = self.log.settle(key, back, guard=Guard.LEASE_EXPIRED, now=now).applied
+                outcome.requeued += len(moved)
+            for reason, items in dead.items():
+                try:
+                    gone = self._dead_letter(queue, key, items, Guard.LEASE_EXPIRED, now)
+                except DeadLetterQueueMissingError:
+                    log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(items))
+                    outcome.skipped += len(items)
+                    continue
+                if queue.dead_queue:
+                    outcome.dead_lettered += len(gone)
+                else:
+                    outcome.deleted += len(gone)
+                outcome.count(reason, len(gone))
+            outcome.recovered += len(run.items)
+        return outcome
+
+    def reap(
+        self, queue: QueueInfo, partition: int, band_key: str, now: datetime, stop_at: datetime
+    ) -> tuple[SettleOutcome, int, datetime | None]:
+        """The reaper's pass over one band's log: expired leases back (an idle queue has no lease to
+        do it), due scheduled items to the tail, and waiting items that outlived
+        ``expire_timeout`` dead-lettered from the cursor on (the first page: positions follow
+        produce time, so those are the oldest). Returns what it settled, how many came due, and
+        when the oldest waiting item was created."""
+        key = LogKey(queue.name, partition, band_key)
+        outcome = SettleOutcome()
+        head = self.log.head(key)
+        while head.next_expiry is not None and head.next_expiry <= now:
+            done = self.recover(queue, key, now, limit=UPKEEP_PER_LEASE)
+            outcome.add(done)
+            if done.recovered == 0 or self._clock.now() >= stop_at:
+                break
+            head = self.log.head(key)
+        came_due = 0
+        while head.next_due is not None and head.next_due <= now:
+            moved = self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE)
+            came_due += moved
+            if moved < UPKEEP_PER_LEASE or self._clock.now() >= stop_at:
+                break
+            head = self.log.head(key)
+        if came_due or outcome.recovered:
+            head = self.log.head(key)
+        if head.waiting <= 0:
+            return outcome, came_due, None
+        after = position_id(band_key, head.cursor - 1)
+        waiting = self.log.list_items(key, after=after, limit=REAPER_PAGE, now=now)
+        expired = [item for item in waiting if item.lease_deadline is None and item.expire_deadline <= now]
+        if expired:
+            try:
+                gone = self._dead_letter(queue, key, expired, Guard.ANY, now)
+            except DeadLetterQueueMissingError:
+                log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(expired))
+                outcome.skipped += len(expired)
+            else:
+                if queue.dead_queue:
+                    outcome.dead_lettered += len(gone)
+                else:
+                    outcome.deleted += len(gone)
+                outcome.count("expired", len(gone))
+        oldest = min((item.created_at for item in waiting), default=None)
+        return outcome, came_due, oldest
+
+    def holds_items(self, queue: str, partition: int, band_key: str) -> bool:
+        """Whether a band's log holds anything (waiting, leased or scheduled)."""
+        head = self.log.head(LogKey(queue, partition, band_key))
+        return head.waiting > 0 or head.leased > 0 or head.scheduled > 0
+
+    def delete(self, queue: QueueInfo, partition: int, ids: Sequence[str], now: datetime) -> None:
+        """Delete log items in any state (a storage call; unknown ones are gone already)."""
+        for key, key_ids in _by_log(queue.name, partition, ids).items():
+            self.log.delete(key, key_ids, now=now)
+
+    def purge(self, queue: str, partition: int, bands: Iterable[str], limit: int) -> int:
+        """Delete up to ``limit`` rows of a deleted queue's logs in ``partition``; 0 once gone."""
+        for band_key in bands:
+            removed = self.log.purge(LogKey(queue, partition, band_key), limit=limit)
+            if removed:
+                return removed
+        return 0
+
+    def _recover_quietly(self, queue: QueueInfo, key: LogKey, now: datetime) -> bool:
+        try:
+            return self.recover(queue, key, now).recovered > 0
+        except Exception as exc:  # upkeep on the way: the records stay due for the next call
+            log.warning("lease of %s: expired leases not put back yet (%s)", queue.name, exc)
+            return False
+
+
+def _scheduled(item: Item, now: datetime) -> bool:
+    return item.enqueue_at is not None and item.enqueue_at > now
+
+
+def _by_lane(queue: QueueInfo, partition: int, items: Sequence[Item]) -> dict[LogKey, list[tuple[int, Item]]]:
+    """``items`` (with their index) by the log of their lane, in order."""
+    by_lane: dict[LogKey, list[tuple[int, Item]]] = {}
+    for n, item in enumerate(items):
+        by_lane.setdefault(LogKey(queue.name, partition, lane_of(item.id)), []).append((n, item))
+    return by_lane
+
+
+def _by_log(queue: str, partition: int, ids: Sequence[str]) -> dict[LogKey, list[str]]:
+    by_log: dict[LogKey, list[str]] = {}
+    for item_id in ids:
+        by_log.setdefault(log_key(queue, partition, item_id), []).append(item_id)
+    return by_log
+
+
+__all__ = ["Logs", "is_log_id", "lane_key", "log_key", "reply_bytes_at_most"]
