@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from array import array
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from datetime import timedelta
@@ -67,21 +68,49 @@ from querator.storage.counters import (
     still_scheduled,
 )
 from querator.storage.engine import SortedRowsStore, open_before
+from querator.storage.log_engine import ClaimLogEngine, HeadRow, PackedRow, RunRecord
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from datetime import datetime
 
+    from querator.ports.log import LogKey
+
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: Lease rate-limit buckets: a bucket's ``tat`` (``querator.domain.ratelimit``), one row per queue
 #: and per group that leased under a limit, dropped with the queue.
 _RATE_BUCKETS = (
     "CREATE TABLE rate_buckets ("
     " queue TEXT NOT NULL, bucket TEXT NOT NULL, tat_us INTEGER NOT NULL,"
     " PRIMARY KEY (queue, bucket)) WITHOUT ROWID"
+)
+#: Engine v3's claim logs (``storage.log_engine``; docs/adr/0100-engine-v3-candidates.md), beside
+#: v2's tables, which they leave as they are. A log is ``(queue, part, lane)``: its head; its packed
+#: rows by first position (``items`` NULL: a filler); its lease records by token (the run's first
+#: position in 16 hex digits, then random: so by run) and by deadline; its schedule by scheduled id
+#: (so by due time). Positions, times and records' ranges are integers and blobs, not JSON.
+_CLAIM_LOGS = (
+    "CREATE TABLE log_heads ("
+    " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL,"
+    " tail INTEGER NOT NULL, cursor INTEGER NOT NULL, leases INTEGER NOT NULL, leased INTEGER NOT NULL,"
+    " scheduled INTEGER NOT NULL, largest INTEGER NOT NULL, tombstones BLOB,"
+    " PRIMARY KEY (queue, part, lane)) WITHOUT ROWID",
+    "CREATE TABLE log_rows ("
+    " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, first INTEGER NOT NULL,"
+    " count INTEGER NOT NULL, items BLOB,"
+    " PRIMARY KEY (queue, part, lane, first)) WITHOUT ROWID",
+    "CREATE TABLE log_leases ("
+    " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, token TEXT NOT NULL,"
+    " run_end INTEGER NOT NULL, deadline_us INTEGER NOT NULL, claimed_us INTEGER NOT NULL,"
+    " pending BLOB NOT NULL, holes BLOB,"
+    " PRIMARY KEY (queue, part, lane, token)) WITHOUT ROWID",
+    "CREATE INDEX log_leases_deadline ON log_leases (queue, part, lane, deadline_us)",
+    "CREATE TABLE log_schedule ("
+    " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, id TEXT NOT NULL, item BLOB NOT NULL,"
+    " PRIMARY KEY (queue, part, lane, id)) WITHOUT ROWID",
 )
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -106,6 +135,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE queues ADD COLUMN rate_limit_per_group REAL NOT NULL DEFAULT 0",
         _RATE_BUCKETS,
     ),
+    # 7: engine v3's claim logs, new tables only: v2's items, heads and records stay as they were.
+    7: _CLAIM_LOGS,
 }
 #: How long a writer waits for another's lock before the call fails (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
@@ -157,6 +188,7 @@ CREATE TABLE queues (
 """
     + _RATE_BUCKETS
     + ";\n"
+    + "".join(f"{statement};\n" for statement in _CLAIM_LOGS)
 )
 
 _SELECT_QUEUE = (
@@ -821,21 +853,18 @@ class _SQLiteRows:
         )
 
 
-class _RowsTransaction:
-    """``SQLiteDatabase.transaction`` that gives the store's rows, written as a class: a lease and
-    its complete run six transactions, and two nested generator context managers a transaction
+class _Transaction:
+    """``SQLiteDatabase.transaction`` written as a class (subclasses give the store's rows): a lease
+    and its complete run six transactions, and two nested generator context managers a transaction
     cost about as much as one of its statements. The same steps and errors as ``transaction``."""
 
-    __slots__ = ("_connection", "_db", "_states", "_write")
+    __slots__ = ("_connection", "_db", "_write")
 
-    def __init__(
-        self, database: SQLiteDatabase, *, write: bool, states: dict[tuple[Any, ...], ItemState]
-    ) -> None:
+    def __init__(self, database: SQLiteDatabase, *, write: bool) -> None:
         self._db = database
         self._write = write
-        self._states = states
 
-    def __enter__(self) -> _SQLiteRows:
+    def _begin(self) -> sqlite3.Connection:
         try:
             connection = self._db._checkout()
         except sqlite3.Error as exc:
@@ -846,7 +875,7 @@ class _RowsTransaction:
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        return _SQLiteRows(connection, self._states)
+        return connection
 
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
         connection = self._connection
@@ -865,6 +894,21 @@ class _RowsTransaction:
                 raise _store_error(exc, "store") from exc
         finally:
             self._db._checkin(connection)
+
+
+class _RowsTransaction(_Transaction):
+    """A transaction over ``_SQLiteRows`` (engine v2's)."""
+
+    __slots__ = ("_states",)
+
+    def __init__(
+        self, database: SQLiteDatabase, *, write: bool, states: dict[tuple[Any, ...], ItemState]
+    ) -> None:
+        super().__init__(database, write=write)
+        self._states = states
+
+    def __enter__(self) -> _SQLiteRows:
+        return _SQLiteRows(self._begin(), self._states)
 
 
 class SQLiteItemStore(SortedRowsStore):
@@ -977,6 +1021,236 @@ class SQLiteItemStore(SortedRowsStore):
             if counts.items and not rows.add_counts(queue, partition, counts):
                 rows.write_head(queue, partition, counts.applied(rows.head(queue, partition)))
         return result
+
+
+# -- engine v3: the claim log ---------------------------------------------------------------------
+
+_LOG_KEY = "queue = ? AND part = ? AND lane = ?"
+_LOG_HEAD = (
+    f"SELECT tail, cursor, leases, leased, scheduled, largest, tombstones FROM log_heads WHERE {_LOG_KEY}"  # noqa: S608
+)
+_LOG_PUT_HEAD = (
+    "UPDATE log_heads SET tail = ?, cursor = ?, leases = ?, leased = ?, scheduled = ?, largest = ?,"  # noqa: S608
+    f" tombstones = ? WHERE {_LOG_KEY}"
+)
+#: The sequencer: one statement makes the head or adds to its tail, and says where the run starts.
+_LOG_TAKE = (
+    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL)"
+    " ON CONFLICT (queue, part, lane) DO UPDATE SET tail = tail + ?5, scheduled = scheduled + ?6,"
+    " largest = max(largest, ?7) RETURNING tail"
+)
+_LOG_COUNTS = (
+    "UPDATE log_heads SET leases = leases + ?, leased = leased + ?, scheduled = scheduled + ?"  # noqa: S608
+    f" WHERE {_LOG_KEY}"
+)
+_LOG_TIMES = (
+    f"SELECT (SELECT min(deadline_us) FROM log_leases WHERE {_LOG_KEY}),"  # noqa: S608
+    f" (SELECT min(id) FROM log_schedule WHERE {_LOG_KEY})"
+)
+#: The row holding ``start`` (the last one starting at or before it) and the ones starting before ``end``.
+_LOG_ROWS = (
+    f"SELECT first, count, items FROM log_rows WHERE {_LOG_KEY} AND first >= coalesce("  # noqa: S608
+    f"(SELECT first FROM log_rows WHERE {_LOG_KEY} AND first <= ? ORDER BY first DESC LIMIT 1), ?)"
+    " AND first < ? ORDER BY first LIMIT ?"
+)
+_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?)"
+_LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes"
+_LOG_RECORD = f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
+#: The records of the latest run that started at or before a position: tokens sort by run.
+_LOG_RECORDS_OF_RUN = (
+    f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token >= substr("  # noqa: S608
+    f"(SELECT max(token) FROM log_leases WHERE {_LOG_KEY} AND token < ?), 1, 16) AND token < ?"
+    " ORDER BY token"
+)
+_LOG_RECORDS_AFTER = (
+    f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token > ? ORDER BY token LIMIT ?"  # noqa: S608
+)
+_LOG_RECORDS_DUE = (
+    f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND deadline_us <= ?"  # noqa: S608
+    " ORDER BY deadline_us LIMIT ?"
+)
+_LOG_PUT_RECORD = "INSERT OR REPLACE INTO log_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_LOG_DROP_RECORD = f"DELETE FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
+_LOG_SCHEDULED = (
+    f"SELECT id, item FROM log_schedule WHERE {_LOG_KEY} AND id > ? AND id <= ? ORDER BY id LIMIT ?"  # noqa: S608
+)
+_LOG_PUT_SCHEDULED = "INSERT INTO log_schedule VALUES (?, ?, ?, ?, ?)"
+_LOG_DROP_SCHEDULED = f"DELETE FROM log_schedule WHERE {_LOG_KEY} AND id = ?"  # noqa: S608
+
+
+def _int_blob(values: Sequence[int]) -> bytes | None:
+    return array("q", values).tobytes() if values else None
+
+
+def _ints(blob: bytes | None) -> tuple[int, ...]:
+    return tuple(array("q", blob)) if blob else ()
+
+
+def _run_record(row: Any) -> RunRecord:
+    token, run_end, deadline_us, claimed_us, pending, holes = row
+    flat = array("q", pending)
+    return RunRecord(
+        token=token,
+        run_start=int(token[:16], 16),
+        run_end=run_end,
+        deadline_us=deadline_us,
+        claimed_us=claimed_us,
+        pending=tuple(zip(flat[::2], flat[1::2], strict=True)),
+        holes=_ints(holes),
+    )
+
+
+class _SQLiteLogRows:
+    """``log_engine.LogRows`` on one connection inside a transaction: one statement per method."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._c = connection
+
+    def head(self, key: LogKey) -> HeadRow | None:
+        row = self._c.execute(_LOG_HEAD, (key.queue, key.partition, key.lane)).fetchone()
+        if row is None:
+            return None
+        return HeadRow(row[0], row[1], row[2], row[3], row[4], row[5], _ints(row[6]))
+
+    def put_head(self, key: LogKey, head: HeadRow) -> None:
+        self._c.execute(
+            _LOG_PUT_HEAD,
+            (
+                head.tail,
+                head.cursor,
+                head.leases,
+                head.leased,
+                head.scheduled,
+                head.largest,
+                _int_blob(head.tombstones),
+                key.queue,
+                key.partition,
+                key.lane,
+            ),
+        )
+
+    def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
+        values = (key.queue, key.partition, key.lane, start, count, scheduled, largest)
+        if _RETURNING:
+            tail = self._c.execute(_LOG_TAKE, values).fetchone()[0]
+        else:
+            self._c.execute(_LOG_TAKE.removesuffix(" RETURNING tail"), values)
+            tail = self._c.execute(_LOG_HEAD, values[:3]).fetchone()[0]
+        return int(tail) - count
+
+    def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None:
+        self._c.execute(_LOG_COUNTS, (leases, leased, scheduled, key.queue, key.partition, key.lane))
+
+    def next_times(self, key: LogKey) -> tuple[int | None, str | None]:
+        log = (key.queue, key.partition, key.lane)
+        expiry, due = self._c.execute(_LOG_TIMES, log + log).fetchone()
+        return expiry, due
+
+    def rows(self, key: LogKey, start: int, end: int, limit: int) -> list[PackedRow]:
+        log = (key.queue, key.partition, key.lane)
+        return [
+            PackedRow(first, count, blob)
+            for first, count, blob in self._c.execute(_LOG_ROWS, (*log, *log, start, start, end, limit))
+        ]
+
+    def put_rows(self, key: LogKey, rows: Sequence[PackedRow]) -> None:
+        log = (key.queue, key.partition, key.lane)
+        if len(rows) == 1:
+            row = rows[0]
+            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.blob))
+            return
+        self._c.executemany(_LOG_PUT_ROW, [(*log, row.first, row.count, row.blob) for row in rows])
+
+    def record(self, key: LogKey, token: str) -> RunRecord | None:
+        row = self._c.execute(_LOG_RECORD, (key.queue, key.partition, key.lane, token)).fetchone()
+        return None if row is None else _run_record(row)
+
+    def records_of_run(self, key: LogKey, position: int) -> list[RunRecord]:
+        log = (key.queue, key.partition, key.lane)
+        below = f"{position + 1:016x}"
+        return [_run_record(row) for row in self._c.execute(_LOG_RECORDS_OF_RUN, (*log, *log, below, below))]
+
+    def records_after(self, key: LogKey, token: str, limit: int) -> list[RunRecord]:
+        rows = self._c.execute(_LOG_RECORDS_AFTER, (key.queue, key.partition, key.lane, token, limit))
+        return [_run_record(row) for row in rows]
+
+    def records_due(self, key: LogKey, deadline_us: int, limit: int) -> list[RunRecord]:
+        rows = self._c.execute(_LOG_RECORDS_DUE, (key.queue, key.partition, key.lane, deadline_us, limit))
+        return [_run_record(row) for row in rows]
+
+    def put_record(self, key: LogKey, record: RunRecord) -> None:
+        self._c.execute(
+            _LOG_PUT_RECORD,
+            (
+                key.queue,
+                key.partition,
+                key.lane,
+                record.token,
+                record.run_end,
+                record.deadline_us,
+                record.claimed_us,
+                array("q", [p for pair in record.pending for p in pair]).tobytes(),
+                _int_blob(record.holes),
+            ),
+        )
+
+    def drop_record(self, key: LogKey, token: str) -> None:
+        self._c.execute(_LOG_DROP_RECORD, (key.queue, key.partition, key.lane, token))
+
+    def scheduled(self, key: LogKey, after: str, until: str, limit: int) -> list[tuple[str, bytes]]:
+        rows = self._c.execute(_LOG_SCHEDULED, (key.queue, key.partition, key.lane, after, until, limit))
+        return [(item_id, blob) for item_id, blob in rows]
+
+    def put_scheduled(self, key: LogKey, item_id: str, blob: bytes) -> None:
+        self._c.execute(_LOG_PUT_SCHEDULED, (key.queue, key.partition, key.lane, item_id, blob))
+
+    def drop_scheduled(self, key: LogKey, item_id: str) -> bool:
+        return bool(
+            self._c.execute(_LOG_DROP_SCHEDULED, (key.queue, key.partition, key.lane, item_id)).rowcount
+        )
+
+    def purge(self, key: LogKey, limit: int) -> int:
+        log = (key.queue, key.partition, key.lane)
+        removed = 0
+        for table, column in (("log_rows", "first"), ("log_leases", "token"), ("log_schedule", "id")):
+            found = self._c.execute(
+                f"SELECT {column} FROM {table} WHERE {_LOG_KEY} ORDER BY {column} LIMIT ?",  # noqa: S608
+                (*log, limit - removed),
+            ).fetchall()
+            if found:
+                self._c.execute(
+                    f"DELETE FROM {table} WHERE {_LOG_KEY} AND {column} <= ?",  # noqa: S608
+                    (*log, found[-1][0]),
+                )
+                removed += len(found)
+            if removed >= limit:
+                return removed
+        return removed + self._c.execute(f"DELETE FROM log_heads WHERE {_LOG_KEY}", log).rowcount  # noqa: S608
+
+
+class _LogTransaction(_Transaction):
+    """A transaction over ``_SQLiteLogRows``."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _SQLiteLogRows:
+        return _SQLiteLogRows(self._begin())
+
+
+class SQLiteClaimLog(ClaimLogEngine):
+    """``ClaimLog`` in a ``SQLiteDatabase`` (the ``log_*`` tables, beside v2's in the same file);
+    safe across threads and processes on one machine: every call is one transaction."""
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        self._db = database
+
+    def _read(self) -> _LogTransaction:
+        return _LogTransaction(self._db, write=False)
+
+    def _write(self) -> _LogTransaction:
+        return _LogTransaction(self._db, write=True)
 
 
 _QUEUE_COLUMNS = (

@@ -1,0 +1,958 @@
+"""Storage layer: engine v3's claim log (``ports.log.ClaimLog``) over one transaction's rows, shared
+by the embedded stores.
+
+The in-memory and SQLite claim logs differ only in where rows live (``LogRows``); what each port
+method means is written once here, in the model of docs/adr/0100-engine-v3-candidates.md (L-spill):
+
+- a **head** per log: ``tail`` (the sequencer), ``cursor``, counters, the largest item, and the
+  *tombstones* (waiting positions deleted, above the cursor);
+- write-once **packed rows** keyed by their first position: the encoded items of one append, in
+  order, up to ``ROW_BYTES`` (a *filler* row, with no items, marks positions filled after their
+  writer was taken for dead);
+- **lease records**, one per claim (and per part a renew split off), found by deadline (``expired``)
+  and by position (``settle``): a record's token begins with the first position of the run it
+  was claimed from, so the records holding a position are those of the latest run starting at or
+  before it, one key range;
+- **schedule rows** keyed by their scheduled id (lane, due time, random), so by due time.
+
+DynamoDB keeps up to 32 records in the head and spills the rest to rows, to save a read; here every
+record is a row of its own (an index lookup costs what a head decode would). Every port call runs in
+one transaction of the backing store, so claims never race and nothing is half applied; a hole can
+still come from ``take_positions`` without ``write_taken`` (a writer in another process that died),
+and ``collect`` fills it as the port says.
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
+
+from querator.domain.model import Item, timestamp_us, utc_from_timestamp_us
+from querator.domain.positions import (
+    HOLE_TIMEOUT_S,
+    SCHEDULED_MARK,
+    parse_position_id,
+    parse_scheduled_id,
+    position_id,
+    scheduled_id,
+)
+from querator.ports import BatchResult, Guard
+from querator.ports.log import Claim, LeaseRun, LogHead
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from contextlib import AbstractContextManager
+    from datetime import datetime
+
+    from querator.ports.log import LogKey, Settlement
+
+#: Most bytes of encoded items in one packed row (an item larger than that gets a row of its own).
+ROW_BYTES = 16 * 1024
+_HOLE_TIMEOUT_US = int(HOLE_TIMEOUT_S * 1_000_000)
+
+# -- the encoding of items in a row -----------------------------------------------------------------
+#
+# A row's blob: the item count (u16), each item's end offset (u32, from the start of the items), then
+# the items. An item: created, expire and enqueue time (i64 µs; enqueue ``_NONE`` when unset),
+# attempts (u32), next priority (i8, -1: none), the byte lengths of reference, encoding, kind,
+# source id, source queue and group (u16 each; all are under 2,000 bytes), those strings, and the
+# payload (the rest). Its id is not stored: it is the position's. A lease deadline is not stored:
+# it is the record's. 41 bytes beside the payload, so 100 items of 100 B make one row.
+
+_ITEM = struct.Struct("<qqqIb6H")
+_COUNT = struct.Struct("<H")
+_NONE = -(2**63)
+_NO_STRINGS = (0, 0, 0, 0, 0, 0)
+_FILLER = None
+
+
+def encode_item(item: Item) -> tuple[bytes, int]:
+    """``item`` as stored in a row, and its ``reply_size`` (computed from the same bytes)."""
+    enqueue = _NONE if item.enqueue_at is None else timestamp_us(item.enqueue_at)
+    priority = -1 if item.next_priority is None else item.next_priority
+    created, expire = timestamp_us(item.created_at), timestamp_us(item.expire_deadline)
+    if not (
+        item.reference or item.encoding or item.kind or item.source_id or item.source_queue or item.group
+    ):
+        header = _ITEM.pack(created, expire, enqueue, item.attempts, priority, *_NO_STRINGS)
+        return header + item.payload, len(item.payload)
+    parts = [
+        s.encode() for s in (item.reference, item.encoding, item.kind, item.source_id, item.source_queue)
+    ]
+    group = item.group.encode()
+    header = _ITEM.pack(
+        created, expire, enqueue, item.attempts, priority, *(len(p) for p in parts), len(group)
+    )
+    reply = len(item.payload) + 2 * (len(parts[0]) + len(parts[1]) + len(parts[2]) + len(group))
+    return b"".join((header, *parts, group, item.payload)), reply
+
+
+def pack_row(encoded: Sequence[bytes]) -> bytes:
+    """One row's blob from its items' encodings."""
+    ends, end = [], 0
+    for data in encoded:
+        end += len(data)
+        ends.append(end)
+    return b"".join((_COUNT.pack(len(encoded)), struct.pack(f"<{len(ends)}I", *ends), *encoded))
+
+
+def row_count(blob: bytes) -> int:
+    return int(_COUNT.unpack_from(blob)[0])
+
+
+class _Times:
+    """µs -> datetime, remembering the last few: the items of one row mostly share their times."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[int, datetime] = {}
+
+    def __call__(self, us: int) -> datetime:
+        known = self._known.get(us)
+        if known is None:
+            if len(self._known) > 64:
+                self._known.clear()
+            known = self._known[us] = utc_from_timestamp_us(us)
+        return known
+
+
+def decode_items(
+    blob: bytes, indexes: Iterable[int], ids: Iterable[str], *, deadline: datetime | None, bump: int
+) -> list[Item]:
+    """The items at ``indexes`` of a row, under ``ids``, with ``deadline`` and attempts + ``bump``."""
+    n = _COUNT.unpack_from(blob)[0]
+    ends = struct.unpack_from(f"<{n}I", blob, 2)
+    base = 2 + 4 * n
+    times = _Times()
+    found = []
+    for index, item_id in zip(indexes, ids, strict=True):
+        start = base + (ends[index - 1] if index else 0)
+        created, expire, enqueue, attempts, priority, *lengths = _ITEM.unpack_from(blob, start)
+        at = start + _ITEM.size
+        if lengths == [0, 0, 0, 0, 0, 0]:
+            strings = ["", "", "", "", "", ""]
+        else:
+            strings = []
+            for length in lengths:
+                strings.append(blob[at : at + length].decode())
+                at += length
+        found.append(
+            Item(
+                id=item_id,
+                payload=blob[at : base + ends[index]],
+                reference=strings[0],
+                encoding=strings[1],
+                kind=strings[2],
+                source_id=strings[3],
+                source_queue=strings[4],
+                group=strings[5],
+                attempts=attempts + bump,
+                lease_deadline=deadline,
+                expire_deadline=times(expire),
+                created_at=times(created),
+                enqueue_at=None if enqueue == _NONE else times(enqueue),
+                next_priority=None if priority < 0 else priority,
+            )
+        )
+    return found
+
+
+# -- rows ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class HeadRow:
+    """A log's head as stored."""
+
+    tail: int = 0
+    cursor: int = 0
+    leases: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    largest: int = 0
+    #: Waiting positions deleted (at or above the cursor), sorted; dropped as the cursor passes.
+    tombstones: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PackedRow:
+    """Positions ``[first, first + count)``: a row's blob (``pack_row``), or ``None``: a filler."""
+
+    first: int
+    count: int
+    blob: bytes | None
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A lease record: the unsettled positions of one run, as ``[start, end)`` ranges."""
+
+    token: str
+    run_start: int
+    run_end: int
+    deadline_us: int
+    claimed_us: int
+    pending: tuple[tuple[int, int], ...]
+    #: Pending positions not written when claimed (and not found written since).
+    holes: tuple[int, ...] = ()
+
+    def positions(self) -> list[int]:
+        return [p for start, end in self.pending for p in range(start, end)]
+
+    def holds(self, position: int) -> bool:
+        return any(start <= position < end for start, end in self.pending)
+
+    @property
+    def size(self) -> int:
+        return sum(end - start for start, end in self.pending)
+
+
+def ranges(positions: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted positions as ``[start, end)`` ranges."""
+    found: list[list[int]] = []
+    for p in positions:
+        if found and found[-1][1] == p:
+            found[-1][1] = p + 1
+        else:
+            found.append([p, p + 1])
+    return tuple((start, end) for start, end in found)
+
+
+def run_token(run_start: int) -> str:
+    """A new record's token: the run's first position (so tokens sort by run) and a random part."""
+    return f"{run_start:016x}{secrets.token_hex(6)}"
+
+
+def token_run(token: str) -> int:
+    return int(token[:16], 16)
+
+
+class LogRows(Protocol):
+    """One transaction's view of the claim logs' rows. Positions are ``int``; times µs."""
+
+    def head(self, key: LogKey) -> HeadRow | None: ...
+
+    def put_head(self, key: LogKey, head: HeadRow) -> None:
+        """Replace the head of a log that has one."""
+        ...
+
+    def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
+        """Fetch-and-add ``count`` on the tail (a new head's tail starts at ``start``), add
+        ``scheduled`` to the scheduled count and raise ``largest``; the first position taken."""
+        ...
+
+    def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None: ...
+
+    def next_times(self, key: LogKey) -> tuple[int | None, str | None]:
+        """The earliest record deadline and the first scheduled id (``None``: none)."""
+        ...
+
+    def rows(self, key: LogKey, start: int, end: int, limit: int) -> list[PackedRow]:
+        """Up to ``limit`` rows, by first position, from the one holding ``start`` (the last one
+        starting at or before it, which may end before it) to the last starting before ``end``."""
+        ...
+
+    def put_rows(self, key: LogKey, rows: Sequence[PackedRow]) -> None: ...
+
+    def record(self, key: LogKey, token: str) -> RunRecord | None: ...
+
+    def records_of_run(self, key: LogKey, position: int) -> list[RunRecord]:
+        """The records of the latest run that started at or before ``position``."""
+        ...
+
+    def records_after(self, key: LogKey, token: str, limit: int) -> list[RunRecord]:
+        """Up to ``limit`` records with tokens after ``token``, in token (run) order."""
+        ...
+
+    def records_due(self, key: LogKey, deadline_us: int, limit: int) -> list[RunRecord]:
+        """Up to ``limit`` records with deadlines at or before ``deadline_us``, earliest first."""
+        ...
+
+    def put_record(self, key: LogKey, record: RunRecord) -> None:
+        """Insert or replace the record under its token."""
+        ...
+
+    def drop_record(self, key: LogKey, token: str) -> None: ...
+
+    def scheduled(self, key: LogKey, after: str, until: str, limit: int) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` schedule rows ``(id, blob)`` with ids in ``(after, until]``, in id order."""
+        ...
+
+    def put_scheduled(self, key: LogKey, item_id: str, blob: bytes) -> None: ...
+
+    def drop_scheduled(self, key: LogKey, item_id: str) -> bool:
+        """Remove a schedule row; whether there was one."""
+        ...
+
+    def purge(self, key: LogKey, limit: int) -> int:
+        """Delete up to ``limit`` rows of the log (rows, records, schedule, then the head)."""
+        ...
+
+
+# -- the engine ---------------------------------------------------------------------------------------
+
+_RECORDS_PAGE = 100
+_ROWS_PAGE = 64
+#: ``scheduled_id``'s random part is below this.
+_UNIQUE = 16**10
+
+
+def _guard_admits(guard: Guard, deadline_us: int, now_us: int) -> bool:
+    """``guard`` on a lease record (every position of a record has been leased)."""
+    if guard is Guard.ANY:
+        return True
+    if guard is Guard.LEASE_VALID:
+        return deadline_us > now_us
+    if guard in (Guard.LEASE_EXPIRED, Guard.NOT_VALIDLY_LEASED):
+        return deadline_us <= now_us
+    return False  # NEVER_LEASED
+
+
+def _pack(positions: Sequence[int], encoded: Sequence[bytes]) -> list[PackedRow]:
+    """Rows of consecutive positions holding up to ``ROW_BYTES`` of items each, in order."""
+    rows: list[PackedRow] = []
+    first, size, batch = 0, 0, []  # type: ignore[var-annotated]
+    for position, data in zip(positions, encoded, strict=True):
+        if batch and (size + len(data) > ROW_BYTES or position != first + len(batch)):
+            rows.append(PackedRow(first, len(batch), pack_row(batch)))
+            batch, size = [], 0
+        if not batch:
+            first = position
+        batch.append(data)
+        size += len(data)
+    if batch:
+        rows.append(PackedRow(first, len(batch), pack_row(batch)))
+    return rows
+
+
+def _with_id(item: Item, item_id: str) -> Item:
+    return replace(item, id=item_id)
+
+
+class ClaimLogEngine:
+    """``ClaimLog`` over ``LogRows``; subclasses provide ``_read`` and ``_write`` transactions."""
+
+    def _read(self) -> AbstractContextManager[LogRows]:
+        raise NotImplementedError
+
+    def _write(self) -> AbstractContextManager[LogRows]:
+        raise NotImplementedError
+
+    # -- appends -----------------------------------------------------------------------------------
+
+    def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
+        with self._write() as rows:
+            return self._append_in(rows, key, items, now)
+
+    def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
+        """Reserve ``count`` positions at the tail and write nothing (the first half of ``append``)."""
+        with self._write() as rows:
+            first = rows.take(key, count, start=timestamp_us(now))
+        return [position_id(key.lane, p) for p in range(first, first + count)]
+
+    def write_taken(
+        self, key: LogKey, ids: Sequence[str], items: Sequence[Item], *, now: datetime
+    ) -> list[Item]:
+        """Write ``items`` at the positions ``ids`` (reserved by ``take_positions``), as a late writer
+        would: a row whose positions a lease filled meanwhile goes to new positions at the tail,
+        with every row after it. The items go to positions whatever their ``enqueue_at``."""
+        if len(ids) != len(items):
+            raise ValueError("write_taken needs one id per item")
+        positions = []
+        for item_id in ids:
+            parsed = parse_position_id(item_id)
+            if parsed is None or parsed[0] != key.lane:
+                raise ValueError(f"{item_id!r} is not a position of this log")
+            positions.append(parsed[1])
+        with self._write() as rows:
+            encoded, largest = self._encode(items)
+            placed = self._write_rows(rows, key, positions, encoded, now=now, check=True)
+            rows.take(key, 0, start=timestamp_us(now), largest=largest)
+        return [_with_id(item, position_id(key.lane, p)) for item, p in zip(items, placed, strict=True)]
+
+    @staticmethod
+    def _encode(items: Iterable[Item]) -> tuple[list[bytes], int]:
+        encoded, largest = [], 0
+        for item in items:
+            data, size = encode_item(item)
+            encoded.append(data)
+            largest = max(largest, size)
+        return encoded, largest
+
+    def _append_in(self, rows: LogRows, key: LogKey, items: Sequence[Item], now: datetime) -> list[Item]:
+        """``append`` inside a transaction already open."""
+        if not items:
+            return []
+        now_us = timestamp_us(now)
+        lane = key.lane
+        later = [i for i, item in enumerate(items) if item.enqueue_at is not None and item.enqueue_at > now]
+        if not later:
+            encoded, largest = self._encode(items)
+            first = rows.take(key, len(items), start=now_us, largest=largest)
+            rows.put_rows(key, _pack(range(first, first + len(items)), encoded))
+            return [_with_id(item, position_id(lane, p)) for p, item in enumerate(items, first)]
+        stored: list[Item | None] = [None] * len(items)
+        largest = 0
+        schedule = []
+        for i in later:
+            item = items[i]
+            assert item.enqueue_at is not None  # noqa: S101 - chosen for it above
+            item_id = scheduled_id(lane, timestamp_us(item.enqueue_at), secrets.randbelow(_UNIQUE))
+            data, size = encode_item(item)
+            largest = max(largest, size)
+            schedule.append((item_id, pack_row([data])))
+            stored[i] = _with_id(item, item_id)
+        now_indexes = [i for i in range(len(items)) if stored[i] is None]
+        encoded, size = self._encode(items[i] for i in now_indexes)
+        first = rows.take(
+            key, len(now_indexes), start=now_us, scheduled=len(later), largest=max(largest, size)
+        )
+        for item_id, blob in schedule:
+            rows.put_scheduled(key, item_id, blob)
+        rows.put_rows(key, _pack(range(first, first + len(now_indexes)), encoded))
+        for p, i in enumerate(now_indexes, first):
+            stored[i] = _with_id(items[i], position_id(lane, p))
+        return [item for item in stored if item is not None]
+
+    def _write_rows(
+        self,
+        rows: LogRows,
+        key: LogKey,
+        positions: Sequence[int],
+        encoded: Sequence[bytes],
+        *,
+        now: datetime,
+        check: bool,
+    ) -> list[int]:
+        """Write the items at ``positions``; with ``check``, a row that finds any of its positions
+        written (filled) moves, with every row after it, to new positions. Where each item went."""
+        packed = _pack(positions, encoded)
+        done = 0
+        for index, row in enumerate(packed):
+            # The row holding its first position (may end before it), and one starting inside it.
+            if check and any(found.end > row.first for found in rows.rows(key, row.first, row.end, 2)):
+                rest = len(encoded) - done
+                first = rows.take(key, rest, start=timestamp_us(now))
+                moved = list(range(first, first + rest))
+                rows.put_rows(key, packed[:index] + _pack(moved, encoded[done:]))
+                return list(positions[:done]) + moved
+            done += row.count
+        rows.put_rows(key, packed)
+        return list(positions)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def head(self, key: LogKey) -> LogHead:
+        with self._read() as rows:
+            head = rows.head(key)
+            if head is None:
+                return LogHead()
+            expiry, due = rows.next_times(key)
+        return LogHead(
+            tail=head.tail,
+            cursor=head.cursor,
+            leases=head.leases,
+            leased=head.leased,
+            scheduled=head.scheduled,
+            next_expiry=None if expiry is None else utc_from_timestamp_us(expiry),
+            next_due=None if due is None else _due_of(due),
+            largest=head.largest,
+        )
+
+    @staticmethod
+    def _items_at(
+        rows: LogRows, key: LogKey, positions: Sequence[int], *, deadline: datetime | None, bump: int
+    ) -> tuple[dict[int, Item], set[int]]:
+        """The items stored at ``positions`` (sorted, of one run: a bounded range), and the ones
+        filled (a filler row). The rest are holes."""
+        found: dict[int, Item] = {}
+        filled: set[int] = set()
+        if not positions:
+            return found, filled
+        lane = key.lane
+        at, end = positions[0], positions[-1] + 1
+        index = 0
+        while at < end and index < len(positions):
+            page = rows.rows(key, at, end, _ROWS_PAGE)
+            for row in page:
+                while index < len(positions) and positions[index] < row.first:
+                    index += 1  # a hole
+                wanted = []
+                while index < len(positions) and positions[index] < row.end:
+                    wanted.append(positions[index])
+                    index += 1
+                if not wanted:
+                    continue
+                if row.blob is None:
+                    filled.update(wanted)
+                    continue
+                items = decode_items(
+                    row.blob,
+                    (p - row.first for p in wanted),
+                    (position_id(lane, p) for p in wanted),
+                    deadline=deadline,
+                    bump=bump,
+                )
+                found.update(zip(wanted, items, strict=True))
+            if len(page) < _ROWS_PAGE:
+                break
+            at = page[-1].end
+        return found, filled
+
+    def get(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> dict[str, Item]:
+        found: dict[str, Item] = {}
+        with self._read() as rows:
+            head = rows.head(key)
+            if head is None:
+                return found
+            runs: dict[int, list[RunRecord]] = {}
+            for item_id in dict.fromkeys(ids):
+                scheduled = parse_scheduled_id(item_id)
+                if scheduled is not None and scheduled[0] == key.lane:
+                    for sid, blob in rows.scheduled(key, _before(item_id), item_id, 1):
+                        if sid == item_id:
+                            found[sid] = decode_items(blob, [0], [sid], deadline=None, bump=0)[0]
+                    continue
+                parsed = parse_position_id(item_id)
+                if parsed is None or parsed[0] != key.lane:
+                    continue
+                p = parsed[1]
+                if p >= head.cursor:
+                    if p < head.tail and p not in head.tombstones:
+                        items, _ = self._items_at(rows, key, [p], deadline=None, bump=0)
+                        if p in items:
+                            found[item_id] = items[p]
+                    continue
+                record = self._record_holding(rows, key, p, runs)
+                if record is not None and p not in record.holes:
+                    items, _ = self._items_at(
+                        rows, key, [p], deadline=utc_from_timestamp_us(record.deadline_us), bump=1
+                    )
+                    if p in items:
+                        found[item_id] = items[p]
+        return found
+
+    def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
+        lane = key.lane
+        listed: list[Item] = []
+        if limit <= 0:
+            return listed
+        with self._read() as rows:
+            head = rows.head(key)
+            if head is None:
+                return listed
+            start = _first_position_after(lane, after)
+            if start is not None and start < head.cursor:
+                self._list_leased(rows, key, start, head.cursor, limit, listed)
+            if start is not None and len(listed) < limit:
+                self._list_waiting(rows, key, max(start, head.cursor), head, limit, listed)
+            if len(listed) < limit:
+                mark = lane + SCHEDULED_MARK
+                for sid, blob in rows.scheduled(key, max(after, mark), mark + "~", limit - len(listed)):
+                    listed.extend(decode_items(blob, [0], [sid], deadline=None, bump=0))
+        return listed
+
+    def _list_leased(
+        self, rows: LogRows, key: LogKey, start: int, cursor: int, limit: int, listed: list[Item]
+    ) -> None:
+        # Runs come in position order, each whole (the records of one run, its splits, interleave).
+        found: list[Item] = []
+        records = rows.records_of_run(key, start)
+        while True:
+            for record in records:
+                positions = [p for p in record.positions() if start <= p < cursor and p not in record.holes]
+                deadline = utc_from_timestamp_us(record.deadline_us)
+                items, _ = self._items_at(rows, key, positions, deadline=deadline, bump=1)
+                found.extend(items[p] for p in positions if p in items)
+            if len(found) >= limit:
+                break
+            after = max(r.token for r in records) if records else f"{start:016x}"
+            page = rows.records_after(key, after, _RECORDS_PAGE)
+            if not page:
+                break
+            if len(page) == _RECORDS_PAGE:
+                # The last run may go on in the next page: it is read whole there.
+                last_run = token_run(page[-1].token)
+                whole = [r for r in page if token_run(r.token) != last_run]
+                page = whole or page
+            records = page
+        found.sort(key=lambda item: item.id)
+        listed.extend(found[:limit])
+
+    def _list_waiting(
+        self, rows: LogRows, key: LogKey, start: int, head: HeadRow, limit: int, listed: list[Item]
+    ) -> None:
+        at = start
+        tombstones = set(head.tombstones)
+        while at < head.tail and len(listed) < limit:
+            page = rows.rows(key, at, head.tail, _ROWS_PAGE)
+            for row in page:
+                if row.blob is None or row.end <= at:
+                    continue
+                wanted = [p for p in range(max(row.first, at), row.end) if p not in tombstones]
+                wanted = wanted[: limit - len(listed)]
+                listed.extend(
+                    decode_items(
+                        row.blob,
+                        (p - row.first for p in wanted),
+                        (position_id(key.lane, p) for p in wanted),
+                        deadline=None,
+                        bump=0,
+                    )
+                )
+                if len(listed) >= limit:
+                    return
+            if len(page) < _ROWS_PAGE:
+                return
+            at = page[-1].end
+
+    # -- claims ------------------------------------------------------------------------------------
+
+    def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+        with self._write() as rows:
+            head = rows.head(key)
+            if head is None or head.cursor >= head.tail or count <= 0:
+                return Claim(token="", deadline=deadline)
+            start = head.cursor
+            end = min(start + count, head.tail)
+            tombstones = head.tombstones
+            skipped = {p for p in tombstones if p < end}
+            wanted = [p for p in range(start, end) if p not in skipped] if skipped else range(start, end)
+            items, filled = self._items_at(rows, key, wanted, deadline=deadline, bump=1)
+            held = [p for p in wanted if p not in filled] if filled else list(wanted)
+            holes = tuple(p for p in held if p not in items) if len(items) < len(held) else ()
+            head.cursor = end
+            if skipped:
+                head.tombstones = tuple(p for p in tombstones if p >= end)
+            token = ""
+            if held:
+                token = run_token(start)
+                record = RunRecord(
+                    token=token,
+                    run_start=start,
+                    run_end=end,
+                    deadline_us=timestamp_us(deadline),
+                    claimed_us=timestamp_us(now),
+                    pending=ranges(held),
+                    holes=holes,
+                )
+                rows.put_record(key, record)
+                head.leases += 1
+                head.leased += len(held)
+            rows.put_head(key, head)
+        return Claim(
+            token=token,
+            deadline=deadline,
+            items=list(items.values()) if len(items) == len(held) else [items[p] for p in held if p in items],
+            holes=[position_id(key.lane, p) for p in holes],
+        )
+
+    def collect(self, key: LogKey, token: str, *, now: datetime) -> Claim:
+        with self._write() as rows:
+            record = rows.record(key, token)
+            if record is None:
+                return Claim(token=token, deadline=now)
+            deadline = utc_from_timestamp_us(record.deadline_us)
+            if not record.holes:
+                return Claim(token=token, deadline=deadline)
+            timed_out = timestamp_us(now) - record.claimed_us >= _HOLE_TIMEOUT_US
+            items, still = self._settle_holes(rows, key, record, deadline=deadline, fill=timed_out)
+        return Claim(
+            token=token, deadline=deadline, items=items, holes=[position_id(key.lane, p) for p in still]
+        )
+
+    def _settle_holes(
+        self, rows: LogRows, key: LogKey, record: RunRecord, *, deadline: datetime, fill: bool
+    ) -> tuple[list[Item], tuple[int, ...]]:
+        """Read ``record``'s holes again: the written ones become items of the lease; with ``fill``
+        the rest are filled (done, and a late writer of them moves to the tail). Writes the record
+        (and drops it when nothing is left); returns the items found and the holes still open."""
+        holes = record.holes
+        items, filled = self._items_at(rows, key, list(holes), deadline=deadline, bump=1)
+        # A hole found filled was filled by this log already (another collect): done as well.
+        still = tuple(p for p in holes if p not in items)
+        if fill and still:
+            rows.put_rows(
+                key, [PackedRow(a, b - a, _FILLER) for a, b in ranges(p for p in still if p not in filled)]
+            )
+            done = set(still)
+            pending = ranges(p for p in record.positions() if p not in done)
+            still = ()
+            if pending:
+                rows.put_record(key, replace(record, pending=pending, holes=()))
+                rows.add_counts(key, leased=-len(done))
+            else:
+                rows.drop_record(key, record.token)
+                rows.add_counts(key, leases=-1, leased=-len(done))
+        elif still != holes:
+            rows.put_record(key, replace(record, holes=still))
+        return [items[p] for p in holes if p in items], still
+
+    def expired(self, key: LogKey, *, now: datetime, limit: int) -> list[LeaseRun]:
+        runs: list[LeaseRun] = []
+        with self._write() as rows:
+            for record in rows.records_due(key, timestamp_us(now), limit):
+                deadline = utc_from_timestamp_us(record.deadline_us)
+                if record.holes:
+                    self._settle_holes(rows, key, record, deadline=deadline, fill=True)
+                    found = rows.record(key, record.token)
+                    if found is None:
+                        continue
+                    record = found  # noqa: PLW2901 - the same record, its holes settled
+                positions = record.positions()
+                items, _ = self._items_at(rows, key, positions, deadline=deadline, bump=1)
+                runs.append(
+                    LeaseRun(
+                        token=record.token,
+                        deadline=deadline,
+                        items=[items[p] for p in positions if p in items],
+                    )
+                )
+        return runs
+
+    # -- settling ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _record_holding(
+        rows: LogRows, key: LogKey, position: int, runs: dict[int, list[RunRecord]]
+    ) -> RunRecord | None:
+        """The record holding ``position`` unsettled, through ``runs`` (the records of the runs read
+        so far in this call, by their first position, as changed by it)."""
+        for run_start, records in runs.items():
+            if records and run_start <= position < records[0].run_end:
+                break
+        else:
+            records = rows.records_of_run(key, position)
+            if not records:
+                return None
+            runs[records[0].run_start] = records
+        for record in records:
+            if record.holds(position):
+                return record
+        return None
+
+    def settle(
+        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
+        now_us = timestamp_us(now)
+        with self._write() as rows:
+            settled: dict[str, tuple[RunRecord, set[int]]] = {}
+            runs: dict[int, list[RunRecord]] = {}
+            moves: dict[LogKey, list[Item]] = {}
+            seen: set[str] = set()
+            for settlement in settlements:
+                item_id = settlement.id
+                if item_id in seen:
+                    continue
+                seen.add(item_id)
+                record = self._held(rows, key, item_id, runs)
+                if record is None or not _guard_admits(guard, record[0].deadline_us, now_us):
+                    result.rejected.append(item_id)
+                    continue
+                # Ids are unique here (``seen``), and so are their positions.
+                settled.setdefault(record[0].token, (record[0], set()))[1].add(record[1])
+                result.applied.append(item_id)
+                if settlement.to is not None and settlement.item is not None:
+                    moves.setdefault(settlement.to, []).append(settlement.item)
+            self._settle_positions(rows, key, settled.values())
+            for target, items in moves.items():
+                self._append_in(rows, target, items, now)
+        return result
+
+    def _held(
+        self, rows: LogRows, key: LogKey, item_id: str, runs: dict[int, list[RunRecord]]
+    ) -> tuple[RunRecord, int] | None:
+        parsed = parse_position_id(item_id)
+        if parsed is None or parsed[0] != key.lane:
+            return None
+        record = self._record_holding(rows, key, parsed[1], runs)
+        return None if record is None else (record, parsed[1])
+
+    @staticmethod
+    def _settle_positions(rows: LogRows, key: LogKey, settled: Iterable[tuple[RunRecord, set[int]]]) -> None:
+        """Mark ``positions`` of each record done: a hole among them is filled (its writer, if it
+        was only late, moves to the tail); a record left with nothing is dropped."""
+        leases = leased = 0
+        for record, done in settled:
+            holes = [p for p in record.holes if p in done]
+            if holes:
+                rows.put_rows(key, [PackedRow(a, b - a, _FILLER) for a, b in ranges(holes)])
+            leased -= len(done)
+            if record.size == len(done):
+                rows.drop_record(key, record.token)
+                leases -= 1
+                continue
+            pending = ranges(p for p in record.positions() if p not in done)
+            rows.put_record(
+                key, replace(record, pending=pending, holes=tuple(p for p in record.holes if p not in done))
+            )
+        if leases or leased:
+            rows.add_counts(key, leases=leases, leased=leased)
+
+    def renew(
+        self, key: LogKey, ids: Sequence[str], *, deadline: datetime, now: datetime
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
+        now_us, deadline_us = timestamp_us(now), timestamp_us(deadline)
+        with self._write() as rows:
+            runs: dict[int, list[RunRecord]] = {}
+            chosen: dict[str, tuple[RunRecord, set[int]]] = {}
+            for item_id in dict.fromkeys(ids):
+                held = self._held(rows, key, item_id, runs)
+                if held is None or held[0].deadline_us <= now_us:
+                    result.rejected.append(item_id)
+                    continue
+                chosen.setdefault(held[0].token, (held[0], set()))[1].add(held[1])
+                result.applied.append(item_id)
+            split = 0
+            for record, positions in chosen.values():
+                if len(positions) == record.size:
+                    rows.put_record(key, replace(record, deadline_us=deadline_us))
+                    continue
+                # A part of the record: it moves to a record of its own (the same run).
+                rows.put_record(
+                    key,
+                    replace(
+                        record,
+                        pending=ranges(p for p in record.positions() if p not in positions),
+                        holes=tuple(p for p in record.holes if p not in positions),
+                    ),
+                )
+                rows.put_record(
+                    key,
+                    replace(
+                        record,
+                        token=run_token(record.run_start),
+                        deadline_us=deadline_us,
+                        pending=ranges(sorted(positions)),
+                        holes=tuple(p for p in record.holes if p in positions),
+                    ),
+                )
+                split += 1
+            if split:
+                rows.add_counts(key, leases=split)
+        return result
+
+    def delete(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
+        with self._write() as rows:
+            head = rows.head(key)
+            if head is None:
+                result.rejected.extend(dict.fromkeys(ids))
+                return result
+            runs: dict[int, list[RunRecord]] = {}
+            settled: dict[str, tuple[RunRecord, set[int]]] = {}
+            tombstones = set(head.tombstones)
+            unscheduled = 0
+            for item_id in dict.fromkeys(ids):
+                scheduled = parse_scheduled_id(item_id)
+                if scheduled is not None:
+                    if scheduled[0] == key.lane and rows.drop_scheduled(key, item_id):
+                        unscheduled += 1
+                        result.applied.append(item_id)
+                    else:
+                        result.rejected.append(item_id)
+                    continue
+                parsed = parse_position_id(item_id)
+                if parsed is None or parsed[0] != key.lane:
+                    result.rejected.append(item_id)
+                    continue
+                p = parsed[1]
+                if p >= head.cursor:
+                    # Waiting: a tombstone every later claim skips (a hole names nothing stored).
+                    if (
+                        p < head.tail
+                        and p not in tombstones
+                        and p in self._items_at(rows, key, [p], deadline=None, bump=0)[0]
+                    ):
+                        tombstones.add(p)
+                        result.applied.append(item_id)
+                    else:
+                        result.rejected.append(item_id)
+                    continue
+                record = self._record_holding(rows, key, p, runs)
+                if record is None or p in record.holes:
+                    result.rejected.append(item_id)
+                    continue
+                settled.setdefault(record.token, (record, set()))[1].add(p)
+                result.applied.append(item_id)
+            self._settle_positions(rows, key, settled.values())
+            if len(tombstones) != len(head.tombstones) or unscheduled:
+                fresh = rows.head(key)
+                assert fresh is not None  # noqa: S101 - it had one at the start of the transaction
+                fresh.tombstones = tuple(sorted(tombstones))
+                fresh.scheduled -= unscheduled
+                rows.put_head(key, fresh)
+        return result
+
+    # -- the schedule --------------------------------------------------------------------------------
+
+    def promote(self, key: LogKey, *, now: datetime, limit: int) -> int:
+        lane = key.lane
+        until = scheduled_id(lane, timestamp_us(now), _UNIQUE - 1)
+        with self._write() as rows:
+            due = rows.scheduled(key, "", until, limit)
+            if not due:
+                return 0
+            items = []
+            for sid, blob in due:
+                rows.drop_scheduled(key, sid)
+                items.extend(decode_items(blob, [0], [sid], deadline=None, bump=0))
+            rows.add_counts(key, scheduled=-len(due))
+            self._append_in(rows, key, items, now)
+        return len(due)
+
+    def purge(self, key: LogKey, *, limit: int) -> int:
+        with self._write() as rows:
+            return rows.purge(key, limit)
+
+
+def _before(item_id: str) -> str:
+    """A string just below ``item_id`` (for an inclusive range that starts at it)."""
+    return item_id[:-1] + chr(ord(item_id[-1]) - 1) + "~"
+
+
+def _due_of(sid: str) -> datetime:
+    parsed = parse_scheduled_id(sid)
+    assert parsed is not None  # noqa: S101 - the schedule holds scheduled ids only
+    return utc_from_timestamp_us(parsed[1])
+
+
+def _first_position_after(lane: str, after: str) -> int | None:
+    """The first position whose id sorts after ``after`` (``None``: none does)."""
+    parsed = parse_position_id(after)
+    if parsed is not None and parsed[0] == lane:
+        return parsed[1] + 1
+    mark = lane + "v"
+    if after < mark:
+        return 0
+    if not after.startswith(mark):
+        return None
+    digits = after[len(mark) :][:16]
+    try:
+        value = int(digits.ljust(16, "0"), 16)
+    except ValueError:
+        return None
+    # A shorter id sorts before its padding; a full one at its value.
+    return value if len(digits) < 16 else value + 1
+
+
+__all__ = [
+    "ROW_BYTES",
+    "ClaimLogEngine",
+    "HeadRow",
+    "LogRows",
+    "PackedRow",
+    "RunRecord",
+    "decode_items",
+    "encode_item",
+    "pack_row",
+]
