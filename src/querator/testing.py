@@ -24,8 +24,8 @@ from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import WRITE_CONCURRENCY, DynamoDBItemStore
-from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog
-from querator.storage.sqlite import SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
+from querator.storage.memory import InMemoryClaimLog, InMemoryItemStore, InMemoryQueueCatalog
+from querator.storage.sqlite import SQLiteClaimLog, SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -125,16 +125,30 @@ def build_service(
     )
 
 
-def memory_service(*, clock: Any, ids: IdFactory | None = None) -> QueueService:
-    """A service over a fresh in-memory store and catalog: no moto, no sockets."""
-    return QueueService(catalog=InMemoryQueueCatalog(), store=InMemoryItemStore(), clock=clock, ids=ids)
+def memory_service(*, clock: Any, ids: IdFactory | None = None, engine: int = 2) -> QueueService:
+    """A service over a fresh in-memory store and catalog: no moto, no sockets. ``engine=3``: with
+    engine v3's claim log (docs/adr/0100)."""
+    return QueueService(
+        catalog=InMemoryQueueCatalog(),
+        store=InMemoryItemStore(),
+        clock=clock,
+        ids=ids,
+        log=InMemoryClaimLog() if engine == 3 else None,
+    )
 
 
-def sqlite_service(path: str | Path, *, clock: Any, ids: IdFactory | None = None) -> QueueService:
-    """A service over the SQLite database at ``path`` (created when missing)."""
+def sqlite_service(
+    path: str | Path, *, clock: Any, ids: IdFactory | None = None, engine: int = 2
+) -> QueueService:
+    """A service over the SQLite database at ``path`` (created when missing); ``engine=3``: with
+    engine v3's claim log in the same file."""
     database = SQLiteDatabase(path)
     return QueueService(
-        catalog=SQLiteQueueCatalog(database), store=SQLiteItemStore(database), clock=clock, ids=ids
+        catalog=SQLiteQueueCatalog(database),
+        store=SQLiteItemStore(database),
+        clock=clock,
+        ids=ids,
+        log=SQLiteClaimLog(database) if engine == 3 else None,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,14 +27,16 @@ if TYPE_CHECKING:
 
 #: Every store the suite runs on; ``metered`` tests (DynamoDB's units) run on the DynamoDB ones only.
 STORES = ["memory", "sqlite", "moto", "moto_server"]
+#: An experiment while engine v3 is wired: QUERATOR_TEST_ENGINE=3 runs the suite on it.
+ENGINE = int(os.environ.get("QUERATOR_TEST_ENGINE", "2"))
 
 
 @pytest.fixture(params=STORES)
 def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueService]:
     if request.param == "memory":
-        yield memory_service(clock=clock)
+        yield memory_service(clock=clock, engine=ENGINE)
     elif request.param == "sqlite":
-        yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock)
+        yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock, engine=ENGINE)
     elif request.param == "moto":
         with mock_aws():
             yield build_service(dynamodb_client(), clock=clock)
