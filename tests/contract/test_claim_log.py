@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from querator.domain.model import Item
-from querator.domain.positions import HOLE_TIMEOUT_S, parse_position_id, parse_scheduled_id
+from querator.domain.positions import HOLE_TIMEOUT_S, POSITION_MARK, parse_position_id, parse_scheduled_id
 from querator.ports import Guard
 from querator.ports.log import LogKey, Settlement
 
@@ -107,7 +107,7 @@ def test_lanes_are_logs_of_their_own(claim_log: ClaimLog) -> None:
     claim_log.append(KEY, _items("normal"), now=NOW)
     stored = claim_log.append(urgent, _items("urgent"), now=NOW)
 
-    assert stored[0].id.startswith(".1v") and stored[0].priority == 1
+    assert stored[0].id.startswith(".1" + POSITION_MARK) and stored[0].priority == 1
     assert _payloads(_claim(claim_log, 10, key=urgent).items) == [b"urgent"]
     assert _payloads(_claim(claim_log, 10).items) == [b"normal"]
     assert claim_log.head(LogKey("jobs", 1, "")).tail == 0
@@ -227,7 +227,7 @@ def test_an_id_is_valid_for_one_lease(claim_log: ClaimLog) -> None:
 def test_unknown_and_malformed_ids_are_rejected_not_raised(claim_log: ClaimLog) -> None:
     claim_log.append(KEY, _items("a"), now=NOW)
     claim = _claim(claim_log, 1)
-    never = "v" + "f" * 16
+    never = POSITION_MARK + "f" * 16
 
     result = _complete(claim_log, [never, claim.items[0].id])
 
@@ -437,10 +437,12 @@ def test_delete_removes_waiting_leased_and_scheduled_items(claim_log: ClaimLog) 
     leased = _claim(claim_log, 1).items[0]
     waiting = claim_log.list_items(KEY, after=leased.id, limit=1, now=NOW)[0]
 
-    result = claim_log.delete(KEY, [leased.id, waiting.id, scheduled[0].id, "v" + "0" * 16], now=NOW)
+    result = claim_log.delete(
+        KEY, [leased.id, waiting.id, scheduled[0].id, POSITION_MARK + "0" * 16], now=NOW
+    )
 
     assert sorted(result.applied) == sorted([leased.id, waiting.id, scheduled[0].id])
-    assert result.rejected == ["v" + "0" * 16]
+    assert result.rejected == [POSITION_MARK + "0" * 16]
     assert _payloads(_claim(claim_log, 10).items) == [b"next"]
     head = claim_log.head(KEY)
     assert head.scheduled == 0
@@ -453,7 +455,7 @@ def test_get_reads_items_in_every_state(claim_log: ClaimLog) -> None:
     leased = _claim(claim_log, 1).items[0]
     waiting = claim_log.list_items(KEY, after=leased.id, limit=1, now=NOW)[0]
 
-    found = claim_log.get(KEY, [leased.id, waiting.id, scheduled[0].id, "v" + "1" * 16], now=NOW)
+    found = claim_log.get(KEY, [leased.id, waiting.id, scheduled[0].id, POSITION_MARK + "1" * 16], now=NOW)
 
     assert set(found) == {leased.id, waiting.id, scheduled[0].id}
     assert found[leased.id].lease_deadline == NOW + LEASE and found[leased.id].attempts == 1
