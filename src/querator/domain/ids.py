@@ -40,10 +40,10 @@ _TIME_DIGITS = 14
 _SEQ_DIGITS = 10
 _NODE_DIGITS = 6
 ID_LENGTH = _TIME_DIGITS + _SEQ_DIGITS + _NODE_DIGITS
-#: Engine v2's ids, and engine v3's (``querator.domain.positions``: ``v`` and a position, ``w`` and a
+#: Engine v2's ids, and engine v3's (``querator.domain.positions``: ``l`` and a position, ``m`` and a
 #: scheduled item's due time and random digits).
 _ID_PATTERN = re.compile(
-    rf"(?:\.[0-4]|p[6-9])?(?:g[0-9a-f]{{16}})?(?:[0-9a-f]{{{ID_LENGTH}}}|v[0-9a-f]{{16}}|w[0-9a-f]{{24}})"
+    rf"(?:\.[0-4]|p[6-9])?(?:g[0-9a-f]{{16}})?(?:[0-9a-f]{{{ID_LENGTH}}}|l[0-9a-f]{{16}}|m[0-9a-f]{{24}})"
 )
 _SEQ_MODULUS = 16**_SEQ_DIGITS
 #: A key that sorts after every item id of every band (``p9`` + hex is the last) and before the head

@@ -187,7 +187,24 @@ class QueueAdmin:
         queue = self._queues.live(queue_name)
         now = self._clock.now()
         heads = self._store.heads(queue.name, list(range(queue.partitions)))
-        return [partition_stats(partition, head, now) for partition, head in enumerate(heads)]
+        stats = [partition_stats(partition, head, now) for partition, head in enumerate(heads)]
+        if self._logs is None:
+            return stats
+        # Engine v3's logs count what they hold in their heads (a read per band in use).
+        return [
+            self._with_logs(queue.name, partition_stats_, head)
+            for partition_stats_, head in zip(stats, heads, strict=True)
+        ]
+
+    def _with_logs(self, queue: str, stats: PartitionStats, head: PartitionHead) -> PartitionStats:
+        assert self._logs is not None  # noqa: S101 - only called with logs
+        total, leased, scheduled = self._logs.counts(queue, stats.partition, head.leasable_bands())
+        return replace(
+            stats,
+            total=stats.total + total,
+            total_leased=stats.total_leased + leased,
+            scheduled=stats.scheduled + scheduled,
+        )
 
     def clear(self, queue_name: str, scope: ClearScope) -> int:
         """Remove un-leased items (``QUEUE``), scheduled ones (``SCHEDULED``), leased ones too

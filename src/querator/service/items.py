@@ -21,9 +21,9 @@ from querator.domain.model import (
     check_aware,
     resolve_time,
 )
-from querator.domain.priority import band_end, band_start, validate_priority
+from querator.domain.priority import BANDS, band_end, band_start, validate_priority
 from querator.ports import Guard, Move
-from querator.service.logs import is_log_id
+from querator.service.logs import is_log_id, log_end
 from querator.service.queues import check_partition
 from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, UNKNOWN_ITEM
 
@@ -290,7 +290,9 @@ class ItemCalls:
         """
         queue = self._listable(queue_name, partition, limit)
         bound = visible_bound(self._clock.now())
-        return self._list_bands(queue, partition, pivot, limit, lambda band: (band_start(band), band + bound))
+        return self._list_bands(
+            queue, partition, pivot, limit, lambda band: (band_start(band), band + bound), scheduled=False
+        )
 
     def list_scheduled(
         self, queue_name: str, partition: int, *, pivot: str = "", limit: int = 1000
@@ -298,7 +300,9 @@ class ItemCalls:
         """Scheduled items of one partition, by priority, then in the order they become visible."""
         queue = self._listable(queue_name, partition, limit)
         bound = visible_bound(self._clock.now())
-        return self._list_bands(queue, partition, pivot, limit, lambda band: (band + bound, band_end(band)))
+        return self._list_bands(
+            queue, partition, pivot, limit, lambda band: (band + bound, band_end(band)), scheduled=True
+        )
 
     def _list_bands(
         self,
@@ -307,9 +311,12 @@ class ItemCalls:
         pivot: str,
         limit: int,
         key_range: Callable[[str], tuple[str, str]],
+        *,
+        scheduled: bool,
     ) -> list[Item]:
         """Up to ``limit`` items of ``key_range`` in each band in use, bands in priority order, from
-        ``pivot`` on: one head read, then a Query per band the page reaches."""
+        ``pivot`` on: one head read, then a Query per band the page reaches. With engine v3's logs,
+        each band's log follows its v2 range (v3 ids sort after v2's within a band)."""
         head, _ = self._store.head(queue.name, partition, now=self._clock.now())
         if head.has_lanes:
             head = self._store.with_lanes(queue.name, partition, head)
@@ -317,23 +324,38 @@ class ItemCalls:
         budget = MAX_REPLY_BYTES
         # Bands and group lanes in key order (a fair queue: each band's items without a group, then
         # each group's), so ``pivot`` pages through them.
+        now = self._clock.now()
         for band in head.leasable_lanes():
             lower, upper = key_range(band)
-            if max(pivot, lower) >= upper:
-                continue
-            page = self._store.list_items(
-                queue.name,
-                partition,
-                limit=limit - len(found),
-                pivot=pivot,
-                lower=lower,
-                upper=upper,
-                max_bytes=budget,
-            )
-            found += page
-            budget -= sum(len(item.payload) for item in page)
-            if len(found) >= limit or budget <= 0:
-                break
+            if max(pivot, lower) < upper:
+                page = self._store.list_items(
+                    queue.name,
+                    partition,
+                    limit=limit - len(found),
+                    pivot=pivot,
+                    lower=lower,
+                    upper=upper,
+                    max_bytes=budget,
+                )
+                found += page
+                budget -= sum(len(item.payload) for item in page)
+                if len(found) >= limit or budget <= 0:
+                    break
+            if self._logs is not None and band in BANDS and pivot < log_end(band):
+                page = self._logs.list_band(
+                    queue.name,
+                    partition,
+                    band,
+                    pivot=pivot,
+                    limit=limit - len(found),
+                    scheduled=scheduled,
+                    max_bytes=budget,
+                    now=now,
+                )
+                found += page
+                budget -= sum(len(item.payload) for item in page)
+                if len(found) >= limit or budget <= 0:
+                    break
         return found
 
     def _listable(self, queue_name: str, partition: int, limit: int) -> QueueInfo:

@@ -21,7 +21,13 @@ from querator.domain import lifecycle
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError
 from querator.domain.lifecycle import Action
 from querator.domain.model import REPLY_SIZE_THRESHOLD, Item
-from querator.domain.positions import HOLE_TIMEOUT_S, parse_position_id, parse_scheduled_id, position_id
+from querator.domain.positions import (
+    HOLE_TIMEOUT_S,
+    SCHEDULED_MARK,
+    parse_position_id,
+    parse_scheduled_id,
+    position_id,
+)
 from querator.domain.priority import BANDS, band, lane_of
 from querator.ports import Guard
 from querator.ports.log import LogKey, Settlement
@@ -67,6 +73,11 @@ def log_key(queue: str, partition: int, item_id: str) -> LogKey:
 def lane_key(queue: QueueInfo, partition: int, priority: int, group: str) -> LogKey:
     """The log an item of ``priority`` and ``group`` goes to in ``queue``'s ``partition``."""
     return LogKey(queue.name, partition, band(priority) + queue.lane_for(group))
+
+
+def log_end(band_key: str) -> str:
+    """A key after every id of ``band_key``'s log (positions, then its schedule)."""
+    return band_key + chr(ord(SCHEDULED_MARK) + 1)
 
 
 def reply_bytes_at_most(size: int) -> int:
@@ -435,6 +446,51 @@ class Logs:
         oldest = min((item.created_at for item in waiting), default=None)
         return outcome, came_due, oldest
 
+    def list_band(
+        self,
+        queue: str,
+        partition: int,
+        band_key: str,
+        *,
+        pivot: str,
+        limit: int,
+        scheduled: bool,
+        max_bytes: int,
+        now: datetime,
+    ) -> list[Item]:
+        """Up to ``limit`` items of one band's log from ``pivot`` (inclusive), in id order: its
+        leased and waiting items, or (``scheduled``) its schedule; at most ``max_bytes`` of payload
+        (at least one item)."""
+        key = LogKey(queue, partition, band_key)
+        after = _just_before(pivot) if pivot else ""
+        if scheduled:
+            after = max(after, band_key + SCHEDULED_MARK)
+        found: list[Item] = []
+        budget = max_bytes
+        while len(found) < limit:
+            page = self.log.list_items(key, after=after, limit=limit - len(found), now=now)
+            for item in page:
+                if (parse_scheduled_id(item.id) is not None) != scheduled:
+                    return found  # positions sort before the schedule: the part asked for ended
+                if found and len(item.payload) > budget:
+                    return found
+                found.append(item)
+                budget -= len(item.payload)
+            if len(page) < limit - len(found) + len(page) or not page:
+                return found
+            after = page[-1].id
+        return found
+
+    def counts(self, queue: str, partition: int, bands: Iterable[str]) -> tuple[int, int, int]:
+        """(waiting and leased, leased, scheduled) items in the partition's logs of ``bands``."""
+        total = leased = scheduled = 0
+        for band_key in bands:
+            head = self.log.head(LogKey(queue, partition, band_key))
+            total += max(head.waiting, 0) + head.leased
+            leased += head.leased
+            scheduled += head.scheduled
+        return total, leased, scheduled
+
     def holds_items(self, queue: str, partition: int, band_key: str) -> bool:
         """Whether a band's log holds anything (waiting, leased or scheduled)."""
         head = self.log.head(LogKey(queue, partition, band_key))
@@ -461,6 +517,11 @@ class Logs:
             return False
 
 
+def _just_before(item_id: str) -> str:
+    """A key just below ``item_id``: listing ``after`` it includes ``item_id`` itself."""
+    return item_id[:-1] + chr(ord(item_id[-1]) - 1) + "\x7f"
+
+
 def _scheduled(item: Item, now: datetime) -> bool:
     return item.enqueue_at is not None and item.enqueue_at > now
 
@@ -480,4 +541,4 @@ def _by_log(queue: str, partition: int, ids: Sequence[str]) -> dict[LogKey, list
     return by_log
 
 
-__all__ = ["Logs", "is_log_id", "lane_key", "log_key", "reply_bytes_at_most"]
+__all__ = ["Logs", "is_log_id", "lane_key", "log_end", "log_key", "reply_bytes_at_most"]
