@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from querator.domain.model import Item
-from querator.domain.positions import HOLE_TIMEOUT_S, POSITION_MARK, parse_position_id, parse_scheduled_id
+from querator.domain.positions import (
+    HOLE_TIMEOUT_S,
+    POSITION_MARK,
+    parse_position_id,
+    parse_scheduled_id,
+    scheduled_id,
+)
 from querator.ports import Guard
 from querator.ports.log import LogKey, Settlement
 
@@ -351,6 +357,22 @@ def test_max_leased_caps_a_claim(claim_log: ClaimLog) -> None:
         b"d"
     ]
     assert claim_log.head(KEY).leased == 3
+
+
+def test_a_scheduled_item_keeps_the_scheduled_id_it_was_given(claim_log: ClaimLog) -> None:
+    due = NOW + timedelta(minutes=1)
+    due_us = int(due.timestamp() * 1_000_000)
+    given = [scheduled_id("", due_us, n) for n in (7, 8, 9)]
+    produced = [
+        replace(item, id=i) for item, i in zip(_items("a", "b", "c", enqueue_at=due), given, strict=True)
+    ]
+
+    stored = claim_log.append(KEY, produced, now=NOW)
+
+    assert [i.id for i in stored] == given
+    assert [i.id for i in claim_log.list_items(KEY, after="", limit=10, now=NOW)] == given
+    assert claim_log.promote(KEY, now=due, limit=10) == 3
+    assert _payloads(_claim(claim_log, 10, now=due).items) == [b"a", b"b", b"c"]
 
 
 # --- expiry and renewal ------------------------------------------------------------------------------

@@ -127,8 +127,10 @@ class ClaimLog(Protocol):
     def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
         """Store ``items`` at the tail, in order, and return them as stored, ids assigned (their
         ``id`` and ``lease_deadline`` are ignored). An item whose ``enqueue_at`` is later than
-        ``now`` goes to the log's schedule (a ``scheduled_id``) instead and is moved to the tail by
-        ``promote`` when due.
+        ``now`` goes to the log's schedule instead, moved to the tail by ``promote`` when due: under
+        its own ``id`` when that is a scheduled id of this log's lane due at its ``enqueue_at``
+        (``querator.domain.positions.scheduled_id``: the service mints them, so items due at the
+        same time keep their produce order), else under a new one.
 
         The items of one call are packed into as few rows as the store's row size allows. One
         sequencer write takes their positions, then the rows are written once each, in order; a row
