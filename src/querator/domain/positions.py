@@ -59,6 +59,14 @@ def scheduled_id(lane: str, due_us: int, unique: int) -> str:
     return f"{lane}{SCHEDULED_MARK}{due_us:0{_TIME_DIGITS}x}{unique:0{_UNIQUE_DIGITS}x}"
 
 
+def scheduled_id_of(v2_id: str) -> str:
+    """The scheduled id for an item the service minted ``v2_id`` for (``querator.domain.ids``, with
+    its due time as visible time): its lane, ``m``, and the id's time and sequence digits, so items
+    due at the same microsecond keep the order one process produced them in."""
+    lane = lane_of(v2_id)
+    return f"{lane}{SCHEDULED_MARK}{v2_id[len(lane) : len(lane) + _TIME_DIGITS + _UNIQUE_DIGITS]}"
+
+
 def parse_scheduled_id(item_id: str) -> tuple[str, int] | None:
     """``(lane, due_us)`` of a scheduled item's id; ``None`` for anything else."""
     lane = lane_of(item_id)
@@ -78,4 +86,5 @@ __all__ = [
     "parse_scheduled_id",
     "position_id",
     "scheduled_id",
+    "scheduled_id_of",
 ]

@@ -492,8 +492,12 @@ class ItemStore(Protocol):
         """
         ...
 
-    def finish_idempotent(self, queue: str, key: str, *, partition: int, ids: Sequence[str]) -> None:
-        """Mark the record done with the receipt that retries of the request get."""
+    def finish_idempotent(
+        self, queue: str, key: str, *, partition: int, ids: Sequence[str], done: bool = True
+    ) -> None:
+        """Mark the record done with the receipt that retries of the request get; ``done=False``:
+        only record ``ids`` and leave it in progress (engine v3 notes the positions it took before
+        it writes them, so a retry after a crash writes those again)."""
         ...
 
 

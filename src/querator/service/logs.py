@@ -27,6 +27,7 @@ from querator.domain.positions import (
     parse_position_id,
     parse_scheduled_id,
     position_id,
+    scheduled_id_of,
 )
 from querator.domain.priority import BANDS, band, lane_of
 from querator.ports import Guard
@@ -104,7 +105,7 @@ class Logs:
         self._register(queue, partition, by_lane)
         stored: dict[int, Item] = {}
         for key, entries in by_lane.items():
-            written = self.log.append(key, [item for _, item in entries], now=now)
+            written = self.log.append(key, [_for_schedule(item, now) for _, item in entries], now=now)
             stored.update(zip((n for n, _ in entries), written, strict=True))
         return [stored[n] for n in range(len(items))]
 
@@ -138,7 +139,7 @@ class Logs:
                 )
                 stored.update(zip((n for n, _ in ready), written, strict=True))
             if later:
-                written = self.log.append(key, [item for _, item in later], now=now)
+                written = self.log.append(key, [_for_schedule(item, now) for _, item in later], now=now)
                 stored.update(zip((n for n, _ in later), written, strict=True))
         return [stored[n] for n in range(len(items))]
 
@@ -520,6 +521,11 @@ class Logs:
 def _just_before(item_id: str) -> str:
     """A key just below ``item_id``: listing ``after`` it includes ``item_id`` itself."""
     return item_id[:-1] + chr(ord(item_id[-1]) - 1) + "\x7f"
+
+
+def _for_schedule(item: Item, now: datetime) -> Item:
+    """A scheduled item under the scheduled id its v2 id gives (produce order within a due time)."""
+    return replace(item, id=scheduled_id_of(item.id)) if _scheduled(item, now) else item
 
 
 def _scheduled(item: Item, now: datetime) -> bool:

@@ -80,14 +80,10 @@ class Producer:
         self, queue: QueueInfo, partition: int, stored: list[Item], key: str, now: datetime
     ) -> ProduceReceipt:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-        logs = self._logs_for(queue)
-        # In a log the positions are taken first and recorded, so a retry after a crash writes the
-        # same positions: nothing lands twice (scheduled items, which have none, may).
-        ids = logs.take(queue, partition, stored, now) if logs is not None else [i.id for i in stored]
         record = IdempotencyRecord(
             key=digest,
             partition=partition,
-            ids=ids,
+            ids=[] if self._logs_for(queue) is not None else [i.id for i in stored],
             done=False,
             started_at=now,
             queue_created_at=queue.created_at,
@@ -108,6 +104,7 @@ class Producer:
             and previous.queue_created_at == queue.created_at
             and len(previous.ids) == len(stored)
         )
+        logs = self._logs_for(queue)
         if resumed and previous is not None:
             # The first writer died mid-way: write its ids where missing, so nothing lands twice.
             partition = previous.partition
@@ -117,7 +114,11 @@ class Producer:
                 stored = [replace(item, id=old) for item, old in zip(stored, previous.ids, strict=True)]
                 self._store.put_absent(queue.name, partition, stored, now=now)
         elif logs is not None:
-            stored = logs.write_taken(queue, partition, ids, stored, now)
+            # The positions are taken and noted before they are written, so a retry after a crash
+            # writes the same positions: nothing lands twice (scheduled items, which have none, may).
+            taken = logs.take(queue, partition, stored, now)
+            self._store.finish_idempotent(queue.name, digest, partition=partition, ids=taken, done=False)
+            stored = logs.write_taken(queue, partition, taken, stored, now)
         else:
             self._store.put_new(queue.name, partition, stored, now=now)
         ids = [item.id for item in stored]

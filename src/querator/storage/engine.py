@@ -731,9 +731,11 @@ class SortedRowsStore:
             rows.put_idempotency(queue, record, int(expires_at.timestamp()))
         return True, previous
 
-    def finish_idempotent(self, queue: str, key: str, *, partition: int, ids: Sequence[str]) -> None:
+    def finish_idempotent(
+        self, queue: str, key: str, *, partition: int, ids: Sequence[str], done: bool = True
+    ) -> None:
         with self._write() as rows:
             found = rows.idempotency(queue, key)
             if found is not None:
-                done = replace(found[0], done=True, partition=partition, ids=list(ids))
-                rows.put_idempotency(queue, done, found[1])
+                finished = replace(found[0], done=done, partition=partition, ids=list(ids))
+                rows.put_idempotency(queue, finished, found[1])

@@ -1364,7 +1364,9 @@ class DynamoDBItemStore:
             raise translate(exc, "produce") from exc
         return codec.returned(reply, "Item")
 
-    def finish_idempotent(self, queue: str, key: str, *, partition: int, ids: Sequence[str]) -> None:
+    def finish_idempotent(
+        self, queue: str, key: str, *, partition: int, ids: Sequence[str], done: bool = True
+    ) -> None:
         try:
             self._client.update_item(
                 TableName=self._table,
@@ -1376,7 +1378,7 @@ class DynamoDBItemStore:
                     "#ids": schema.IDEM_IDS,
                 },
                 ExpressionAttributeValues={
-                    ":true": {"BOOL": True},
+                    ":true": {"BOOL": done},
                     ":part": {"N": str(partition)},
                     ":ids": {"L": [{"S": item_id} for item_id in ids]},
                 },
