@@ -207,7 +207,9 @@ class ClaimLog(Protocol):
         """Settle leased positions: each id must be an unsettled position of a lease record that
         ``guard`` admits (``LEASE_VALID``: deadline after ``now``; ``LEASE_EXPIRED``: at or before
         it; ``ANY``: either, and also a waiting position, which claims then skip, or a scheduled
-        item, which leaves the schedule: how a waiting item is moved or reprioritized). Applied ids
+        item, which leaves the schedule: how a waiting item is moved or reprioritized;
+        ``NOT_VALIDLY_LEASED``: as ``ANY`` but not a lease whose deadline is after ``now``: how a
+        dead letter is redriven without taking it from a consumer). Applied ids
         are settled for good; the others are rejected (unknown, stale, already settled, or refused
         by the guard). A record left with nothing unsettled is gone. Each record's settlements, with
         the appends they carry, are one atomic step (and each waiting or scheduled item's)."""
@@ -230,6 +232,13 @@ class ClaimLog(Protocol):
         """The items ``ids`` name, as stored now (leased ones with their deadline and attempts as
         ``claim`` returned them): what a retry or a dead letter appends again. Ids that name nothing
         stored (settled, filled, deleted, unknown) are absent. Reads O(ids)."""
+        ...
+
+    def skip_waiting(self, key: LogKey, *, now: datetime) -> int:
+        """Drop every waiting position at once (``queue.clear``): the cursor moves to the tail,
+        so no claim reads them; their rows go by TTL. One head write, however many wait. Returns
+        how many were dropped (deleted and filled positions not counted). Leased and scheduled
+        items stay."""
         ...
 
     def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
