@@ -412,6 +412,24 @@ def test_skip_waiting_drops_every_waiting_item_and_keeps_the_rest(claim_log: Cla
     assert _payloads(_claim(claim_log, 10).items) == [b"new"]
 
 
+def test_produced_and_completed_count_produce_and_complete_only(claim_log: ClaimLog) -> None:
+    claim_log.append(KEY, _items("a", "b", "c"), now=NOW)
+    taken = claim_log.take_positions(KEY, 1, now=NOW)
+    claim_log.write_taken(KEY, taken, _items("d"), now=NOW)
+    a, b, c, d = _claim(claim_log, 4).items
+
+    claim_log.settle(
+        KEY, [Settlement(id=a.id), Settlement(id=b.id)], guard=Guard.LEASE_VALID, now=NOW, completed=True
+    )
+    claim_log.settle(
+        KEY, [Settlement(id=c.id, to=KEY, item=c)], guard=Guard.LEASE_VALID, now=NOW, completed=True
+    )
+    claim_log.settle(KEY, [Settlement(id=d.id)], guard=Guard.LEASE_VALID, now=NOW)
+
+    head = claim_log.head(KEY)
+    assert (head.produced, head.completed) == (4, 2)
+
+
 # --- expiry and renewal ------------------------------------------------------------------------------
 
 

@@ -79,6 +79,10 @@ class LogHead:
     next_due: datetime | None = None
     #: The largest ``Item.reply_size`` ever appended: a lease sizes its claim under the reply cap with it.
     largest: int = 0
+    #: Items written by ``append`` and ``write_taken`` (produce, import), and positions settled by
+    #: ``settle(..., completed=True)``, ever: cumulative counts for the console's rates.
+    produced: int = 0
+    completed: int = 0
 
     @property
     def waiting(self) -> int:
@@ -202,7 +206,13 @@ class ClaimLog(Protocol):
         ...
 
     def settle(
-        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
         """Settle leased positions: each id must be an unsettled position of a lease record that
         ``guard`` admits (``LEASE_VALID``: deadline after ``now``; ``LEASE_EXPIRED``: at or before
@@ -212,7 +222,9 @@ class ClaimLog(Protocol):
         dead letter is redriven without taking it from a consumer). Applied ids
         are settled for good; the others are rejected (unknown, stale, already settled, or refused
         by the guard). A record left with nothing unsettled is gone. Each record's settlements, with
-        the appends they carry, are one atomic step (and each waiting or scheduled item's)."""
+        the appends they carry, are one atomic step (and each waiting or scheduled item's).
+        ``completed``: the positions settled without a move count in ``LogHead.completed``
+        (``queue.complete``), in the same write."""
         ...
 
     def renew(
