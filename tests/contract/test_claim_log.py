@@ -375,6 +375,61 @@ def test_a_scheduled_item_keeps_the_scheduled_id_it_was_given(claim_log: ClaimLo
     assert _payloads(_claim(claim_log, 10, now=due).items) == [b"a", b"b", b"c"]
 
 
+def test_not_validly_leased_takes_waiting_scheduled_and_expired_but_not_valid_leases(
+    claim_log: ClaimLog,
+) -> None:
+    claim_log.append(KEY, _items("expired", "valid", "waiting"), now=NOW)
+    scheduled = claim_log.append(KEY, _items("later", enqueue_at=NOW + timedelta(hours=1)), now=NOW)
+    expired = claim_log.claim(KEY, count=1, deadline=NOW + timedelta(seconds=1), now=NOW).items[0]
+    valid = _claim(claim_log, 1).items[0]
+    waiting = claim_log.list_items(KEY, after=valid.id, limit=1, now=NOW)[0]
+    later = NOW + timedelta(seconds=2)
+
+    result = claim_log.settle(
+        KEY,
+        [Settlement(id=i) for i in (expired.id, valid.id, waiting.id, scheduled[0].id)],
+        guard=Guard.NOT_VALIDLY_LEASED,
+        now=later,
+    )
+
+    assert sorted(result.applied) == sorted([expired.id, waiting.id, scheduled[0].id])
+    assert result.rejected == [valid.id]
+
+
+def test_skip_waiting_drops_every_waiting_item_and_keeps_the_rest(claim_log: ClaimLog) -> None:
+    claim_log.append(KEY, _items(*"abcdef"), now=NOW)
+    claim_log.append(KEY, _items("later", enqueue_at=NOW + timedelta(hours=1)), now=NOW)
+    held = _claim(claim_log, 2).items
+    claim_log.delete(KEY, [claim_log.list_items(KEY, after=held[-1].id, limit=1, now=NOW)[0].id], now=NOW)
+
+    assert claim_log.skip_waiting(KEY, now=NOW) == 3
+
+    head = claim_log.head(KEY)
+    assert head.waiting == 0 and head.leased == 2 and head.scheduled == 1
+    assert _claim(claim_log, 10).items == []
+    assert _complete(claim_log, [i.id for i in held]).applied == [i.id for i in held]
+    claim_log.append(KEY, _items("new"), now=NOW)
+    assert _payloads(_claim(claim_log, 10).items) == [b"new"]
+
+
+def test_produced_and_completed_count_produce_and_complete_only(claim_log: ClaimLog) -> None:
+    claim_log.append(KEY, _items("a", "b", "c"), now=NOW)
+    taken = claim_log.take_positions(KEY, 1, now=NOW)
+    claim_log.write_taken(KEY, taken, _items("d"), now=NOW)
+    a, b, c, d = _claim(claim_log, 4).items
+
+    claim_log.settle(
+        KEY, [Settlement(id=a.id), Settlement(id=b.id)], guard=Guard.LEASE_VALID, now=NOW, completed=True
+    )
+    claim_log.settle(
+        KEY, [Settlement(id=c.id, to=KEY, item=c)], guard=Guard.LEASE_VALID, now=NOW, completed=True
+    )
+    claim_log.settle(KEY, [Settlement(id=d.id)], guard=Guard.LEASE_VALID, now=NOW)
+
+    head = claim_log.head(KEY)
+    assert (head.produced, head.completed) == (4, 2)
+
+
 # --- expiry and renewal ------------------------------------------------------------------------------
 
 

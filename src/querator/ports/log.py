@@ -79,6 +79,10 @@ class LogHead:
     next_due: datetime | None = None
     #: The largest ``Item.reply_size`` ever appended: a lease sizes its claim under the reply cap with it.
     largest: int = 0
+    #: Items written by ``append`` and ``write_taken`` (produce, import), and positions settled by
+    #: ``settle(..., completed=True)``, ever: cumulative counts for the console's rates.
+    produced: int = 0
+    completed: int = 0
 
     @property
     def waiting(self) -> int:
@@ -202,15 +206,25 @@ class ClaimLog(Protocol):
         ...
 
     def settle(
-        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
         """Settle leased positions: each id must be an unsettled position of a lease record that
         ``guard`` admits (``LEASE_VALID``: deadline after ``now``; ``LEASE_EXPIRED``: at or before
         it; ``ANY``: either, and also a waiting position, which claims then skip, or a scheduled
-        item, which leaves the schedule: how a waiting item is moved or reprioritized). Applied ids
+        item, which leaves the schedule: how a waiting item is moved or reprioritized;
+        ``NOT_VALIDLY_LEASED``: as ``ANY`` but not a lease whose deadline is after ``now``: how a
+        dead letter is redriven without taking it from a consumer). Applied ids
         are settled for good; the others are rejected (unknown, stale, already settled, or refused
         by the guard). A record left with nothing unsettled is gone. Each record's settlements, with
-        the appends they carry, are one atomic step (and each waiting or scheduled item's)."""
+        the appends they carry, are one atomic step (and each waiting or scheduled item's).
+        ``completed``: the positions settled without a move count in ``LogHead.completed``
+        (``queue.complete``), in the same write."""
         ...
 
     def renew(
@@ -230,6 +244,13 @@ class ClaimLog(Protocol):
         """The items ``ids`` name, as stored now (leased ones with their deadline and attempts as
         ``claim`` returned them): what a retry or a dead letter appends again. Ids that name nothing
         stored (settled, filled, deleted, unknown) are absent. Reads O(ids)."""
+        ...
+
+    def skip_waiting(self, key: LogKey, *, now: datetime) -> int:
+        """Drop every waiting position at once (``queue.clear``): the cursor moves to the tail,
+        so no claim reads them; their rows go by TTL. One head write, however many wait. Returns
+        how many were dropped (deleted and filled positions not counted). Leased and scheduled
+        items stay."""
         ...
 
     def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
