@@ -134,7 +134,7 @@ class QueueService:
         self._leaser = Leaser(store, self._queues, settler, clock, rng, claim_budget, logs)
         self._items = ItemCalls(store, self._queues, settler, clock, ids, logs)
         self._reaper = Reaper(catalog, store, settler, self._admin, clock, recount_period, logs)
-        self._redriver = Redriver(store, self._queues, clock, ids, budget=clear_budget)
+        self._redriver = Redriver(store, self._queues, clock, ids, budget=clear_budget, logs=logs)
         self._tickets = TicketSigner(catalog)
         self._clock = clock
 

@@ -198,12 +198,14 @@ class QueueAdmin:
 
     def _with_logs(self, queue: str, stats: PartitionStats, head: PartitionHead) -> PartitionStats:
         assert self._logs is not None  # noqa: S101 - only called with logs
-        total, leased, scheduled = self._logs.counts(queue, stats.partition, head.leasable_bands())
+        counts = self._logs.counts(queue, stats.partition, head.leasable_bands())
         return replace(
             stats,
-            total=stats.total + total,
-            total_leased=stats.total_leased + leased,
-            scheduled=stats.scheduled + scheduled,
+            total=stats.total + counts.total,
+            total_leased=stats.total_leased + counts.leased,
+            scheduled=stats.scheduled + counts.scheduled,
+            produced=stats.produced + counts.produced,
+            completed=stats.completed + counts.completed,
         )
 
     def clear(self, queue_name: str, scope: ClearScope) -> int:
@@ -260,6 +262,8 @@ class QueueAdmin:
                             f"clear removed {removed} item(s) of '{queue.name}' and has more to remove;"
                             " call it again to continue"
                         )
+            if self._logs is not None:
+                removed += self._logs.clear(queue, partition, head.leasable_bands(), scope, now, stop_at)
         return removed
 
 

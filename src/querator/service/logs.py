@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from querator.domain import lifecycle
-from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError
+from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError, RetryLaterError
 from querator.domain.lifecycle import Action
-from querator.domain.model import REPLY_SIZE_THRESHOLD, Item
+from querator.domain.model import REPLY_SIZE_THRESHOLD, ClearScope, Item
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
     SCHEDULED_MARK,
@@ -36,7 +36,7 @@ from querator.service.settle import SettleOutcome
 from querator.service.tuning import MAX_REPLY_BYTES, REPLY_ITEM_OVERHEAD
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
 
     from querator.domain.model import QueueInfo, RetryRequest
@@ -85,6 +85,17 @@ def reply_bytes_at_most(size: int) -> int:
     """What an item of ``Item.reply_size`` ``size`` adds to a lease reply at most (as
     ``service.lease.reply_size`` counts a read item)."""
     return 4 * -(-max(size, REPLY_SIZE_THRESHOLD) // 3) + REPLY_ITEM_OVERHEAD
+
+
+@dataclass(slots=True)
+class LogCounts:
+    """What a partition's logs hold (``total``: waiting and leased) and did (cumulative)."""
+
+    total: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    produced: int = 0
+    completed: int = 0
 
 
 class Logs:
@@ -415,7 +426,8 @@ class Logs:
         while head.next_expiry is not None and head.next_expiry <= now:
             done = self.recover(queue, key, now, limit=UPKEEP_PER_LEASE)
             outcome.add(done)
-            if done.recovered == 0 or self._clock.now() >= stop_at:
+            # Records that settle nothing (a missing dead-letter queue) stay due: not again now.
+            if not _settled(done) or self._clock.now() >= stop_at:
                 break
             head = self.log.head(key)
         came_due = 0
@@ -482,15 +494,124 @@ class Logs:
             after = page[-1].id
         return found
 
-    def counts(self, queue: str, partition: int, bands: Iterable[str]) -> tuple[int, int, int]:
-        """(waiting and leased, leased, scheduled) items in the partition's logs of ``bands``."""
-        total = leased = scheduled = 0
+    def counts(self, queue: str, partition: int, bands: Iterable[str]) -> LogCounts:
+        """What the partition's logs of ``bands`` hold and did, from their heads."""
+        counts = LogCounts()
         for band_key in bands:
             head = self.log.head(LogKey(queue, partition, band_key))
-            total += max(head.waiting, 0) + head.leased
-            leased += head.leased
-            scheduled += head.scheduled
-        return total, leased, scheduled
+            counts.total += max(head.waiting, 0) + head.leased
+            counts.leased += head.leased
+            counts.scheduled += head.scheduled
+            counts.produced += head.produced
+            counts.completed += head.completed
+        return counts
+
+    def clear(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        bands: Iterable[str],
+        scope: ClearScope,
+        now: datetime,
+        stop_at: datetime,
+    ) -> int:
+        """``queue.clear`` of the partition's logs: waiting items (expired leases first back among
+        them) with one head write a log, scheduled ones and (destructive) leased ones page by page.
+        Raises ``RetryLaterError`` when ``stop_at`` passes with more to remove."""
+        removed = 0
+        for band_key in bands:
+            key = LogKey(queue.name, partition, band_key)
+            if ClearScope.QUEUE in scope:
+                if ClearScope.DESTRUCTIVE not in scope:
+                    # Expired leases are waiting items too: back to the tail, then cleared with them.
+                    while _settled(self.recover(queue, key, now)):
+                        self._check_budget(queue, removed, stop_at)
+                removed += self.log.skip_waiting(key, now=now)
+            if ClearScope.SCHEDULED in scope or ClearScope.DESTRUCTIVE in scope:
+                removed += self._remove_listed(queue, key, scope, now, stop_at, removed)
+        return removed
+
+    def _remove_listed(
+        self, queue: QueueInfo, key: LogKey, scope: ClearScope, now: datetime, stop_at: datetime, removed: int
+    ) -> int:
+        """Settle what a listing of the log shows of ``scope`` (scheduled items; leased ones when
+        destructive), a page at a time."""
+        done = 0
+        after = ""
+        while True:
+            page = self.log.list_items(key, after=after, limit=REAPER_PAGE, now=now)
+            if not page:
+                return done
+            wanted = [
+                item.id
+                for item in page
+                if (ClearScope.SCHEDULED in scope and parse_scheduled_id(item.id) is not None)
+                or (ClearScope.DESTRUCTIVE in scope and item.lease_deadline is not None)
+            ]
+            if wanted:
+                done += len(
+                    self.log.settle(key, [Settlement(id=i) for i in wanted], guard=Guard.ANY, now=now).applied
+                )
+            after = page[-1].id
+            self._check_budget(queue, removed + done, stop_at)
+
+    def _check_budget(self, queue: QueueInfo, removed: int, stop_at: datetime) -> None:
+        if self._clock.now() >= stop_at:
+            raise RetryLaterError(
+                f"clear removed {removed} item(s) of '{queue.name}' and has more to remove;"
+                " call it again to continue"
+            )
+
+    def redrive_page(
+        self,
+        source: QueueInfo,
+        partition: int,
+        band_key: str,
+        *,
+        after: str,
+        limit: int,
+        target_of: Callable[[Item], QueueInfo | None],
+        now: datetime,
+    ) -> tuple[int, int, str | None]:
+        """Move up to ``limit`` dead letters of one band's log to the queue ``target_of`` names
+        (``None``: stranded, it stays) as new items at its tail, each move atomic: (moved,
+        stranded, where the next page starts; ``None`` at the log's end)."""
+        key = LogKey(source.name, partition, band_key)
+        page = self.log.list_items(key, after=after, limit=limit, now=now)
+        moves: list[Settlement] = []
+        stranded = 0
+        for item in page:
+            if item.is_leased(now):
+                continue  # someone holds it in the dead-letter queue: it stays, as remaining
+            target = target_of(item)
+            if target is None:
+                stranded += 1
+                continue
+            moves.append(
+                Settlement(
+                    id=item.id,
+                    # As dead-lettering does: the same item always lands in the same partition.
+                    to=lane_key(
+                        target, zlib.crc32(item.id.encode()) % target.partitions, item.priority, item.group
+                    ),
+                    item=Item(
+                        id="",
+                        payload=item.payload,
+                        reference=item.reference,
+                        encoding=item.encoding,
+                        kind=item.kind,
+                        group=item.group,
+                        attempts=0,
+                        created_at=now,
+                        expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+                        source_id=item.id,
+                    ),
+                )
+            )
+        moved = (
+            len(self.log.settle(key, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now).applied) if moves else 0
+        )
+        return moved, stranded, (page[-1].id if len(page) == limit else None)
 
     def holds_items(self, queue: str, partition: int, band_key: str) -> bool:
         """Whether a band's log holds anything (waiting, leased or scheduled)."""
@@ -516,6 +637,10 @@ class Logs:
         except Exception as exc:  # upkeep on the way: the records stay due for the next call
             log.warning("lease of %s: expired leases not put back yet (%s)", queue.name, exc)
             return False
+
+
+def _settled(outcome: SettleOutcome) -> int:
+    return outcome.requeued + outcome.dead_lettered + outcome.deleted
 
 
 def _just_before(item_id: str) -> str:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from querator.domain.ids import IdFactory
     from querator.domain.model import QueueInfo
     from querator.ports import Clock, ItemStore
+    from querator.service.logs import Logs
     from querator.service.queues import QueueDirectory
 
 
@@ -31,8 +32,16 @@ class Redriver:
     """``queue.redrive``: reads the dead-letter queue in key order and moves items page by page."""
 
     def __init__(
-        self, store: ItemStore, queues: QueueDirectory, clock: Clock, ids: IdFactory, *, budget: timedelta
+        self,
+        store: ItemStore,
+        queues: QueueDirectory,
+        clock: Clock,
+        ids: IdFactory,
+        *,
+        budget: timedelta,
+        logs: Logs | None = None,
     ) -> None:
+        self._logs = logs
         self._store = store
         self._queues = queues
         self._catalog = queues.catalog
@@ -79,6 +88,16 @@ class Redriver:
         now = self._clock.now()
         stop_at = now + self._budget
         moved = stranded = 0
+
+        def target_of(item: Item) -> QueueInfo | None:
+            if feeders_only and item.source_queue not in feeders:
+                return None  # not known to come from a queue that dead-letters here
+            if fixed is not None:
+                return fixed
+            if item.source_queue:
+                return queues.get(item.source_queue)
+            return unknown_source
+
         for partition in range(source.partitions):
             start = ""
             while moved < limit and self._clock.now() < stop_at:
@@ -98,15 +117,7 @@ class Redriver:
                 for item in page:
                     if item.is_leased(now):
                         continue  # someone holds it in the dead-letter queue: it stays, as remaining
-                    target: QueueInfo | None
-                    if feeders_only and item.source_queue not in feeders:
-                        target = None  # not known to come from a queue that dead-letters here
-                    elif fixed is not None:
-                        target = fixed
-                    elif item.source_queue:
-                        target = queues.get(item.source_queue)
-                    else:
-                        target = unknown_source
+                    target = target_of(item)
                     if target is None:
                         stranded += 1
                         continue
@@ -118,7 +129,26 @@ class Redriver:
                     moved += len(result.applied)
                 start = key_after(page[-1].id)
         heads = self._store.heads(source.name, list(range(source.partitions)))
-        remaining = max(sum(head.items for head in heads) - stranded, 0)
+        held = sum(head.items for head in heads)
+        if self._logs is not None:
+            for partition, head in enumerate(heads):
+                for band in head.leasable_bands():
+                    after: str | None = ""
+                    while after is not None and moved < limit and self._clock.now() < stop_at:
+                        done, left, after = self._logs.redrive_page(
+                            source,
+                            partition,
+                            band,
+                            after=after,
+                            limit=min(PAGE_MAX, limit - moved),
+                            target_of=target_of,
+                            now=now,
+                        )
+                        moved += done
+                        stranded += left
+                counts = self._logs.counts(source.name, partition, head.leasable_bands())
+                held += counts.total + counts.scheduled
+        remaining = max(held - stranded, 0)
         return RedriveOutcome(moved=moved, remaining=remaining, stranded=stranded)
 
     def _check_target(self, source: QueueInfo, to: str, queues: dict[str, QueueInfo]) -> QueueInfo:

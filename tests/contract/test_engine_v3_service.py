@@ -1,0 +1,336 @@
+"""The service over engine v3's claim log (``QueueService(log=...)``, service/logs.py), on every store.
+
+What a consumer and an operator see through the service while its FIFO queues live in logs: produce,
+lease by priority then oldest first, complete, retry (tail, later, dead), expiry back to the tail with
+the attempt counted, ``max_attempts`` and ``expire_timeout`` into the dead-letter queue, renew, give
+back, idempotent produce (and its resume after a crash), listings, counts, clear, redrive, the
+reaper's upkeep, queue delete; and the upgrade: what engine v2 stored is served first, nothing lost
+or delivered twice. ``QUERATOR_TEST_ENGINE=3`` runs the whole contract suite this way, to see what is
+left (docs/adr/0100-engine-v3-candidates.md, "Where the build stands").
+"""
+
+from __future__ import annotations
+
+import importlib
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from moto import mock_aws
+
+from querator.domain.errors import NothingToLeaseError
+from querator.domain.model import ClearScope, RetryRequest
+from querator.domain.positions import POSITION_MARK, SCHEDULED_MARK
+from querator.domain.priority import lane_of
+from querator.service import QueueService
+from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.store import DynamoDBItemStore
+from querator.testing import dynamodb_client, memory_service, sqlite_service
+from tests.contract.helpers import items, make_queue, payloads
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from querator.testing import FakeClock
+
+
+def _dynamodb_service(client: object, clock: FakeClock, *, engine: int, tables: str) -> QueueService:
+    schema.create_tables(client, items_table=f"{tables}-items", catalog_table=f"{tables}-queues")
+    # Imported by name while the DynamoDB claim log is built on its branch.
+    claim_log = importlib.import_module("querator.storage.dynamodb.log").DynamoDBClaimLog
+    return QueueService(
+        catalog=DynamoDBQueueCatalog(f"{tables}-queues", host=client.meta.endpoint_url, region="us-east-1"),  # type: ignore[attr-defined]
+        store=DynamoDBItemStore(client, f"{tables}-items", concurrency=1),  # type: ignore[arg-type]
+        clock=clock,
+        log=claim_log(client, f"{tables}-items", concurrency=1) if engine == 3 else None,
+    )
+
+
+@pytest.fixture(params=["memory", "sqlite", "moto"])
+def store_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def services(
+    store_name: str, clock: FakeClock, tmp_path: object
+) -> Iterator[tuple[QueueService, QueueService]]:
+    """(an engine v2 service, an engine v3 service) over the same storage: the upgrade's two sides."""
+    if store_name == "memory":
+        v2 = memory_service(clock=clock)
+        v3 = QueueService(
+            catalog=v2.catalog,
+            store=v2.store,
+            clock=clock,
+            log=memory_service(clock=clock, engine=3).log,
+        )
+        yield v2, v3
+    elif store_name == "sqlite":
+        path = tmp_path / "querator.db"  # type: ignore[operator]
+        yield sqlite_service(path, clock=clock), sqlite_service(path, clock=clock, engine=3)
+    else:
+        with mock_aws():
+            client = dynamodb_client()
+            yield (
+                _dynamodb_service(client, clock, engine=2, tables="t"),
+                _dynamodb_service(client, clock, engine=3, tables="t"),
+            )
+
+
+@pytest.fixture
+def service(services: tuple[QueueService, QueueService]) -> QueueService:
+    return services[1]
+
+
+def _lease(service: QueueService, batch: int = 10, queue: str = "jobs") -> list:  # type: ignore[type-arg]
+    try:
+        return service.lease(queue, batch_size=batch, client_id="c").items
+    except NothingToLeaseError:
+        return []
+
+
+def _drain(service: QueueService, queue: str = "jobs") -> list[bytes]:
+    seen: list[bytes] = []
+    for _ in range(50):
+        leased = _lease(service, queue=queue)
+        if not leased:
+            return seen
+        seen += payloads(leased)
+        service.complete(queue, 0, [i.id for i in leased])
+    raise AssertionError("did not drain")
+
+
+def test_items_go_into_the_log_and_come_out_oldest_first(service: QueueService) -> None:
+    make_queue(service)
+    receipt = service.produce("jobs", items("a", "b", "c"))
+    service.produce("jobs", items("d"))
+
+    assert all(lane_of(i) + POSITION_MARK == i[: len(lane_of(i)) + 1] for i in receipt.ids)
+    first = _lease(service, batch=2)
+    assert payloads(first) == [b"a", b"b"] and [i.id for i in first] == receipt.ids[:2]
+    assert service.complete("jobs", 0, [i.id for i in first]).applied == [i.id for i in first]
+    assert _drain(service) == [b"c", b"d"]
+    stats = service.stats("jobs")[0]
+    assert (stats.total, stats.total_leased, stats.produced, stats.completed) == (0, 0, 4, 4)
+
+
+def test_priorities_lease_first_and_counts_cover_every_band(service: QueueService) -> None:
+    make_queue(service)
+    service.produce("jobs", items("five"))
+    service.produce("jobs", items("one", priority=1))
+    service.produce("jobs", items("nine", priority=9))
+
+    leased = _lease(service, batch=1)
+    assert payloads(leased) == [b"one"] and leased[0].priority == 1
+    stats = service.stats("jobs")[0]
+    assert (stats.total, stats.total_leased) == (3, 1)
+    assert _drain(service) == [b"five", b"nine"]
+
+
+def test_a_stale_holder_cannot_complete_and_a_complete_counts_once(
+    service: QueueService, clock: FakeClock
+) -> None:
+    make_queue(service)
+    service.produce("jobs", items("a"))
+    first = _lease(service)[0]
+    clock.advance(timedelta(seconds=31))
+
+    second = _lease(service)[0]
+
+    assert second.id != first.id and second.attempts == 2
+    failed = service.complete("jobs", 0, [first.id, second.id])
+    assert failed.applied == [second.id] and [f.id for f in failed.failed] == [first.id]
+    assert service.complete("jobs", 0, [second.id]).applied == []
+
+
+def test_retry_goes_to_the_tail_later_or_to_the_dead_letter_queue(
+    service: QueueService, clock: FakeClock
+) -> None:
+    make_queue(service, "dlq")
+    make_queue(service, dead_queue="dlq")
+    service.produce("jobs", items("tail", "later", "dead", "next"))
+    tail, later, dead = _lease(service, batch=3)
+
+    outcome = service.retry(
+        "jobs",
+        0,
+        [
+            RetryRequest(id=tail.id),
+            RetryRequest(id=later.id, retry_at=clock.now() + timedelta(minutes=1)),
+            RetryRequest(id=dead.id, dead=True),
+        ],
+    )
+
+    assert sorted(outcome.applied) == sorted([tail.id, later.id, dead.id])
+    scheduled = service.list_scheduled("jobs", 0)
+    assert payloads(scheduled) == [b"later"] and SCHEDULED_MARK in scheduled[0].id
+    assert payloads(_lease(service)) == [b"next", b"tail"]
+    letters = service.list_items("dlq", 0)
+    assert payloads(letters) == [b"dead"] and letters[0].source_id == dead.id
+    assert letters[0].source_queue == "jobs"
+    clock.advance(timedelta(minutes=1))
+    again = _lease(service)
+    assert payloads(again) == [b"later"] and again[0].attempts == 2
+
+
+def test_max_attempts_and_expire_timeout_dead_letter_at_lease_time(
+    service: QueueService, clock: FakeClock
+) -> None:
+    make_queue(service, "dlq")
+    make_queue(service, dead_queue="dlq", max_attempts=1, expire_timeout=timedelta(minutes=10))
+    service.produce("jobs", items("once"))
+    _lease(service)
+    clock.advance(timedelta(seconds=31))
+    service.produce("jobs", items("old"))
+    clock.advance(timedelta(minutes=10))
+
+    assert _lease(service) == []
+
+    assert sorted(payloads(service.list_items("dlq", 0))) == [b"old", b"once"]
+
+
+def test_renew_keeps_a_lease_past_its_first_deadline(service: QueueService, clock: FakeClock) -> None:
+    make_queue(service)
+    service.produce("jobs", items("a", "b"))
+    a, _ = _lease(service, batch=2)
+    clock.advance(timedelta(seconds=20))
+
+    renewed = service.renew("jobs", 0, [a.id], lease_timeout=timedelta(minutes=5))
+    clock.advance(timedelta(seconds=20))
+
+    assert [r.id for r in renewed.items] == [a.id]
+    assert payloads(_lease(service)) == [b"b"]  # b's lease ran out; a's holds
+    assert service.complete("jobs", 0, [a.id]).applied == [a.id]
+
+
+def test_give_back_returns_items_without_spending_the_attempt(service: QueueService) -> None:
+    make_queue(service)
+    service.produce("jobs", items("a"))
+    a = _lease(service)[0]
+
+    assert service.give_back("jobs", 0, [a.id]) == 1
+
+    again = _lease(service)
+    assert payloads(again) == [b"a"] and again[0].attempts == 1
+    assert service.give_back("jobs", 0, [a.id]) == 0
+
+
+def test_idempotent_produce_writes_once(service: QueueService) -> None:
+    make_queue(service)
+    first = service.produce("jobs", items("a", "b"), idempotency_key="k")
+    second = service.produce("jobs", items("a", "b"), idempotency_key="k")
+
+    assert second.replayed and second.ids == first.ids
+    assert _drain(service) == [b"a", b"b"]
+
+
+def test_listings_page_with_an_inclusive_pivot(service: QueueService, clock: FakeClock) -> None:
+    make_queue(service)
+    for n in range(5):
+        service.produce("jobs", items(str(n)))
+    service.produce("jobs", items("s", enqueue_at=clock.now() + timedelta(minutes=1)))
+
+    first = service.list_items("jobs", 0, limit=2)
+    second = service.list_items("jobs", 0, pivot=first[-1].id, limit=10)
+
+    assert payloads(first) == [b"0", b"1"]
+    assert payloads(second) == [b"1", b"2", b"3", b"4"]
+    assert payloads(service.list_scheduled("jobs", 0)) == [b"s"]
+
+
+def test_scheduled_items_due_together_keep_their_produce_order(
+    service: QueueService, clock: FakeClock
+) -> None:
+    make_queue(service)
+    at = clock.now() + timedelta(minutes=5)
+    service.produce("jobs", items("s1", "s2", enqueue_at=at))
+    service.produce("jobs", items("s3", enqueue_at=at))
+
+    assert payloads(service.list_scheduled("jobs", 0)) == [b"s1", b"s2", b"s3"]
+    clock.advance(timedelta(minutes=5))
+    assert payloads(_lease(service)) == [b"s1", b"s2", b"s3"]
+
+
+def test_clear_drops_waiting_then_scheduled_and_leased(service: QueueService, clock: FakeClock) -> None:
+    make_queue(service)
+    service.produce("jobs", items("held", "w1", "w2"))
+    service.produce("jobs", items("s", enqueue_at=clock.now() + timedelta(hours=1)))
+    _lease(service, batch=1)
+
+    assert service.clear("jobs", ClearScope.QUEUE) == 2
+    stats = service.stats("jobs")[0]
+    assert (stats.total, stats.total_leased, stats.scheduled) == (1, 1, 1)
+    assert service.clear("jobs", ClearScope.QUEUE | ClearScope.SCHEDULED | ClearScope.DESTRUCTIVE) == 2
+    stats = service.stats("jobs")[0]
+    assert (stats.total, stats.total_leased, stats.scheduled) == (0, 0, 0)
+
+
+def test_redrive_moves_dead_letters_back_once(service: QueueService) -> None:
+    make_queue(service, "dlq")
+    make_queue(service, dead_queue="dlq")
+    service.produce("jobs", items("a", "b"))
+    leased = _lease(service, batch=2)
+    service.retry("jobs", 0, [RetryRequest(id=i.id, dead=True) for i in leased])
+
+    outcome = service.redrive("dlq")
+
+    assert (outcome.moved, outcome.remaining) == (2, 0)
+    back = _lease(service)
+    assert payloads(back) == [b"a", b"b"] and [i.attempts for i in back] == [1, 1]
+    assert service.redrive("dlq").moved == 0
+
+
+def test_the_reaper_puts_back_expired_leases_and_dead_letters_expired_items(
+    service: QueueService, clock: FakeClock
+) -> None:
+    make_queue(service, "dlq")
+    make_queue(service, dead_queue="dlq", expire_timeout=timedelta(minutes=10))
+    service.produce("jobs", items("leased", "waiting"))
+    _lease(service, batch=1)
+    clock.advance(timedelta(minutes=1))
+
+    first = service.reap(clock.now(), timedelta(seconds=30))
+    clock.advance(timedelta(minutes=10))
+    second = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert first.recovered == 1 and first.requeued == 1
+    assert second.dead_lettered == 2 and second.counts_by_reason == {"expired": 2}
+    assert sorted(payloads(service.list_items("dlq", 0))) == [b"leased", b"waiting"]
+
+
+def test_delete_items_and_delete_queue_remove_log_items(service: QueueService) -> None:
+    make_queue(service)
+    receipt = service.produce("jobs", items("a", "b"))
+
+    service.delete_items("jobs", 0, receipt.ids[:1])
+
+    assert payloads(service.list_items("jobs", 0)) == [b"b"]
+    service.delete_queue("jobs")
+    make_queue(service)
+    assert service.list_items("jobs", 0) == []
+    assert _lease(service) == []
+
+
+def test_what_engine_v2_stored_is_served_first_and_nothing_twice(
+    services: tuple[QueueService, QueueService], clock: FakeClock
+) -> None:
+    v2, v3 = services
+    make_queue(v2, "dlq")
+    make_queue(v2, dead_queue="dlq", max_attempts=2)
+    v2.produce("jobs", items("v2-ready", "v2-leased", "v2-waiting"))
+    v2.produce("jobs", items("v2-later", enqueue_at=clock.now() + timedelta(minutes=1)))
+    held = v2.lease("jobs", batch_size=2, client_id="old").items
+    v2.retry("jobs", 0, [RetryRequest(id=held[0].id, dead=True)])
+    # held[1] ("v2-leased") stays leased by the old consumer; the v3 service takes over.
+    v3.produce("jobs", items("v3-new"))
+
+    first = _lease(v3)
+    assert payloads(first) == [b"v2-waiting", b"v3-new"]
+    assert v3.complete("jobs", 0, [held[1].id]).applied == [held[1].id]  # the old lease is honoured
+    v3.complete("jobs", 0, [i.id for i in first])
+    clock.advance(timedelta(minutes=1))
+    assert payloads(_lease(v3)) == [b"v2-later"]
+    assert payloads(v3.list_items("dlq", 0)) == [b"v2-ready"]
+    assert v3.redrive("dlq").moved == 1
+    assert _drain(v3) == [b"v2-ready"]
