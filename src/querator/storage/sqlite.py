@@ -68,7 +68,16 @@ from querator.storage.counters import (
     still_scheduled,
 )
 from querator.storage.engine import SortedRowsStore, open_before
-from querator.storage.log_engine import ClaimLogEngine, HeadRow, PackedRow, RunRecord
+from querator.storage.log_engine import (
+    ROW_BYTES,
+    ClaimLogEngine,
+    HeadRow,
+    PackedRow,
+    RunRecord,
+    encode_item,
+    pack_row,
+    with_id,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -100,8 +109,14 @@ _CLAIM_LOGS = (
     " PRIMARY KEY (queue, part, lane)) WITHOUT ROWID",
     "CREATE TABLE log_rows ("
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, first INTEGER NOT NULL,"
-    " count INTEGER NOT NULL, items BLOB,"
+    " count INTEGER NOT NULL, largest INTEGER NOT NULL, items BLOB,"
     " PRIMARY KEY (queue, part, lane, first)) WITHOUT ROWID",
+    # The head's largest item follows its rows in the statement that writes them (an append of one
+    # row is then one statement: no head write unless an item is larger than all before it).
+    "CREATE TRIGGER log_rows_largest AFTER INSERT ON log_rows WHEN NEW.largest >"
+    " (SELECT largest FROM log_heads WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane)"
+    " BEGIN UPDATE log_heads SET largest = NEW.largest"
+    " WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane; END",
     "CREATE TABLE log_leases ("
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, token TEXT NOT NULL,"
     " run_end INTEGER NOT NULL, deadline_us INTEGER NOT NULL, claimed_us INTEGER NOT NULL,"
@@ -188,7 +203,6 @@ CREATE TABLE queues (
 """
     + _RATE_BUCKETS
     + ";\n"
-    + "".join(f"{statement};\n" for statement in _CLAIM_LOGS)
 )
 
 _SELECT_QUEUE = (
@@ -346,6 +360,8 @@ class SQLiteDatabase:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         connection.execute(statement)
+                for statement in _CLAIM_LOGS:  # a trigger holds a ";"
+                    connection.execute(statement)
                 connection.execute(
                     "INSERT INTO querator_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
@@ -1026,8 +1042,16 @@ class SQLiteItemStore(SortedRowsStore):
 # -- engine v3: the claim log ---------------------------------------------------------------------
 
 _LOG_KEY = "queue = ? AND part = ? AND lane = ?"
+#: Where the rows end: an append of one row takes its positions from there in the statement that
+#: writes it, so the head's ``tail`` is the sequencer's value for reservations (``take_positions``)
+#: and larger appends only, and the log's tail is the larger of the two.
+_ROWS_END = (
+    "coalesce((SELECT r.first + r.count FROM log_rows r WHERE r.queue = ?1 AND r.part = ?2"
+    " AND r.lane = ?3 ORDER BY r.first DESC LIMIT 1), 0)"
+)
 _LOG_HEAD = (
-    f"SELECT tail, cursor, leases, leased, scheduled, largest, tombstones FROM log_heads WHERE {_LOG_KEY}"  # noqa: S608
+    f"SELECT max(tail, {_ROWS_END}), cursor, leases, leased, scheduled, largest, tombstones"  # noqa: S608
+    " FROM log_heads WHERE queue = ?1 AND part = ?2 AND lane = ?3"
 )
 _LOG_PUT_HEAD = (
     "UPDATE log_heads SET tail = ?, cursor = ?, leases = ?, leased = ?, scheduled = ?, largest = ?,"  # noqa: S608
@@ -1035,9 +1059,15 @@ _LOG_PUT_HEAD = (
 )
 #: The sequencer: one statement makes the head or adds to its tail, and says where the run starts.
 _LOG_TAKE = (
-    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL)"
-    " ON CONFLICT (queue, part, lane) DO UPDATE SET tail = tail + ?5, scheduled = scheduled + ?6,"
-    " largest = max(largest, ?7) RETURNING tail"
+    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL)"  # noqa: S608
+    f" ON CONFLICT (queue, part, lane) DO UPDATE SET tail = max(tail, {_ROWS_END}) + ?5,"
+    " scheduled = scheduled + ?6, largest = max(largest, ?7) RETURNING tail"
+)
+#: An append of one row in one statement: at the log's tail (the larger of the head's and the rows'
+#: end); a log with no head yet has no tail (NULL: the insert fails, and the engine makes the head).
+_LOG_APPEND_ROW = (
+    "INSERT INTO log_rows VALUES (?1, ?2, ?3, max((SELECT tail FROM log_heads WHERE queue = ?1"  # noqa: S608
+    f" AND part = ?2 AND lane = ?3), {_ROWS_END}), ?4, ?5, ?6) RETURNING first"
 )
 _LOG_COUNTS = (
     "UPDATE log_heads SET leases = leases + ?, leased = leased + ?, scheduled = scheduled + ?"  # noqa: S608
@@ -1053,14 +1083,20 @@ _LOG_ROWS = (
     f"(SELECT first FROM log_rows WHERE {_LOG_KEY} AND first <= ? ORDER BY first DESC LIMIT 1), ?)"
     " AND first < ? ORDER BY first LIMIT ?"
 )
-_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?)"
+#: The same for a range of at most ``limit`` positions (so of at most ``limit`` rows), read backwards
+#: from ``end`` down to the row holding ``start``: no subquery (a claim of one reads one row).
+_LOG_ROWS_BACK = (
+    f"SELECT first, count, items FROM log_rows WHERE {_LOG_KEY} AND first < ?"  # noqa: S608
+    " ORDER BY first DESC LIMIT ?"
+)
+_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?)"
 _LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes"
 _LOG_RECORD = f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
-#: The records of the latest run that started at or before a position: tokens sort by run.
-_LOG_RECORDS_OF_RUN = (
-    f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token >= substr("  # noqa: S608
-    f"(SELECT max(token) FROM log_leases WHERE {_LOG_KEY} AND token < ?), 1, 16) AND token < ?"
-    " ORDER BY token"
+#: The records of runs that started at or before a position, latest first (tokens sort by run): the
+#: caller reads them while they belong to the first one's run.
+_LOG_RECORDS_BACK = (
+    f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token < ?"  # noqa: S608
+    " ORDER BY token DESC"
 )
 _LOG_RECORDS_AFTER = (
     f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token > ? ORDER BY token LIMIT ?"  # noqa: S608
@@ -1076,6 +1112,10 @@ _LOG_SCHEDULED = (
 )
 _LOG_PUT_SCHEDULED = "INSERT INTO log_schedule VALUES (?, ?, ?, ?, ?)"
 _LOG_DROP_SCHEDULED = f"DELETE FROM log_schedule WHERE {_LOG_KEY} AND id = ?"  # noqa: S608
+
+
+#: An append of more items than this cannot fill one row (41 bytes each at least): the engine's path.
+_ONE_ROW_ITEMS = ROW_BYTES // 41
 
 
 def _int_blob(values: Sequence[int]) -> bytes | None:
@@ -1137,7 +1177,9 @@ class _SQLiteLogRows:
             tail = self._c.execute(_LOG_TAKE, values).fetchone()[0]
         else:
             self._c.execute(_LOG_TAKE.removesuffix(" RETURNING tail"), values)
-            tail = self._c.execute(_LOG_HEAD, values[:3]).fetchone()[0]
+            tail = self._c.execute(
+                "SELECT tail FROM log_heads WHERE queue = ? AND part = ? AND lane = ?", values[:3]
+            ).fetchone()[0]
         return int(tail) - count
 
     def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None:
@@ -1150,27 +1192,45 @@ class _SQLiteLogRows:
 
     def rows(self, key: LogKey, start: int, end: int, limit: int) -> list[PackedRow]:
         log = (key.queue, key.partition, key.lane)
-        return [
-            PackedRow(first, count, blob)
-            for first, count, blob in self._c.execute(_LOG_ROWS, (*log, *log, start, start, end, limit))
-        ]
+        if end - start > limit:
+            return [
+                PackedRow(first, count, blob)
+                for first, count, blob in self._c.execute(_LOG_ROWS, (*log, *log, start, start, end, limit))
+            ]
+        found = []
+        for first, count, blob in self._c.execute(_LOG_ROWS_BACK, (*log, end, end - start)):
+            found.append(PackedRow(first, count, blob))
+            if first <= start:
+                break
+        found.reverse()
+        return found
 
     def put_rows(self, key: LogKey, rows: Sequence[PackedRow]) -> None:
         log = (key.queue, key.partition, key.lane)
         if len(rows) == 1:
             row = rows[0]
-            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.blob))
+            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.largest, row.blob))
             return
-        self._c.executemany(_LOG_PUT_ROW, [(*log, row.first, row.count, row.blob) for row in rows])
+        self._c.executemany(
+            _LOG_PUT_ROW, [(*log, row.first, row.count, row.largest, row.blob) for row in rows]
+        )
 
     def record(self, key: LogKey, token: str) -> RunRecord | None:
         row = self._c.execute(_LOG_RECORD, (key.queue, key.partition, key.lane, token)).fetchone()
         return None if row is None else _run_record(row)
 
     def records_of_run(self, key: LogKey, position: int) -> list[RunRecord]:
-        log = (key.queue, key.partition, key.lane)
-        below = f"{position + 1:016x}"
-        return [_run_record(row) for row in self._c.execute(_LOG_RECORDS_OF_RUN, (*log, *log, below, below))]
+        found: list[RunRecord] = []
+        run = None
+        query = (key.queue, key.partition, key.lane, f"{position + 1:016x}")
+        for row in self._c.execute(_LOG_RECORDS_BACK, query):
+            if run is None:
+                run = row[0][:16]
+            elif row[0][:16] != run:
+                break
+            found.append(_run_record(row))
+        found.reverse()
+        return found
 
     def records_after(self, key: LogKey, token: str, limit: int) -> list[RunRecord]:
         rows = self._c.execute(_LOG_RECORDS_AFTER, (key.queue, key.partition, key.lane, token, limit))
@@ -1251,6 +1311,39 @@ class SQLiteClaimLog(ClaimLogEngine):
 
     def _write(self) -> _LogTransaction:
         return _LogTransaction(self._db, write=True)
+
+    def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
+        # The engine's, as one statement in a transaction of its own when the items are due now and
+        # fill one row (a produce of up to ~100 small items): no BEGIN, no COMMIT, no head write.
+        if not items or len(items) > _ONE_ROW_ITEMS:
+            return super().append(key, items, now=now)
+        encoded = []
+        size = largest = 0
+        for item in items:
+            if item.enqueue_at is not None and item.enqueue_at > now:
+                return super().append(key, items, now=now)
+            data, reply = encode_item(item)
+            encoded.append(data)
+            size += len(data)
+            largest = max(largest, reply)
+        if size > ROW_BYTES:
+            return super().append(key, items, now=now)
+        values = (key.queue, key.partition, key.lane, len(items), largest, pack_row(encoded))
+        try:
+            connection = self._db._checkout()
+        except sqlite3.Error as exc:
+            raise _store_error(exc, "store") from exc
+        try:
+            row = connection.execute(_LOG_APPEND_ROW, values).fetchone()
+        except sqlite3.IntegrityError:
+            # No head, so no tail (NOT NULL failed; nothing written): the log's first write.
+            return super().append(key, items, now=now)
+        except sqlite3.Error as exc:
+            raise _store_error(exc, "store") from exc
+        finally:
+            self._db._checkin(connection)
+        lane = key.lane
+        return [with_id(item, f"{lane}v{p:016x}") for p, item in enumerate(items, row[0])]
 
 
 _QUEUE_COLUMNS = (
