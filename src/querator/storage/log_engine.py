@@ -596,14 +596,16 @@ class ClaimLogEngine:
             if len(found) >= limit:
                 break
             after = max(r.token for r in records) if records else f"{start:016x}"
-            page = rows.records_after(key, after, _RECORDS_PAGE)
+            # A record holds at least one position: a page of ``limit`` is enough, but for splits.
+            size = min(_RECORDS_PAGE, limit - len(found) + 1)
+            page = rows.records_after(key, after, size)
             if not page:
                 break
-            if len(page) == _RECORDS_PAGE:
+            if len(page) == size:
                 # The last run may go on in the next page: it is read whole there.
                 last_run = token_run(page[-1].token)
                 whole = [r for r in page if token_run(r.token) != last_run]
-                page = whole or page
+                page = whole or rows.records_of_run(key, last_run)
             records = page
         found.sort(key=lambda item: item.id)
         listed.extend(found[:limit])

@@ -233,7 +233,7 @@ class _MemoryLogRows:
         log = self._logs.get(key)
         if log is None:
             log = self._logs[key] = _Log(head=HeadRow(tail=start, cursor=start))
-            self.undo.append(lambda: self._logs.pop(key, None))
+            self.undo.append(lambda: self._forget(key))
         head = replace(log.head)
         first = head.tail
         head.tail += count
@@ -241,6 +241,9 @@ class _MemoryLogRows:
         head.largest = max(head.largest, largest)
         self.put_head(key, head)
         return first
+
+    def _forget(self, key: LogKey) -> None:
+        self._logs.pop(key, None)
 
     def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None:
         head = replace(self._logs[key].head)
