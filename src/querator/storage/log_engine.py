@@ -354,6 +354,7 @@ def _pack(positions: Sequence[int], encoded: Sequence[tuple[bytes, int]]) -> lis
 
 
 def with_id(item: Item, item_id: str) -> Item:
+    """``item`` as a log stores it under ``item_id`` (a lease deadline is a record's, not an item's)."""
     # ``dataclasses.replace`` reads the fields by name first: this is half its time.
     return Item(
         id=item_id,
@@ -362,7 +363,7 @@ def with_id(item: Item, item_id: str) -> Item:
         encoding=item.encoding,
         kind=item.kind,
         attempts=item.attempts,
-        lease_deadline=item.lease_deadline,
+        lease_deadline=None,
         expire_deadline=item.expire_deadline,
         created_at=item.created_at,
         enqueue_at=item.enqueue_at,
