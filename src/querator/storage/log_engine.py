@@ -24,6 +24,7 @@ and ``collect`` fills it as the port says.
 
 from __future__ import annotations
 
+import random
 import secrets
 import struct
 from dataclasses import dataclass, replace
@@ -225,10 +226,15 @@ class RunRecord:
         return [p for start, end in self.pending for p in range(start, end)]
 
     def holds(self, position: int) -> bool:
-        return any(start <= position < end for start, end in self.pending)
+        for start, end in self.pending:
+            if start <= position < end:
+                return True
+        return False
 
     @property
     def size(self) -> int:
+        if len(self.pending) == 1:
+            return self.pending[0][1] - self.pending[0][0]
         return sum(end - start for start, end in self.pending)
 
 
@@ -243,9 +249,14 @@ def ranges(positions: Iterable[int]) -> tuple[tuple[int, int], ...]:
     return tuple((start, end) for start, end in found)
 
 
+#: Tokens' random parts: they tell apart the records of one run (its splits), which a lock orders;
+#: never guessed for access (an id is what a holder shows), so not ``secrets`` (a system call each).
+_TOKENS = random.Random()  # noqa: S311
+
+
 def run_token(run_start: int) -> str:
     """A new record's token: the run's first position (so tokens sort by run) and a random part."""
-    return f"{run_start:016x}{secrets.token_hex(6)}"
+    return f"{run_start:016x}{_TOKENS.getrandbits(48):012x}"
 
 
 def token_run(token: str) -> int:
@@ -260,6 +271,14 @@ class LogRows(Protocol):
     def put_head(self, key: LogKey, head: HeadRow) -> None:
         """Replace the head of a log that has one."""
         ...
+
+    def advance(self, key: LogKey, count: int) -> tuple[int, int, tuple[int, ...]] | None:
+        """The claim's fetch-and-add: move the cursor over up to ``count`` waiting positions and
+        count them as one more lease of all of them; ``(start, end, tombstones)`` of the run (the
+        tombstones are the head's, all at or after ``start``), ``None`` when none wait."""
+        ...
+
+    def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None: ...
 
     def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
         """Fetch-and-add ``count`` on the tail (a new head's tail starts at ``start``), add
@@ -633,21 +652,24 @@ class ClaimLogEngine:
     # -- claims ------------------------------------------------------------------------------------
 
     def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+        if count <= 0:
+            return Claim(token="", deadline=deadline)
         with self._write() as rows:
-            head = rows.head(key)
-            if head is None or head.cursor >= head.tail or count <= 0:
+            run = rows.advance(key, count)
+            if run is None:
                 return Claim(token="", deadline=deadline)
-            start = head.cursor
-            end = min(start + count, head.tail)
-            tombstones = head.tombstones
-            skipped = {p for p in tombstones if p < end}
-            wanted = [p for p in range(start, end) if p not in skipped] if skipped else range(start, end)
-            items, filled = self._items_at(rows, key, wanted, deadline=deadline, bump=1)
-            held = [p for p in wanted if p not in filled] if filled else list(wanted)
-            holes = tuple(p for p in held if p not in items) if len(items) < len(held) else ()
-            head.cursor = end
+            start, end, tombstones = run
+            wanted: Sequence[int] = range(start, end)
+            skipped = [p for p in tombstones if p < end]
             if skipped:
-                head.tombstones = tuple(p for p in tombstones if p >= end)
+                wanted = [p for p in wanted if p not in skipped]
+                rows.set_tombstones(key, tombstones[len(skipped) :])
+            items, filled = self._items_at(rows, key, wanted, deadline=deadline, bump=1)
+            held = [p for p in wanted if p not in filled] if filled else wanted
+            holes = tuple(p for p in held if p not in items) if len(items) < len(held) else ()
+            # ``advance`` counted the whole run as one lease: less what it does not hold.
+            if len(held) < end - start:
+                rows.add_counts(key, leases=0 if held else -1, leased=len(held) - (end - start))
             token = ""
             if held:
                 token = run_token(start)
@@ -657,13 +679,10 @@ class ClaimLogEngine:
                     run_end=end,
                     deadline_us=timestamp_us(deadline),
                     claimed_us=timestamp_us(now),
-                    pending=ranges(held),
+                    pending=((start, end),) if held is wanted and not skipped else ranges(held),
                     holes=holes,
                 )
                 rows.put_record(key, record)
-                head.leases += 1
-                head.leased += len(held)
-            rows.put_head(key, head)
         return Claim(
             token=token,
             deadline=deadline,

@@ -229,6 +229,20 @@ class _MemoryLogRows:
         log.head = replace(head)
         self.undo.append(lambda: setattr(log, "head", old))
 
+    def advance(self, key: LogKey, count: int) -> tuple[int, int, tuple[int, ...]] | None:
+        log = self._logs.get(key)
+        if log is None or log.head.cursor >= log.head.tail:
+            return None
+        head = replace(log.head)
+        start, head.cursor = head.cursor, min(head.cursor + count, head.tail)
+        head.leases += 1
+        head.leased += head.cursor - start
+        self.put_head(key, head)
+        return start, head.cursor, head.tombstones
+
+    def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None:
+        self.put_head(key, replace(self._logs[key].head, tombstones=tombstones))
+
     def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
         log = self._logs.get(key)
         if log is None:

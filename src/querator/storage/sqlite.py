@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import struct
 import threading
 from array import array
 from contextlib import contextmanager
@@ -108,6 +109,8 @@ _CLAIM_LOGS = (
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL,"
     " tail INTEGER NOT NULL, cursor INTEGER NOT NULL, leases INTEGER NOT NULL, leased INTEGER NOT NULL,"
     " scheduled INTEGER NOT NULL, largest INTEGER NOT NULL, tombstones BLOB,"
+    # Where the last claim's run started: what its fetch-and-add returns (RETURNING sees new values).
+    " claimed INTEGER NOT NULL,"
     " PRIMARY KEY (queue, part, lane)) WITHOUT ROWID",
     "CREATE TABLE log_rows ("
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, first INTEGER NOT NULL,"
@@ -1071,7 +1074,7 @@ _LOG_PUT_HEAD = (
 )
 #: The sequencer: one statement makes the head or adds to its tail, and says where the run starts.
 _LOG_TAKE = (
-    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL)"  # noqa: S608
+    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL, ?4)"  # noqa: S608
     f" ON CONFLICT (queue, part, lane) DO UPDATE SET tail = max(tail, {_ROWS_END}) + ?5,"
     " scheduled = scheduled + ?6, largest = max(largest, ?7) RETURNING tail"
 )
@@ -1081,6 +1084,15 @@ _LOG_APPEND_ROW = (
     "INSERT INTO log_rows VALUES (?1, ?2, ?3, max((SELECT tail FROM log_heads WHERE queue = ?1"  # noqa: S608
     f" AND part = ?2 AND lane = ?3), {_ROWS_END}), ?4, ?5, ?6) RETURNING first"
 )
+#: A claim's fetch-and-add on the cursor, up to the tail, counting the run as one lease of it all.
+_LOG_TAIL = f"max(tail, {_ROWS_END})"
+_LOG_ADVANCE = (
+    f"UPDATE log_heads SET claimed = cursor, cursor = min(cursor + ?4, {_LOG_TAIL}),"  # noqa: S608
+    f" leases = leases + 1, leased = leased + min(?4, {_LOG_TAIL} - cursor)"
+    f" WHERE queue = ?1 AND part = ?2 AND lane = ?3 AND cursor < {_LOG_TAIL}"
+    " RETURNING claimed, cursor, tombstones"
+)
+_LOG_TOMBSTONES = f"UPDATE log_heads SET tombstones = ? WHERE {_LOG_KEY}"  # noqa: S608
 _LOG_COUNTS = (
     "UPDATE log_heads SET leases = leases + ?, leased = leased + ?, scheduled = scheduled + ?"  # noqa: S608
     f" WHERE {_LOG_KEY}"
@@ -1138,18 +1150,23 @@ def _ints(blob: bytes | None) -> tuple[int, ...]:
     return tuple(array("q", blob)) if blob else ()
 
 
+_RANGE = struct.Struct("<qq")
+
+
 def _run_record(row: Any) -> RunRecord:
     token, run_end, deadline_us, claimed_us, pending, holes = row
-    flat = array("q", pending)
-    return RunRecord(
-        token=token,
-        run_start=int(token[:16], 16),
-        run_end=run_end,
-        deadline_us=deadline_us,
-        claimed_us=claimed_us,
-        pending=tuple(zip(flat[::2], flat[1::2], strict=True)),
-        holes=_ints(holes),
-    )
+    if len(pending) == _RANGE.size:  # one range: most records
+        ranges: tuple[tuple[int, int], ...] = (_RANGE.unpack(pending),)
+    else:
+        flat = array("q", pending)
+        ranges = tuple(zip(flat[::2], flat[1::2], strict=True))
+    return RunRecord(token, int(token[:16], 16), run_end, deadline_us, claimed_us, ranges, _ints(holes))
+
+
+def _pending_blob(record: RunRecord) -> bytes:
+    if len(record.pending) == 1:
+        return _RANGE.pack(*record.pending[0])
+    return array("q", [p for pair in record.pending for p in pair]).tobytes()
 
 
 class _SQLiteLogRows:
@@ -1182,6 +1199,21 @@ class _SQLiteLogRows:
                 key.lane,
             ),
         )
+
+    def advance(self, key: LogKey, count: int) -> tuple[int, int, tuple[int, ...]] | None:
+        log = (key.queue, key.partition, key.lane)
+        if _RETURNING:
+            row = self._c.execute(_LOG_ADVANCE, (*log, count)).fetchone()
+            return None if row is None else (row[0], row[1], _ints(row[2]))
+        head = self.head(key)
+        if head is None or head.cursor >= head.tail:
+            return None
+        end = min(head.cursor + count, head.tail)
+        self._c.execute(_LOG_ADVANCE.removesuffix(" RETURNING claimed, cursor, tombstones"), (*log, count))
+        return head.cursor, end, head.tombstones
+
+    def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None:
+        self._c.execute(_LOG_TOMBSTONES, (_int_blob(tombstones), key.queue, key.partition, key.lane))
 
     def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
         values = (key.queue, key.partition, key.lane, start, count, scheduled, largest)
@@ -1263,7 +1295,7 @@ class _SQLiteLogRows:
                 record.run_end,
                 record.deadline_us,
                 record.claimed_us,
-                array("q", [p for pair in record.pending for p in pair]).tobytes(),
+                _pending_blob(record),
                 _int_blob(record.holes),
             ),
         )
