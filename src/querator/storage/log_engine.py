@@ -226,10 +226,7 @@ class RunRecord:
         return [p for start, end in self.pending for p in range(start, end)]
 
     def holds(self, position: int) -> bool:
-        for start, end in self.pending:
-            if start <= position < end:
-                return True
-        return False
+        return any(start <= position < end for start, end in self.pending)
 
     @property
     def size(self) -> int:
