@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
+import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -453,3 +454,45 @@ def test_with_10000_records_in_flight_a_call_touches_a_bounded_number_of_rows(lo
         cost(lambda: log.list_items(KEY, after=claims[3_000].items[0].id, limit=3, now=NOW))[1] <= 3 + 3 + 3
     )
     assert cost(lambda: log.head(KEY)) == (2, 0)
+
+
+# -- claims never race ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("writers", ["one-store", "two-databases"])
+def test_concurrent_appends_and_claims_deliver_every_item_once_in_order(tmp_path, writers):
+    # Two SQLiteDatabase objects on one file stand for two processes (their own connections).
+    first, database = sqlite_log(tmp_path / "q.db")
+    second, other = sqlite_log(tmp_path / "q.db") if writers == "two-databases" else (first, database)
+    produced: list[str] = []
+    delivered: list[list[str]] = []
+    lock = threading.Lock()
+
+    def produce(log: SQLiteClaimLog, n: int) -> None:
+        for batch in range(40):
+            stored = log.append(KEY, [item(n * 1000 + batch * 10 + i) for i in range(1 + batch % 3)], now=NOW)
+            with lock:
+                produced.extend(i.id for i in stored)
+
+    def consume(log: SQLiteClaimLog) -> None:
+        for _ in range(400):  # bounded: more than enough rounds for what the producers write
+            claim = log.claim(KEY, count=3, deadline=NOW + timedelta(minutes=1), now=NOW)
+            if claim.items:
+                log.settle(KEY, [Settlement(id=i.id) for i in claim.items], guard=Guard.LEASE_VALID, now=NOW)
+                with lock:
+                    delivered.append([i.id for i in claim.items])
+
+    threads = [threading.Thread(target=produce, args=(log, n)) for n, log in enumerate([first, second] * 2)]
+    threads += [threading.Thread(target=consume, args=(log,)) for log in [first, second] * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    # What the consumers left (they may have run ahead of the producers).
+    while claim := first.claim(KEY, count=100, deadline=NOW + timedelta(minutes=1), now=NOW).items:
+        delivered.append([i.id for i in claim])
+    flat = [i for run in delivered for i in run]
+    assert sorted(flat) == sorted(produced) and len(set(flat)) == len(flat)  # every item once
+    assert all(run == sorted(run) for run in delivered)  # each claim a run, oldest first
+    database.close()
+    other.close()
