@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from querator.domain.model import Item, NewItem, QueueInfo
-from querator.domain.positions import HOLE_TIMEOUT_S
+from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id
 from querator.ports import Guard
 from querator.ports.log import Claim, LeaseRun, LogKey, Settlement
 from querator.storage import memory, sqlite
@@ -82,7 +82,7 @@ class _Names:
     def item_id(self, item_id: str) -> str:
         if item_id not in self.ids:
             self.ids.append(item_id)
-        return self.name(item_id, "s") if "w" in item_id else item_id
+        return self.name(item_id, "s") if parse_scheduled_id(item_id) is not None else item_id
 
     def item(self, found: Item) -> tuple[Any, ...]:
         return (

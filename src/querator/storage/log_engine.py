@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 from querator.domain.model import Item, timestamp_us, utc_from_timestamp_us
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
+    POSITION_MARK,
     SCHEDULED_MARK,
     parse_position_id,
     parse_scheduled_id,
@@ -41,14 +42,14 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import BatchResult, Guard
-from querator.ports.log import Claim, LeaseRun, LogHead
+from querator.ports.log import Claim, LeaseRun, LogHead, Settlement
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from contextlib import AbstractContextManager
     from datetime import datetime
 
-    from querator.ports.log import LogKey, Settlement
+    from querator.ports.log import LogKey
 
 #: Most bytes of encoded items in one packed row (an item larger than that gets a row of its own).
 ROW_BYTES = 16 * 1024
@@ -152,7 +153,7 @@ def decode_items(
             expire_at = times[expire] = _EPOCH + timedelta(microseconds=expire)
         found.append(
             Item(
-                id=f"{lane}v{position:016x}",
+                id=f"{lane}{POSITION_MARK}{position:016x}",
                 payload=blob[at : base + end],
                 reference=reference,
                 encoding=encoding,
@@ -192,6 +193,8 @@ class HeadRow:
     largest: int = 0
     #: Waiting positions deleted (at or above the cursor), sorted; dropped as the cursor passes.
     tombstones: tuple[int, ...] = ()
+    produced: int = 0
+    completed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +206,8 @@ class PackedRow:
     blob: bytes | None
     #: The largest ``Item.reply_size`` in the row.
     largest: int = 0
+    #: How many of its items a produce wrote (``LogHead.produced``): all, or none (a move, a filler).
+    produced: int = 0
 
     @property
     def end(self) -> int:
@@ -269,20 +274,33 @@ class LogRows(Protocol):
         """Replace the head of a log that has one."""
         ...
 
-    def advance(self, key: LogKey, count: int) -> tuple[int, int, tuple[int, ...]] | None:
-        """The claim's fetch-and-add: move the cursor over up to ``count`` waiting positions and
-        count them as one more lease of all of them; ``(start, end, tombstones)`` of the run (the
-        tombstones are the head's, all at or after ``start``), ``None`` when none wait."""
+    def advance(
+        self, key: LogKey, count: int, max_leased: int | None = None
+    ) -> tuple[int, int, tuple[int, ...]] | None:
+        """The claim's fetch-and-add: move the cursor over up to ``count`` waiting positions (and
+        no more than keep ``leased`` at or below ``max_leased``) and count them as one more lease of
+        all of them; ``(start, end, tombstones)`` of the run (the tombstones are the head's, all at
+        or after ``start``), ``None`` when none wait or the cap is reached."""
+        ...
+
+    def skip(self, key: LogKey) -> tuple[int, int, tuple[int, ...]] | None:
+        """Move the cursor to the tail and drop the tombstones; ``(cursor, tail, tombstones)`` as
+        they were, ``None`` for a log without a head."""
         ...
 
     def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None: ...
 
-    def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
+    def take(
+        self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0, produced: int = 0
+    ) -> int:
         """Fetch-and-add ``count`` on the tail (a new head's tail starts at ``start``), add
-        ``scheduled`` to the scheduled count and raise ``largest``; the first position taken."""
+        ``scheduled`` and ``produced`` to those counts and raise ``largest``; the first position
+        taken. (``put_rows`` counts its rows' ``produced`` itself.)"""
         ...
 
-    def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None: ...
+    def add_counts(
+        self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0, completed: int = 0
+    ) -> None: ...
 
     def next_times(self, key: LogKey) -> tuple[int | None, str | None]:
         """The earliest record deadline and the first scheduled id (``None``: none)."""
@@ -349,15 +367,21 @@ def _guard_admits(guard: Guard, deadline_us: int, now_us: int) -> bool:
     return False  # NEVER_LEASED
 
 
-def _pack(positions: Sequence[int], encoded: Sequence[tuple[bytes, int]]) -> list[PackedRow]:
+def _pack(
+    positions: Sequence[int], encoded: Sequence[tuple[bytes, int]], *, produced: bool = False
+) -> list[PackedRow]:
     """Rows of consecutive positions holding up to ``ROW_BYTES`` of items each, in order;
     ``encoded``: each item's bytes and reply size (``encode_item``)."""
     rows: list[PackedRow] = []
     first = size = largest = 0
     batch: list[bytes] = []
+
+    def row() -> PackedRow:
+        return PackedRow(first, len(batch), pack_row(batch), largest, len(batch) if produced else 0)
+
     for position, (data, reply) in zip(positions, encoded, strict=True):
         if batch and (size + len(data) > ROW_BYTES or position != first + len(batch)):
-            rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
+            rows.append(row())
             batch, size, largest = [], 0, 0
         if not batch:
             first = position
@@ -365,7 +389,7 @@ def _pack(positions: Sequence[int], encoded: Sequence[tuple[bytes, int]]) -> lis
         size += len(data)
         largest = max(largest, reply)
     if batch:
-        rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
+        rows.append(row())
     return rows
 
 
@@ -403,10 +427,9 @@ class ClaimLogEngine:
 
     def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
         with self._write() as rows:
-            return self._append_in(rows, key, items, now)
+            return self._append_in(rows, key, items, now, produced=True)
 
     def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
-        """Reserve ``count`` positions at the tail and write nothing (the first half of ``append``)."""
         with self._write() as rows:
             first = rows.take(key, count, start=timestamp_us(now))
         return [position_id(key.lane, p) for p in range(first, first + count)]
@@ -414,9 +437,7 @@ class ClaimLogEngine:
     def write_taken(
         self, key: LogKey, ids: Sequence[str], items: Sequence[Item], *, now: datetime
     ) -> list[Item]:
-        """Write ``items`` at the positions ``ids`` (reserved by ``take_positions``), as a late writer
-        would: a row whose positions a lease filled meanwhile goes to new positions at the tail,
-        with every row after it. The items go to positions whatever their ``enqueue_at``."""
+        # The items go to positions whatever their ``enqueue_at``: the writer took positions.
         if len(ids) != len(items):
             raise ValueError("write_taken needs one id per item")
         positions = []
@@ -427,22 +448,26 @@ class ClaimLogEngine:
             positions.append(parsed[1])
         with self._write() as rows:
             encoded = [encode_item(item) for item in items]
-            placed = self._write_rows(rows, key, positions, encoded, now=now, check=True)
-            rows.take(key, 0, start=timestamp_us(now), largest=max((size for _, size in encoded), default=0))
+            placed = self._write_taken_in(rows, key, positions, encoded, now=now)
         return [with_id(item, position_id(key.lane, p)) for item, p in zip(items, placed, strict=True)]
 
-    def _append_in(self, rows: LogRows, key: LogKey, items: Sequence[Item], now: datetime) -> list[Item]:
-        """``append`` inside a transaction already open."""
+    def _append_in(
+        self, rows: LogRows, key: LogKey, items: Sequence[Item], now: datetime, *, produced: bool
+    ) -> list[Item]:
+        """``append`` inside a transaction already open. ``produced``: a produce (counted in
+        ``LogHead.produced``; a scheduled item keeps a scheduled id it was given), else a move (a
+        retry, an expiry, a promotion: a new id)."""
         if not items:
             return []
         now_us = timestamp_us(now)
         lane = key.lane
+        made = len(items) if produced else 0
         later = [i for i, item in enumerate(items) if item.enqueue_at is not None and item.enqueue_at > now]
         if not later:
             encoded = [encode_item(item) for item in items]
             largest = max(size for _, size in encoded)
             first = rows.take(key, len(items), start=now_us, largest=largest)
-            rows.put_rows(key, _pack(range(first, first + len(items)), encoded))
+            rows.put_rows(key, _pack(range(first, first + len(items)), encoded, produced=produced))
             return [with_id(item, position_id(lane, p)) for p, item in enumerate(items, first)]
         stored: list[Item | None] = [None] * len(items)
         largest = 0
@@ -450,7 +475,12 @@ class ClaimLogEngine:
         for i in later:
             item = items[i]
             assert item.enqueue_at is not None  # noqa: S101 - chosen for it above
-            item_id = scheduled_id(lane, timestamp_us(item.enqueue_at), secrets.randbelow(_UNIQUE))
+            due_us = timestamp_us(item.enqueue_at)
+            given = parse_scheduled_id(item.id) if produced else None
+            # The service mints scheduled ids so that items due together keep their produce order.
+            item_id = (
+                item.id if given == (lane, due_us) else scheduled_id(lane, due_us, secrets.randbelow(_UNIQUE))
+            )
             data, size = encode_item(item)
             largest = max(largest, size)
             schedule.append((item_id, pack_row([data])))
@@ -458,15 +488,22 @@ class ClaimLogEngine:
         now_indexes = [i for i in range(len(items)) if stored[i] is None]
         encoded = [encode_item(items[i]) for i in now_indexes]
         largest = max([largest, *(size for _, size in encoded)])
-        first = rows.take(key, len(now_indexes), start=now_us, scheduled=len(later), largest=largest)
+        first = rows.take(
+            key,
+            len(now_indexes),
+            start=now_us,
+            scheduled=len(later),
+            largest=largest,
+            produced=made - len(now_indexes) if produced else 0,
+        )
         for item_id, blob in schedule:
             rows.put_scheduled(key, item_id, blob)
-        rows.put_rows(key, _pack(range(first, first + len(now_indexes)), encoded))
+        rows.put_rows(key, _pack(range(first, first + len(now_indexes)), encoded, produced=produced))
         for p, i in enumerate(now_indexes, first):
             stored[i] = with_id(items[i], position_id(lane, p))
         return [item for item in stored if item is not None]
 
-    def _write_rows(
+    def _write_taken_in(
         self,
         rows: LogRows,
         key: LogKey,
@@ -474,23 +511,46 @@ class ClaimLogEngine:
         encoded: Sequence[tuple[bytes, int]],
         *,
         now: datetime,
-        check: bool,
     ) -> list[int]:
-        """Write the items at ``positions``; with ``check``, a row that finds any of its positions
-        written (filled) moves, with every row after it, to new positions. Where each item went."""
-        packed = _pack(positions, encoded)
+        """Write the items at ``positions``, row by row; a row that finds one of its positions
+        filled, or passed by the cursor without a lease holding it as a hole (``skip_waiting``),
+        moves to new positions at the tail with every row after it. A row found written as it
+        would be (an earlier try of this write) is left as it is. Where each item went."""
+        packed = _pack(positions, encoded, produced=True)
+        head = rows.head(key)
+        cursor = 0 if head is None else head.cursor
+        runs: dict[int, list[RunRecord]] = {}
         done = 0
-        for index, row in enumerate(packed):
-            # The row holding its first position (may end before it), and one starting inside it.
-            if check and any(found.end > row.first for found in rows.rows(key, row.first, row.end, 2)):
+        fresh: list[PackedRow] = []
+        for row in packed:
+            found = [f for f in rows.rows(key, row.first, row.end, row.count + 1) if f.end > row.first]
+            if (
+                found
+                and len(found) == 1
+                and found[0].blob is not None
+                and (found[0].first, found[0].count) == (row.first, row.count)
+            ):
+                done += row.count  # written by an earlier try
+                continue
+            if found or any(
+                p < cursor and not self._hole_held(rows, key, p, runs) for p in range(row.first, row.end)
+            ):
                 rest = len(encoded) - done
                 first = rows.take(key, rest, start=timestamp_us(now))
                 moved = list(range(first, first + rest))
-                rows.put_rows(key, packed[:index] + _pack(moved, encoded[done:]))
+                rows.put_rows(key, fresh + _pack(moved, encoded[done:], produced=True))
                 return list(positions[:done]) + moved
+            fresh.append(row)
             done += row.count
-        rows.put_rows(key, packed)
+        if fresh:
+            rows.put_rows(key, fresh)
+        rows.take(key, 0, start=timestamp_us(now), largest=max((size for _, size in encoded), default=0))
         return list(positions)
+
+    def _hole_held(self, rows: LogRows, key: LogKey, position: int, runs: dict[int, list[RunRecord]]) -> bool:
+        """Whether a lease holds ``position`` (below the cursor) as a hole it waits for."""
+        record = self._record_holding(rows, key, position, runs)
+        return record is not None and position in record.holes
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -509,6 +569,8 @@ class ClaimLogEngine:
             next_expiry=None if expiry is None else utc_from_timestamp_us(expiry),
             next_due=None if due is None else _due_of(due),
             largest=head.largest,
+            produced=head.produced,
+            completed=head.completed,
         )
 
     @staticmethod
@@ -648,11 +710,19 @@ class ClaimLogEngine:
 
     # -- claims ------------------------------------------------------------------------------------
 
-    def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+    def claim(
+        self,
+        key: LogKey,
+        *,
+        count: int,
+        deadline: datetime,
+        now: datetime,
+        max_leased: int | None = None,
+    ) -> Claim:
         if count <= 0:
             return Claim(token="", deadline=deadline)
         with self._write() as rows:
-            run = rows.advance(key, count)
+            run = rows.advance(key, count, max_leased)
             if run is None:
                 return Claim(token="", deadline=deadline)
             start, end, tombstones = run
@@ -772,32 +842,87 @@ class ClaimLogEngine:
         return None
 
     def settle(
-        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
+        with self._write() as rows:
+            return self._settle_in(rows, key, settlements, guard=guard, now=now, completed=completed)
+
+    def _settle_in(
+        self,
+        rows: LogRows,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
+    ) -> BatchResult[str]:
+        """``settle`` inside a transaction already open: leased positions by their record's
+        deadline; with ``ANY`` and ``NOT_VALIDLY_LEASED`` also waiting positions (a tombstone) and
+        scheduled items (their schedule row goes)."""
         result: BatchResult[str] = BatchResult()
         now_us = timestamp_us(now)
-        with self._write() as rows:
-            settled: dict[str, tuple[RunRecord, set[int]]] = {}
-            runs: dict[int, list[RunRecord]] = {}
-            moves: dict[LogKey, list[Item]] = {}
-            seen: set[str] = set()
-            for settlement in settlements:
-                item_id = settlement.id
-                if item_id in seen:
-                    continue
-                seen.add(item_id)
-                record = self._held(rows, key, item_id, runs)
-                if record is None or not _guard_admits(guard, record[0].deadline_us, now_us):
-                    result.rejected.append(item_id)
-                    continue
-                # Ids are unique here (``seen``), and so are their positions.
-                settled.setdefault(record[0].token, (record[0], set()))[1].add(record[1])
-                result.applied.append(item_id)
-                if settlement.to is not None and settlement.item is not None:
-                    moves.setdefault(settlement.to, []).append(settlement.item)
-            self._settle_positions(rows, key, settled.values())
-            for target, items in moves.items():
-                self._append_in(rows, target, items, now)
+        settled: dict[str, tuple[RunRecord, set[int]]] = {}
+        runs: dict[int, list[RunRecord]] = {}
+        moves: dict[LogKey, list[Item]] = {}
+        seen: set[str] = set()
+        unleased = guard in (Guard.ANY, Guard.NOT_VALIDLY_LEASED)
+        head = rows.head(key) if unleased else None
+        tombstones = set(head.tombstones) if head is not None else set()
+        buried = unscheduled = done = 0
+        for settlement in settlements:
+            item_id = settlement.id
+            if item_id in seen:
+                continue
+            seen.add(item_id)
+            applied = False
+            scheduled = parse_scheduled_id(item_id) if head is not None else None
+            if scheduled is not None:
+                applied = scheduled[0] == key.lane and rows.drop_scheduled(key, item_id)
+                unscheduled += applied
+            else:
+                parsed = parse_position_id(item_id)
+                if parsed is None or parsed[0] != key.lane:
+                    pass
+                elif head is not None and parsed[1] >= head.cursor:
+                    # Waiting: a tombstone every later claim skips (a hole names nothing stored).
+                    p = parsed[1]
+                    if (
+                        p < head.tail
+                        and p not in tombstones
+                        and self._items_at(rows, key, [p], deadline=None, bump=0)[0]
+                    ):
+                        tombstones.add(p)
+                        buried += 1
+                        applied = True
+                else:
+                    record = self._record_holding(rows, key, parsed[1], runs)
+                    if record is not None and _guard_admits(guard, record.deadline_us, now_us):
+                        # Ids are unique here (``seen``), and so are their positions.
+                        settled.setdefault(record.token, (record, set()))[1].add(parsed[1])
+                        applied = True
+            if not applied:
+                result.rejected.append(item_id)
+                continue
+            result.applied.append(item_id)
+            if settlement.to is not None and settlement.item is not None:
+                moves.setdefault(settlement.to, []).append(settlement.item)
+            else:
+                done += 1
+        self._settle_positions(rows, key, settled.values(), completed=done if completed else 0)
+        if buried:
+            assert head is not None  # noqa: S101 - only read from it
+            rows.set_tombstones(key, tuple(sorted(tombstones)))
+        if unscheduled:
+            rows.add_counts(key, scheduled=-unscheduled)
+        for target, items in moves.items():
+            self._append_in(rows, target, items, now, produced=False)
         return result
 
     def _held(
@@ -810,8 +935,10 @@ class ClaimLogEngine:
         return None if record is None else (record, parsed[1])
 
     @staticmethod
-    def _settle_positions(rows: LogRows, key: LogKey, settled: Iterable[tuple[RunRecord, set[int]]]) -> None:
-        """Mark ``positions`` of each record done: a hole among them is filled (its writer, if it
+    def _settle_positions(
+        rows: LogRows, key: LogKey, settled: Iterable[tuple[RunRecord, set[int]]], *, completed: int = 0
+    ) -> None:
+        """Mark the positions of each record done: a hole among them is filled (its writer, if it
         was only late, moves to the tail); a record left with nothing is dropped."""
         leases = leased = 0
         for record, done in settled:
@@ -827,8 +954,8 @@ class ClaimLogEngine:
             rows.put_record(
                 key, replace(record, pending=pending, holes=tuple(p for p in record.holes if p not in done))
             )
-        if leases or leased:
-            rows.add_counts(key, leases=leases, leased=leased)
+        if leases or leased or completed:
+            rows.add_counts(key, leases=leases, leased=leased, completed=completed)
 
     def renew(
         self, key: LogKey, ids: Sequence[str], *, deadline: datetime, now: datetime
@@ -875,56 +1002,18 @@ class ClaimLogEngine:
         return result
 
     def delete(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> BatchResult[str]:
-        result: BatchResult[str] = BatchResult()
         with self._write() as rows:
-            head = rows.head(key)
-            if head is None:
-                result.rejected.extend(dict.fromkeys(ids))
-                return result
-            runs: dict[int, list[RunRecord]] = {}
-            settled: dict[str, tuple[RunRecord, set[int]]] = {}
-            tombstones = set(head.tombstones)
-            unscheduled = 0
-            for item_id in dict.fromkeys(ids):
-                scheduled = parse_scheduled_id(item_id)
-                if scheduled is not None:
-                    if scheduled[0] == key.lane and rows.drop_scheduled(key, item_id):
-                        unscheduled += 1
-                        result.applied.append(item_id)
-                    else:
-                        result.rejected.append(item_id)
-                    continue
-                parsed = parse_position_id(item_id)
-                if parsed is None or parsed[0] != key.lane:
-                    result.rejected.append(item_id)
-                    continue
-                p = parsed[1]
-                if p >= head.cursor:
-                    # Waiting: a tombstone every later claim skips (a hole names nothing stored).
-                    if (
-                        p < head.tail
-                        and p not in tombstones
-                        and p in self._items_at(rows, key, [p], deadline=None, bump=0)[0]
-                    ):
-                        tombstones.add(p)
-                        result.applied.append(item_id)
-                    else:
-                        result.rejected.append(item_id)
-                    continue
-                record = self._record_holding(rows, key, p, runs)
-                if record is None or p in record.holes:
-                    result.rejected.append(item_id)
-                    continue
-                settled.setdefault(record.token, (record, set()))[1].add(p)
-                result.applied.append(item_id)
-            self._settle_positions(rows, key, settled.values())
-            if len(tombstones) != len(head.tombstones) or unscheduled:
-                fresh = rows.head(key)
-                assert fresh is not None  # noqa: S101 - it had one at the start of the transaction
-                fresh.tombstones = tuple(sorted(tombstones))
-                fresh.scheduled -= unscheduled
-                rows.put_head(key, fresh)
-        return result
+            return self._settle_in(rows, key, [Settlement(id=i) for i in ids], guard=Guard.ANY, now=now)
+
+    def skip_waiting(self, key: LogKey, *, now: datetime) -> int:
+        # Holes among the skipped positions need no filler: a late writer finds them behind the
+        # cursor and held by no lease, and moves to the tail (``_write_taken_in``).
+        with self._write() as rows:
+            skipped = rows.skip(key)
+        if skipped is None:
+            return 0
+        cursor, tail, tombstones = skipped
+        return tail - cursor - len(tombstones)
 
     # -- the schedule --------------------------------------------------------------------------------
 
@@ -940,7 +1029,7 @@ class ClaimLogEngine:
                 rows.drop_scheduled(key, sid)
                 items.append(decode_scheduled(blob, sid))
             rows.add_counts(key, scheduled=-len(due))
-            self._append_in(rows, key, items, now)
+            self._append_in(rows, key, items, now, produced=False)
         return len(due)
 
     def purge(self, key: LogKey, *, limit: int) -> int:
@@ -964,7 +1053,7 @@ def _first_position_after(lane: str, after: str) -> int | None:
     parsed = parse_position_id(after)
     if parsed is not None and parsed[0] == lane:
         return parsed[1] + 1
-    mark = lane + "v"
+    mark = lane + POSITION_MARK
     if after < mark:
         return 0
     if not after.startswith(mark):

@@ -54,6 +54,7 @@ from querator.domain.model import (
     timestamp_us,
     utc_from_timestamp_us,
 )
+from querator.domain.positions import POSITION_MARK
 from querator.domain.priority import lane_of
 from querator.ports import (
     BatchResult,
@@ -110,15 +111,18 @@ _CLAIM_LOGS = (
     " tail INTEGER NOT NULL, cursor INTEGER NOT NULL, leases INTEGER NOT NULL, leased INTEGER NOT NULL,"
     " scheduled INTEGER NOT NULL, largest INTEGER NOT NULL, tombstones BLOB,"
     # Where the last claim's run started: what its fetch-and-add returns (RETURNING sees new values).
-    " claimed INTEGER NOT NULL,"
+    " claimed INTEGER NOT NULL, produced INTEGER NOT NULL, completed INTEGER NOT NULL,"
     " PRIMARY KEY (queue, part, lane)) WITHOUT ROWID",
     "CREATE TABLE log_rows ("
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, first INTEGER NOT NULL,"
-    " count INTEGER NOT NULL, largest INTEGER NOT NULL, items BLOB,"
+    " count INTEGER NOT NULL, largest INTEGER NOT NULL, produced INTEGER NOT NULL, items BLOB,"
     " PRIMARY KEY (queue, part, lane, first)) WITHOUT ROWID",
-    # The head's largest item follows its rows in the statement that writes them (an append of one
-    # row is then one statement: no head write unless an item is larger than all before it).
-    "CREATE TRIGGER log_rows_largest AFTER INSERT ON log_rows WHEN NEW.largest >"
+    # The head's produced count and largest item follow the rows in the statement that writes them:
+    # an append of one row is one statement.
+    "CREATE TRIGGER log_rows_produced AFTER INSERT ON log_rows WHEN NEW.produced > 0"
+    " BEGIN UPDATE log_heads SET produced = produced + NEW.produced, largest = max(largest, NEW.largest)"
+    " WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane; END",
+    "CREATE TRIGGER log_rows_largest AFTER INSERT ON log_rows WHEN NEW.produced = 0 AND NEW.largest >"
     " (SELECT largest FROM log_heads WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane)"
     " BEGIN UPDATE log_heads SET largest = NEW.largest"
     " WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane; END",
@@ -1065,38 +1069,42 @@ _ROWS_END = (
     " AND r.lane = ?3 ORDER BY r.first DESC LIMIT 1), 0)"
 )
 _LOG_HEAD = (
-    f"SELECT max(tail, {_ROWS_END}), cursor, leases, leased, scheduled, largest, tombstones"  # noqa: S608
+    f"SELECT max(tail, {_ROWS_END}), cursor, leases, leased, scheduled, largest, tombstones, produced,"  # noqa: S608
+    " completed"
     " FROM log_heads WHERE queue = ?1 AND part = ?2 AND lane = ?3"
 )
 _LOG_PUT_HEAD = (
     "UPDATE log_heads SET tail = ?, cursor = ?, leases = ?, leased = ?, scheduled = ?, largest = ?,"  # noqa: S608
-    f" tombstones = ? WHERE {_LOG_KEY}"
+    f" tombstones = ?, produced = ?, completed = ? WHERE {_LOG_KEY}"
 )
 #: The sequencer: one statement makes the head or adds to its tail, and says where the run starts.
 _LOG_TAKE = (
-    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL, ?4)"  # noqa: S608
+    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL, ?4, ?8, 0)"  # noqa: S608
     f" ON CONFLICT (queue, part, lane) DO UPDATE SET tail = max(tail, {_ROWS_END}) + ?5,"
-    " scheduled = scheduled + ?6, largest = max(largest, ?7) RETURNING tail"
+    " scheduled = scheduled + ?6, largest = max(largest, ?7), produced = produced + ?8 RETURNING tail"
 )
 #: An append of one row in one statement: at the log's tail (the larger of the head's and the rows'
 #: end); a log with no head yet has no tail (NULL: the insert fails, and the engine makes the head).
 _LOG_APPEND_ROW = (
     "INSERT INTO log_rows VALUES (?1, ?2, ?3, max((SELECT tail FROM log_heads WHERE queue = ?1"  # noqa: S608
-    f" AND part = ?2 AND lane = ?3), {_ROWS_END}), ?4, ?5, ?6) RETURNING first"
+    f" AND part = ?2 AND lane = ?3), {_ROWS_END}), ?4, ?5, ?4, ?6) RETURNING first"
 )
 #: A claim's fetch-and-add on the cursor, up to the tail, counting the run as one lease of it all.
 _LOG_TAIL = f"max(tail, {_ROWS_END})"
 _LOG_ADVANCE = (
-    f"UPDATE log_heads SET claimed = cursor, cursor = min(cursor + ?4, {_LOG_TAIL}),"  # noqa: S608
-    f" leases = leases + 1, leased = leased + min(?4, {_LOG_TAIL} - cursor)"
-    f" WHERE queue = ?1 AND part = ?2 AND lane = ?3 AND cursor < {_LOG_TAIL}"
+    f"UPDATE log_heads SET claimed = cursor, cursor = min(cursor + ?4, cursor + ?5 - leased, {_LOG_TAIL}),"  # noqa: S608
+    f" leases = leases + 1, leased = leased + min(?4, ?5 - leased, {_LOG_TAIL} - cursor)"
+    f" WHERE queue = ?1 AND part = ?2 AND lane = ?3 AND cursor < {_LOG_TAIL} AND leased < ?5"
     " RETURNING claimed, cursor, tombstones"
 )
 _LOG_TOMBSTONES = f"UPDATE log_heads SET tombstones = ? WHERE {_LOG_KEY}"  # noqa: S608
 _LOG_COUNTS = (
-    "UPDATE log_heads SET leases = leases + ?, leased = leased + ?, scheduled = scheduled + ?"  # noqa: S608
-    f" WHERE {_LOG_KEY}"
+    "UPDATE log_heads SET leases = leases + ?, leased = leased + ?, scheduled = scheduled + ?,"  # noqa: S608
+    f" completed = completed + ? WHERE {_LOG_KEY}"
 )
+_LOG_SKIP = f"UPDATE log_heads SET cursor = ?, tombstones = NULL WHERE {_LOG_KEY}"  # noqa: S608
+#: No cap on a claim (``max_leased``).
+_UNCAPPED = 2**62
 _LOG_TIMES = (
     f"SELECT (SELECT min(deadline_us) FROM log_leases WHERE {_LOG_KEY}),"  # noqa: S608
     f" (SELECT min(id) FROM log_schedule WHERE {_LOG_KEY})"
@@ -1113,7 +1121,7 @@ _LOG_ROWS_BACK = (
     f"SELECT first, count, items FROM log_rows WHERE {_LOG_KEY} AND first < ?"  # noqa: S608
     " ORDER BY first DESC LIMIT ?"
 )
-_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?)"
+_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes"
 _LOG_RECORD = f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
 #: The records of runs that started at or before a position, latest first (tokens sort by run): the
@@ -1181,7 +1189,7 @@ class _SQLiteLogRows:
         row = self._c.execute(_LOG_HEAD, (key.queue, key.partition, key.lane)).fetchone()
         if row is None:
             return None
-        return HeadRow(row[0], row[1], row[2], row[3], row[4], row[5], _ints(row[6]))
+        return HeadRow(row[0], row[1], row[2], row[3], row[4], row[5], _ints(row[6]), row[7], row[8])
 
     def put_head(self, key: LogKey, head: HeadRow) -> None:
         self._c.execute(
@@ -1194,29 +1202,44 @@ class _SQLiteLogRows:
                 head.scheduled,
                 head.largest,
                 _int_blob(head.tombstones),
+                head.produced,
+                head.completed,
                 key.queue,
                 key.partition,
                 key.lane,
             ),
         )
 
-    def advance(self, key: LogKey, count: int) -> tuple[int, int, tuple[int, ...]] | None:
-        log = (key.queue, key.partition, key.lane)
+    def advance(
+        self, key: LogKey, count: int, max_leased: int | None = None
+    ) -> tuple[int, int, tuple[int, ...]] | None:
+        values = (key.queue, key.partition, key.lane, count, _UNCAPPED if max_leased is None else max_leased)
         if _RETURNING:
-            row = self._c.execute(_LOG_ADVANCE, (*log, count)).fetchone()
+            row = self._c.execute(_LOG_ADVANCE, values).fetchone()
             return None if row is None else (row[0], row[1], _ints(row[2]))
         head = self.head(key)
-        if head is None or head.cursor >= head.tail:
+        if head is None:
             return None
-        end = min(head.cursor + count, head.tail)
-        self._c.execute(_LOG_ADVANCE.removesuffix(" RETURNING claimed, cursor, tombstones"), (*log, count))
-        return head.cursor, end, head.tombstones
+        self._c.execute(_LOG_ADVANCE.removesuffix(" RETURNING claimed, cursor, tombstones"), values)
+        after = self.head(key)
+        if after is None or after.cursor == head.cursor:
+            return None
+        return head.cursor, after.cursor, head.tombstones
+
+    def skip(self, key: LogKey) -> tuple[int, int, tuple[int, ...]] | None:
+        head = self.head(key)
+        if head is not None:
+            self._c.execute(_LOG_SKIP, (head.tail, key.queue, key.partition, key.lane))
+            return head.cursor, head.tail, head.tombstones
+        return None
 
     def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None:
         self._c.execute(_LOG_TOMBSTONES, (_int_blob(tombstones), key.queue, key.partition, key.lane))
 
-    def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
-        values = (key.queue, key.partition, key.lane, start, count, scheduled, largest)
+    def take(
+        self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0, produced: int = 0
+    ) -> int:
+        values = (key.queue, key.partition, key.lane, start, count, scheduled, largest, produced)
         if _RETURNING:
             tail = self._c.execute(_LOG_TAKE, values).fetchone()[0]
         else:
@@ -1226,8 +1249,12 @@ class _SQLiteLogRows:
             ).fetchone()[0]
         return int(tail) - count
 
-    def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None:
-        self._c.execute(_LOG_COUNTS, (leases, leased, scheduled, key.queue, key.partition, key.lane))
+    def add_counts(
+        self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0, completed: int = 0
+    ) -> None:
+        self._c.execute(
+            _LOG_COUNTS, (leases, leased, scheduled, completed, key.queue, key.partition, key.lane)
+        )
 
     def next_times(self, key: LogKey) -> tuple[int | None, str | None]:
         log = (key.queue, key.partition, key.lane)
@@ -1253,10 +1280,10 @@ class _SQLiteLogRows:
         log = (key.queue, key.partition, key.lane)
         if len(rows) == 1:
             row = rows[0]
-            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.largest, row.blob))
+            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.largest, row.produced, row.blob))
             return
         self._c.executemany(
-            _LOG_PUT_ROW, [(*log, row.first, row.count, row.largest, row.blob) for row in rows]
+            _LOG_PUT_ROW, [(*log, row.first, row.count, row.largest, row.produced, row.blob) for row in rows]
         )
 
     def record(self, key: LogKey, token: str) -> RunRecord | None:
@@ -1387,7 +1414,7 @@ class SQLiteClaimLog(ClaimLogEngine):
         finally:
             self._db._checkin(connection)
         lane = key.lane
-        return [with_id(item, f"{lane}v{p:016x}") for p, item in enumerate(items, row[0])]
+        return [with_id(item, f"{lane}{POSITION_MARK}{p:016x}") for p, item in enumerate(items, row[0])]
 
 
 _QUEUE_COLUMNS = (
