@@ -206,8 +206,6 @@ class PackedRow:
     blob: bytes | None
     #: The largest ``Item.reply_size`` in the row.
     largest: int = 0
-    #: How many of its items a produce wrote (``LogHead.produced``): all, or none (a move, a filler).
-    produced: int = 0
 
     @property
     def end(self) -> int:
@@ -270,10 +268,6 @@ class LogRows(Protocol):
 
     def head(self, key: LogKey) -> HeadRow | None: ...
 
-    def put_head(self, key: LogKey, head: HeadRow) -> None:
-        """Replace the head of a log that has one."""
-        ...
-
     def advance(
         self, key: LogKey, count: int, max_leased: int | None = None
     ) -> tuple[int, int, tuple[int, ...]] | None:
@@ -291,11 +285,20 @@ class LogRows(Protocol):
     def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None: ...
 
     def take(
-        self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0, produced: int = 0
+        self,
+        key: LogKey,
+        count: int,
+        *,
+        start: int,
+        produce: bool,
+        scheduled: int = 0,
+        largest: int = 0,
+        produced: int = 0,
     ) -> int:
-        """Fetch-and-add ``count`` on the tail (a new head's tail starts at ``start``), add
-        ``scheduled`` and ``produced`` to those counts and raise ``largest``; the first position
-        taken. (``put_rows`` counts its rows' ``produced`` itself.)"""
+        """Fetch-and-add ``count`` on the tail (a new head's tail starts at ``start``); the first
+        position taken. ``produce``: they are a produce's positions (``LogHead.produced`` counts
+        them), not a move's or a reservation's; ``produced``: items produced beyond them (scheduled,
+        or written at positions reserved before). Adds ``scheduled`` and raises ``largest``."""
         ...
 
     def add_counts(
@@ -367,21 +370,15 @@ def _guard_admits(guard: Guard, deadline_us: int, now_us: int) -> bool:
     return False  # NEVER_LEASED
 
 
-def _pack(
-    positions: Sequence[int], encoded: Sequence[tuple[bytes, int]], *, produced: bool = False
-) -> list[PackedRow]:
+def _pack(positions: Sequence[int], encoded: Sequence[tuple[bytes, int]]) -> list[PackedRow]:
     """Rows of consecutive positions holding up to ``ROW_BYTES`` of items each, in order;
     ``encoded``: each item's bytes and reply size (``encode_item``)."""
     rows: list[PackedRow] = []
     first = size = largest = 0
     batch: list[bytes] = []
-
-    def row() -> PackedRow:
-        return PackedRow(first, len(batch), pack_row(batch), largest, len(batch) if produced else 0)
-
     for position, (data, reply) in zip(positions, encoded, strict=True):
         if batch and (size + len(data) > ROW_BYTES or position != first + len(batch)):
-            rows.append(row())
+            rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
             batch, size, largest = [], 0, 0
         if not batch:
             first = position
@@ -389,7 +386,7 @@ def _pack(
         size += len(data)
         largest = max(largest, reply)
     if batch:
-        rows.append(row())
+        rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
     return rows
 
 
@@ -431,7 +428,7 @@ class ClaimLogEngine:
 
     def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
         with self._write() as rows:
-            first = rows.take(key, count, start=timestamp_us(now))
+            first = rows.take(key, count, start=timestamp_us(now), produce=False)
         return [position_id(key.lane, p) for p in range(first, first + count)]
 
     def write_taken(
@@ -461,13 +458,12 @@ class ClaimLogEngine:
             return []
         now_us = timestamp_us(now)
         lane = key.lane
-        made = len(items) if produced else 0
         later = [i for i, item in enumerate(items) if item.enqueue_at is not None and item.enqueue_at > now]
         if not later:
             encoded = [encode_item(item) for item in items]
             largest = max(size for _, size in encoded)
-            first = rows.take(key, len(items), start=now_us, largest=largest)
-            rows.put_rows(key, _pack(range(first, first + len(items)), encoded, produced=produced))
+            first = rows.take(key, len(items), start=now_us, produce=produced, largest=largest)
+            rows.put_rows(key, _pack(range(first, first + len(items)), encoded))
             return [with_id(item, position_id(lane, p)) for p, item in enumerate(items, first)]
         stored: list[Item | None] = [None] * len(items)
         largest = 0
@@ -492,13 +488,14 @@ class ClaimLogEngine:
             key,
             len(now_indexes),
             start=now_us,
+            produce=produced,
             scheduled=len(later),
             largest=largest,
-            produced=made - len(now_indexes) if produced else 0,
+            produced=len(later) if produced else 0,
         )
         for item_id, blob in schedule:
             rows.put_scheduled(key, item_id, blob)
-        rows.put_rows(key, _pack(range(first, first + len(now_indexes)), encoded, produced=produced))
+        rows.put_rows(key, _pack(range(first, first + len(now_indexes)), encoded))
         for p, i in enumerate(now_indexes, first):
             stored[i] = with_id(items[i], position_id(lane, p))
         return [item for item in stored if item is not None]
@@ -516,11 +513,11 @@ class ClaimLogEngine:
         filled, or passed by the cursor without a lease holding it as a hole (``skip_waiting``),
         moves to new positions at the tail with every row after it. A row found written as it
         would be (an earlier try of this write) is left as it is. Where each item went."""
-        packed = _pack(positions, encoded, produced=True)
+        packed = _pack(positions, encoded)
         head = rows.head(key)
         cursor = 0 if head is None else head.cursor
         runs: dict[int, list[RunRecord]] = {}
-        done = 0
+        done = written = 0
         fresh: list[PackedRow] = []
         for row in packed:
             found = [f for f in rows.rows(key, row.first, row.end, row.count + 1) if f.end > row.first]
@@ -536,15 +533,20 @@ class ClaimLogEngine:
                 p < cursor and not self._hole_held(rows, key, p, runs) for p in range(row.first, row.end)
             ):
                 rest = len(encoded) - done
-                first = rows.take(key, rest, start=timestamp_us(now))
+                largest = max(size for _, size in encoded)
+                first = rows.take(
+                    key, rest, start=timestamp_us(now), produce=True, largest=largest, produced=written
+                )
                 moved = list(range(first, first + rest))
-                rows.put_rows(key, fresh + _pack(moved, encoded[done:], produced=True))
+                rows.put_rows(key, fresh + _pack(moved, encoded[done:]))
                 return list(positions[:done]) + moved
             fresh.append(row)
             done += row.count
+            written += row.count
         if fresh:
             rows.put_rows(key, fresh)
-        rows.take(key, 0, start=timestamp_us(now), largest=max((size for _, size in encoded), default=0))
+        largest = max((size for _, size in encoded), default=0)
+        rows.take(key, 0, start=timestamp_us(now), produce=False, largest=largest, produced=written)
         return list(positions)
 
     def _hole_held(self, rows: LogRows, key: LogKey, position: int, runs: dict[int, list[RunRecord]]) -> bool:

@@ -256,7 +256,15 @@ class _MemoryLogRows:
         self.put_head(key, replace(self._logs[key].head, tombstones=tombstones))
 
     def take(
-        self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0, produced: int = 0
+        self,
+        key: LogKey,
+        count: int,
+        *,
+        start: int,
+        produce: bool,
+        scheduled: int = 0,
+        largest: int = 0,
+        produced: int = 0,
     ) -> int:
         log = self._logs.get(key)
         if log is None:
@@ -267,7 +275,7 @@ class _MemoryLogRows:
         head.tail += count
         head.scheduled += scheduled
         head.largest = max(head.largest, largest)
-        head.produced += produced
+        head.produced += (count if produce else 0) + produced
         self.put_head(key, head)
         return first
 
@@ -306,9 +314,6 @@ class _MemoryLogRows:
             bisect.insort(log.firsts, row.first)
             log.rows[row.first] = row
             self.undo.append(lambda first=row.first: self._unput(log, first))  # type: ignore[misc]
-        produced = sum(row.produced for row in rows)
-        if produced:
-            self.put_head(key, replace(log.head, produced=log.head.produced + produced))
 
     @staticmethod
     def _unput(log: _Log, first: int) -> None:

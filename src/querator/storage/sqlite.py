@@ -111,18 +111,19 @@ _CLAIM_LOGS = (
     " tail INTEGER NOT NULL, cursor INTEGER NOT NULL, leases INTEGER NOT NULL, leased INTEGER NOT NULL,"
     " scheduled INTEGER NOT NULL, largest INTEGER NOT NULL, tombstones BLOB,"
     # Where the last claim's run started: what its fetch-and-add returns (RETURNING sees new values).
-    " claimed INTEGER NOT NULL, produced INTEGER NOT NULL, completed INTEGER NOT NULL,"
+    # ``LogHead.produced`` is the positions after ``origin`` (the first) and ``produced``: the items
+    # produced without a position of their own (scheduled, or written at reserved ones) less the
+    # positions of moves and reservations. So a produce of one row need not write the head.
+    " claimed INTEGER NOT NULL, origin INTEGER NOT NULL, produced INTEGER NOT NULL,"
+    " completed INTEGER NOT NULL,"
     " PRIMARY KEY (queue, part, lane)) WITHOUT ROWID",
     "CREATE TABLE log_rows ("
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, first INTEGER NOT NULL,"
-    " count INTEGER NOT NULL, largest INTEGER NOT NULL, produced INTEGER NOT NULL, items BLOB,"
+    " count INTEGER NOT NULL, largest INTEGER NOT NULL, items BLOB,"
     " PRIMARY KEY (queue, part, lane, first)) WITHOUT ROWID",
-    # The head's produced count and largest item follow the rows in the statement that writes them:
-    # an append of one row is one statement.
-    "CREATE TRIGGER log_rows_produced AFTER INSERT ON log_rows WHEN NEW.produced > 0"
-    " BEGIN UPDATE log_heads SET produced = produced + NEW.produced, largest = max(largest, NEW.largest)"
-    " WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane; END",
-    "CREATE TRIGGER log_rows_largest AFTER INSERT ON log_rows WHEN NEW.produced = 0 AND NEW.largest >"
+    # The head's largest item follows the rows in the statement that writes them (an append of one
+    # row is one statement; it writes the head only for an item larger than all before it).
+    "CREATE TRIGGER log_rows_largest AFTER INSERT ON log_rows WHEN NEW.largest >"
     " (SELECT largest FROM log_heads WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane)"
     " BEGIN UPDATE log_heads SET largest = NEW.largest"
     " WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane; END",
@@ -1069,17 +1070,13 @@ _ROWS_END = (
     " AND r.lane = ?3 ORDER BY r.first DESC LIMIT 1), 0)"
 )
 _LOG_HEAD = (
-    f"SELECT max(tail, {_ROWS_END}), cursor, leases, leased, scheduled, largest, tombstones, produced,"  # noqa: S608
-    " completed"
+    f"SELECT max(tail, {_ROWS_END}), cursor, leases, leased, scheduled, largest, tombstones,"  # noqa: S608
+    " produced - origin, completed"
     " FROM log_heads WHERE queue = ?1 AND part = ?2 AND lane = ?3"
-)
-_LOG_PUT_HEAD = (
-    "UPDATE log_heads SET tail = ?, cursor = ?, leases = ?, leased = ?, scheduled = ?, largest = ?,"  # noqa: S608
-    f" tombstones = ?, produced = ?, completed = ? WHERE {_LOG_KEY}"
 )
 #: The sequencer: one statement makes the head or adds to its tail, and says where the run starts.
 _LOG_TAKE = (
-    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL, ?4, ?8, 0)"  # noqa: S608
+    "INSERT INTO log_heads VALUES (?1, ?2, ?3, ?4 + ?5, ?4, 0, 0, ?6, ?7, NULL, ?4, ?4, ?8, 0)"  # noqa: S608
     f" ON CONFLICT (queue, part, lane) DO UPDATE SET tail = max(tail, {_ROWS_END}) + ?5,"
     " scheduled = scheduled + ?6, largest = max(largest, ?7), produced = produced + ?8 RETURNING tail"
 )
@@ -1087,7 +1084,7 @@ _LOG_TAKE = (
 #: end); a log with no head yet has no tail (NULL: the insert fails, and the engine makes the head).
 _LOG_APPEND_ROW = (
     "INSERT INTO log_rows VALUES (?1, ?2, ?3, max((SELECT tail FROM log_heads WHERE queue = ?1"  # noqa: S608
-    f" AND part = ?2 AND lane = ?3), {_ROWS_END}), ?4, ?5, ?4, ?6) RETURNING first"
+    f" AND part = ?2 AND lane = ?3), {_ROWS_END}), ?4, ?5, ?6) RETURNING first"
 )
 #: A claim's fetch-and-add on the cursor, up to the tail, counting the run as one lease of it all.
 _LOG_TAIL = f"max(tail, {_ROWS_END})"
@@ -1121,7 +1118,7 @@ _LOG_ROWS_BACK = (
     f"SELECT first, count, items FROM log_rows WHERE {_LOG_KEY} AND first < ?"  # noqa: S608
     " ORDER BY first DESC LIMIT ?"
 )
-_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?)"
 _LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes"
 _LOG_RECORD = f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
 #: The records of runs that started at or before a position, latest first (tokens sort by run): the
@@ -1189,26 +1186,8 @@ class _SQLiteLogRows:
         row = self._c.execute(_LOG_HEAD, (key.queue, key.partition, key.lane)).fetchone()
         if row is None:
             return None
-        return HeadRow(row[0], row[1], row[2], row[3], row[4], row[5], _ints(row[6]), row[7], row[8])
-
-    def put_head(self, key: LogKey, head: HeadRow) -> None:
-        self._c.execute(
-            _LOG_PUT_HEAD,
-            (
-                head.tail,
-                head.cursor,
-                head.leases,
-                head.leased,
-                head.scheduled,
-                head.largest,
-                _int_blob(head.tombstones),
-                head.produced,
-                head.completed,
-                key.queue,
-                key.partition,
-                key.lane,
-            ),
-        )
+        # ``produced - origin`` read, the positions after the origin added: ``LogHead.produced``.
+        return HeadRow(row[0], row[1], row[2], row[3], row[4], row[5], _ints(row[6]), row[0] + row[7], row[8])
 
     def advance(
         self, key: LogKey, count: int, max_leased: int | None = None
@@ -1237,9 +1216,19 @@ class _SQLiteLogRows:
         self._c.execute(_LOG_TOMBSTONES, (_int_blob(tombstones), key.queue, key.partition, key.lane))
 
     def take(
-        self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0, produced: int = 0
+        self,
+        key: LogKey,
+        count: int,
+        *,
+        start: int,
+        produce: bool,
+        scheduled: int = 0,
+        largest: int = 0,
+        produced: int = 0,
     ) -> int:
-        values = (key.queue, key.partition, key.lane, start, count, scheduled, largest, produced)
+        # Positions that are not a produce's are taken out of ``produced`` (the schema's note).
+        adjust = produced if produce else produced - count
+        values = (key.queue, key.partition, key.lane, start, count, scheduled, largest, adjust)
         if _RETURNING:
             tail = self._c.execute(_LOG_TAKE, values).fetchone()[0]
         else:
@@ -1280,10 +1269,10 @@ class _SQLiteLogRows:
         log = (key.queue, key.partition, key.lane)
         if len(rows) == 1:
             row = rows[0]
-            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.largest, row.produced, row.blob))
+            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.largest, row.blob))
             return
         self._c.executemany(
-            _LOG_PUT_ROW, [(*log, row.first, row.count, row.largest, row.produced, row.blob) for row in rows]
+            _LOG_PUT_ROW, [(*log, row.first, row.count, row.largest, row.blob) for row in rows]
         )
 
     def record(self, key: LogKey, token: str) -> RunRecord | None:
