@@ -125,7 +125,7 @@ def _random_calls(seed: int, steps: int) -> Iterator[tuple[str, dict[str, Any]]]
             + ["claim"] * 4
             + ["settle"] * 3
             + ["renew", "delete", "expire", "promote"]
-            + ["take", "collect", "get", "list"]
+            + ["take", "collect", "get", "list", "skip"]
         )
         args: dict[str, Any] = {"now": clock}
         if op == "append":
@@ -141,6 +141,7 @@ def _random_calls(seed: int, steps: int) -> Iterator[tuple[str, dict[str, Any]]]
                 items.append(item(unique * 10 + n, size=rng.choice([0, 100, 3000]), at=clock, **fields))
             args["items"] = items
         elif op == "claim":
+            args["max_leased"] = rng.choice([None, None, 3])
             args.update(
                 count=rng.randrange(1, 5),
                 deadline=clock + timedelta(seconds=rng.randrange(1, 5), microseconds=unique),
@@ -148,7 +149,16 @@ def _random_calls(seed: int, steps: int) -> Iterator[tuple[str, dict[str, Any]]]
         elif op in ("settle", "renew", "delete", "get"):
             args["picks"] = [rng.randrange(1_000_000) for _ in range(rng.randrange(1, 4))]
             args["to_tail"] = [rng.random() < 0.4 for _ in args["picks"]]
-            args["guard"] = rng.choice([Guard.LEASE_VALID, Guard.LEASE_VALID, Guard.LEASE_EXPIRED, Guard.ANY])
+            args["guard"] = rng.choice(
+                [
+                    Guard.LEASE_VALID,
+                    Guard.LEASE_VALID,
+                    Guard.LEASE_EXPIRED,
+                    Guard.ANY,
+                    Guard.NOT_VALIDLY_LEASED,
+                ]
+            )
+            args["completed"] = rng.random() < 0.5
             args["deadline"] = clock + timedelta(seconds=rng.randrange(1, 5), microseconds=unique)
         elif op == "take":
             args["count"] = rng.randrange(1, 3)
@@ -167,7 +177,9 @@ def _play(log: ClaimLogEngine, names: _Names, op: str, args: dict[str, Any], sta
     if op == "append":
         return log.append(KEY, args["items"], now=now)
     if op == "claim":
-        claim = log.claim(KEY, count=args["count"], deadline=args["deadline"], now=now)
+        claim = log.claim(
+            KEY, count=args["count"], deadline=args["deadline"], now=now, max_leased=args["max_leased"]
+        )
         if claim.token:
             state["tokens"].append(claim.token)
         return [claim, log.head(KEY)]
@@ -177,7 +189,8 @@ def _play(log: ClaimLogEngine, names: _Names, op: str, args: dict[str, Any], sta
             Settlement(id=i, to=KEY, item=held[i]) if tail and i in held else Settlement(id=i)
             for i, tail in zip(pick, args["to_tail"], strict=True)
         ]
-        return [log.settle(KEY, settlements, guard=args["guard"], now=now), log.head(KEY)]
+        settled = log.settle(KEY, settlements, guard=args["guard"], now=now, completed=args["completed"])
+        return [settled, log.head(KEY)]
     if op == "renew":
         return [log.renew(KEY, pick, deadline=args["deadline"], now=now), log.head(KEY)]
     if op == "delete":
@@ -203,6 +216,8 @@ def _play(log: ClaimLogEngine, names: _Names, op: str, args: dict[str, Any], sta
         taken = log.take_positions(KEY, args["count"], now=now)
         written = log.write_taken(KEY, taken, [item(9) for _ in taken], now=now) if args["write"] else []
         return [taken, written]
+    if op == "skip":
+        return [log.skip_waiting(KEY, now=now), log.head(KEY)]
     if op == "collect":
         return [log.collect(KEY, token, now=now) for token in state["tokens"][-3:]] + [log.head(KEY)]
     return log.list_items(KEY, after="", limit=50, now=now)
@@ -496,3 +511,28 @@ def test_concurrent_appends_and_claims_deliver_every_item_once_in_order(tmp_path
     assert all(run == sorted(run) for run in delivered)  # each claim a run, oldest first
     database.close()
     other.close()
+
+
+def test_a_writer_whose_positions_were_skipped_writes_at_the_tail(log):
+    # A writer took positions and was slow; the queue was cleared meanwhile (skip_waiting): its
+    # positions are behind the cursor, held by no lease, so its items go to the tail, not lost.
+    log.append(KEY, [item(1)], now=NOW)
+    taken = log.take_positions(KEY, 2, now=NOW)
+    assert log.skip_waiting(KEY, now=NOW) == 3  # the item and the two holes
+    written = log.write_taken(KEY, taken, [item(2), item(3)], now=NOW)
+    assert [i.id for i in written] != taken
+    assert [i.payload for i in _claim_all(log)] == [b"2|", b"3|"]
+    assert log.head(KEY).produced == 3
+
+
+def test_a_retried_write_of_taken_positions_leaves_what_the_first_try_wrote(log):
+    taken = log.take_positions(KEY, 3, now=NOW)
+    first = log.write_taken(KEY, taken, [item(n) for n in range(3)], now=NOW)
+    again = log.write_taken(KEY, taken, [item(n) for n in range(3)], now=NOW)
+    assert [i.id for i in first] == [i.id for i in again] == taken
+    assert [i.payload for i in _claim_all(log)] == [b"0|", b"1|", b"2|"]
+    assert log.head(KEY).produced == 3
+
+
+def _claim_all(log: ClaimLogEngine) -> list[Item]:
+    return log.claim(KEY, count=100, deadline=NOW + timedelta(minutes=1), now=NOW).items
