@@ -16,7 +16,8 @@ method means is written once here, in the model of docs/adr/0100-engine-v3-candi
 - **schedule rows** keyed by their scheduled id (lane, due time, random), so by due time.
 
 DynamoDB keeps up to 32 records in the head and spills the rest to rows, to save a read; here every
-record is a row of its own (an index lookup costs what a head decode would). Every port call runs in
+record is a row of its own (an index lookup costs what a head decode would). A store may keep a head
+field in another form when it reads the same (SQLite: ``storage.sqlite``'s notes). Every port call runs in
 one transaction of the backing store, so claims never race and nothing is half applied; a hole can
 still come from ``take_positions`` without ``write_taken`` (a writer in another process that died),
 and ``collect`` fills it as the port says.
@@ -108,10 +109,6 @@ def pack_row(encoded: Sequence[bytes]) -> bytes:
         end += len(data)
         ends.append(end)
     return b"".join((_COUNT.pack(len(encoded)), struct.pack(f"<{len(ends)}I", *ends), *encoded))
-
-
-def row_count(blob: bytes) -> int:
-    return int(_COUNT.unpack_from(blob)[0])
 
 
 _END = struct.Struct("<I")

@@ -11,6 +11,12 @@ from the ``ItemStore`` port or the DynamoDB reference:
   on a pooled connection of its own) or another one on the machine (the file lock).
   ``busy_timeout`` makes a writer wait for the lock instead of failing. WAL lets readers run beside
   the writer.
+- Engine v3's claim log (``SQLiteClaimLog``: ``storage.log_engine`` over the ``log_*`` tables of
+  schema 7, beside v2's in the same file). An append whose items are due now and fit one row is one
+  ``INSERT ... RETURNING`` in a transaction of its own: its positions start at the log's tail, the
+  larger of the head's (which only reservations and larger appends move) and the end of its rows,
+  so it writes no head row; ``LogHead.produced`` is derived the same way (the head's notes). A
+  claim's fetch-and-add is one ``UPDATE ... RETURNING`` of the head.
 - The write-ahead log is checkpointed every ``WAL_CHECKPOINT_PAGES`` pages rather than SQLite's
   1,000: a checkpoint's disk flushes were a fifth of a small write's cost.
 - Durability is the store URL's choice (``sqlite:PATH?sync=full``): ``synchronous=NORMAL`` in WAL
