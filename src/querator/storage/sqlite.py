@@ -13,10 +13,10 @@ from the ``ItemStore`` port or the DynamoDB reference:
   the writer.
 - Engine v3's claim log (``SQLiteClaimLog``: ``storage.log_engine`` over the ``log_*`` tables of
   schema 7, beside v2's in the same file). An append whose items are due now and fit one row is one
-  ``INSERT ... RETURNING`` in a transaction of its own: its positions start at the log's tail, the
-  larger of the head's (which only reservations and larger appends move) and the end of its rows,
-  so it writes no head row; ``LogHead.produced`` is derived the same way (the head's notes). A
-  claim's fetch-and-add is one ``UPDATE ... RETURNING`` of the head.
+  ``INSERT`` in a transaction of its own: its positions start at the log's tail, the larger of the
+  head's (which only reservations and larger appends move) and the end of its rows, so it writes no
+  head row; ``LogHead.produced`` is derived the same way (the head's notes). A claim's
+  fetch-and-add is one ``UPDATE ... RETURNING`` of the head.
 - The write-ahead log is checkpointed every ``WAL_CHECKPOINT_PAGES`` pages rather than SQLite's
   1,000: a checkpoint's disk flushes were a fifth of a small write's cost.
 - Durability is the store URL's choice (``sqlite:PATH?sync=full``): ``synchronous=NORMAL`` in WAL
@@ -116,10 +116,11 @@ _CLAIM_LOGS = (
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL,"
     " tail INTEGER NOT NULL, cursor INTEGER NOT NULL, leases INTEGER NOT NULL, leased INTEGER NOT NULL,"
     " scheduled INTEGER NOT NULL, largest INTEGER NOT NULL, tombstones BLOB,"
-    # Where the last claim's run started: what its fetch-and-add returns (RETURNING sees new values).
-    # ``LogHead.produced`` is the positions after ``origin`` (the first) and ``produced``: the items
-    # produced without a position of their own (scheduled, or written at reserved ones) less the
-    # positions of moves and reservations. So a produce of one row need not write the head.
+    # ``claimed``: where the last claim's run started, what its fetch-and-add returns (RETURNING
+    # sees new values). ``LogHead.produced`` is the positions after ``origin`` (the log's first)
+    # plus ``produced``: the items produced without a position of their own (scheduled, or written
+    # at reserved ones) less the positions of moves and reservations. So a produce of one row need
+    # not write the head.
     " claimed INTEGER NOT NULL, origin INTEGER NOT NULL, produced INTEGER NOT NULL,"
     " completed INTEGER NOT NULL,"
     " PRIMARY KEY (queue, part, lane)) WITHOUT ROWID",
