@@ -128,12 +128,6 @@ _CLAIM_LOGS = (
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, first INTEGER NOT NULL,"
     " count INTEGER NOT NULL, largest INTEGER NOT NULL, items BLOB,"
     " PRIMARY KEY (queue, part, lane, first)) WITHOUT ROWID",
-    # The head's largest item follows the rows in the statement that writes them (an append of one
-    # row is one statement; it writes the head only for an item larger than all before it).
-    "CREATE TRIGGER log_rows_largest AFTER INSERT ON log_rows WHEN NEW.largest >"
-    " (SELECT largest FROM log_heads WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane)"
-    " BEGIN UPDATE log_heads SET largest = NEW.largest"
-    " WHERE queue = NEW.queue AND part = NEW.part AND lane = NEW.lane; END",
     "CREATE TABLE log_leases ("
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, token TEXT NOT NULL,"
     " run_end INTEGER NOT NULL, deadline_us INTEGER NOT NULL, claimed_us INTEGER NOT NULL,"
@@ -385,7 +379,7 @@ class SQLiteDatabase:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         connection.execute(statement)
-                for statement in _CLAIM_LOGS:  # a trigger holds a ";"
+                for statement in _CLAIM_LOGS:
                     connection.execute(statement)
                 connection.execute(
                     "INSERT INTO querator_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -1087,11 +1081,24 @@ _LOG_TAKE = (
     f" ON CONFLICT (queue, part, lane) DO UPDATE SET tail = max(tail, {_ROWS_END}) + ?5,"
     " scheduled = scheduled + ?6, largest = max(largest, ?7), produced = produced + ?8 RETURNING tail"
 )
+#: The head's tail for an append of one row whose largest item (?5) the head's ``largest`` covers;
+#: NULL otherwise (no head, or a larger item: the engine's path, which raises it).
+_HEAD_TAIL = (
+    "(SELECT CASE WHEN ?5 <= largest THEN tail END FROM log_heads"
+    " WHERE queue = ?1 AND part = ?2 AND lane = ?3)"
+)
 #: An append of one row in one statement: at the log's tail (the larger of the head's and the rows'
-#: end); a log with no head yet has no tail (NULL: the insert fails, and the engine makes the head).
+#: end); where the head has no tail for it (``_HEAD_TAIL``) the position is NULL, and the insert fails
+#: with nothing written.
 _LOG_APPEND_ROW = (
-    "INSERT INTO log_rows VALUES (?1, ?2, ?3, max((SELECT tail FROM log_heads WHERE queue = ?1"  # noqa: S608
-    f" AND part = ?2 AND lane = ?3), {_ROWS_END}), ?4, ?5, ?6) RETURNING first"
+    f"INSERT INTO log_rows VALUES (?1, ?2, ?3, max({_HEAD_TAIL}, {_ROWS_END}), ?4, ?5, ?6)"  # noqa: S608
+    " RETURNING first"
+)
+#: The same at the position the caller expects the tail at (?6), NULL when the tail is elsewhere.
+#: Without RETURNING it costs a third less.
+_LOG_APPEND_AT = (
+    f"INSERT INTO log_rows VALUES (?1, ?2, ?3, CASE WHEN ?6 = max({_HEAD_TAIL}, {_ROWS_END})"  # noqa: S608
+    " THEN ?6 END, ?4, ?5, ?7)"
 )
 #: A claim's fetch-and-add on the cursor, up to the tail, counting the run as one lease of it all.
 _LOG_TAIL = f"max(tail, {_ROWS_END})"
@@ -1102,12 +1109,6 @@ _LOG_ADVANCE = (
     " RETURNING claimed, cursor, tombstones"
 )
 _LOG_TOMBSTONES = f"UPDATE log_heads SET tombstones = ? WHERE {_LOG_KEY}"  # noqa: S608
-#: The same at the position the caller expects the tail at: NULL (the insert fails, nothing written)
-#: when the tail is elsewhere. Without RETURNING it costs a third less.
-_LOG_APPEND_AT = (
-    "INSERT INTO log_rows VALUES (?1, ?2, ?3, CASE WHEN ?4 = max((SELECT tail FROM log_heads"  # noqa: S608
-    f" WHERE queue = ?1 AND part = ?2 AND lane = ?3), {_ROWS_END}) THEN ?4 END, ?5, ?6, ?7)"
-)
 _LOG_COUNTS = (
     "UPDATE log_heads SET leases = leases + ?, leased = leased + ?, scheduled = scheduled + ?,"  # noqa: S608
     f" completed = completed + ? WHERE {_LOG_KEY}"
@@ -1390,7 +1391,8 @@ class SQLiteClaimLog(ClaimLogEngine):
 
     def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
         # The engine's, as one statement in a transaction of its own when the items are due now and
-        # fill one row (a produce of up to ~100 small items): no BEGIN, no COMMIT, no head write.
+        # fill one row (a produce of up to ~100 small items): no BEGIN, no COMMIT, no head write (the
+        # head's ``largest`` covers them, else the engine's path raises it).
         if not items or len(items) > _ONE_ROW_ITEMS:
             return super().append(key, items, now=now)
         encoded = []
@@ -1416,7 +1418,7 @@ class SQLiteClaimLog(ClaimLogEngine):
                 try:
                     connection.execute(
                         _LOG_APPEND_AT,
-                        (key.queue, key.partition, key.lane, expected, len(items), largest, blob),
+                        (key.queue, key.partition, key.lane, len(items), largest, expected, blob),
                     )
                     first = expected
                 except sqlite3.IntegrityError:
@@ -1425,7 +1427,8 @@ class SQLiteClaimLog(ClaimLogEngine):
                 values = (key.queue, key.partition, key.lane, len(items), largest, blob)
                 first = connection.execute(_LOG_APPEND_ROW, values).fetchone()[0]
         except sqlite3.IntegrityError:
-            # No head, so no tail (NOT NULL failed; nothing written): the log's first write.
+            # No tail for it (NOT NULL failed; nothing written): the log's first write, or an item
+            # larger than any before, which the head must learn of.
             return super().append(key, items, now=now)
         except sqlite3.Error as exc:
             raise _store_error(exc, "store") from exc
