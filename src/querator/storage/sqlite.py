@@ -1381,7 +1381,8 @@ class SQLiteClaimLog(ClaimLogEngine):
         self._db = database
         #: Where each log's tail was after this object's last append of one row: the next one writes
         #: there if it still is (``_LOG_APPEND_AT``, no RETURNING), else asks where it is.
-        self._tails: dict[LogKey, int] = {}
+        #: Keyed by the log key's fields (a dataclass hashes in Python, a tuple in C).
+        self._tails: dict[tuple[str, int, str], int] = {}
 
     def _read(self) -> _LogTransaction:
         return _LogTransaction(self._db, write=False)
@@ -1407,7 +1408,8 @@ class SQLiteClaimLog(ClaimLogEngine):
         if size > ROW_BYTES:
             return super().append(key, items, now=now)
         blob = pack_row(encoded)
-        expected = self._tails.get(key)
+        log = (key.queue, key.partition, key.lane)
+        expected = self._tails.get(log)
         try:
             connection = self._db._checkout()
         except sqlite3.Error as exc:
@@ -1418,14 +1420,13 @@ class SQLiteClaimLog(ClaimLogEngine):
                 try:
                     connection.execute(
                         _LOG_APPEND_AT,
-                        (key.queue, key.partition, key.lane, len(items), largest, expected, blob),
+                        (*log, len(items), largest, expected, blob),
                     )
                     first = expected
                 except sqlite3.IntegrityError:
                     pass  # another writer moved the tail since: where it is now
             if first is None:
-                values = (key.queue, key.partition, key.lane, len(items), largest, blob)
-                first = connection.execute(_LOG_APPEND_ROW, values).fetchone()[0]
+                first = connection.execute(_LOG_APPEND_ROW, (*log, len(items), largest, blob)).fetchone()[0]
         except sqlite3.IntegrityError:
             # No tail for it (NOT NULL failed; nothing written): the log's first write, or an item
             # larger than any before, which the head must learn of.
@@ -1434,7 +1435,7 @@ class SQLiteClaimLog(ClaimLogEngine):
             raise _store_error(exc, "store") from exc
         finally:
             self._db._checkin(connection)
-        self._tails[key] = first + len(items)
+        self._tails[log] = first + len(items)
         lane = key.lane
         return [with_id(item, f"{lane}{POSITION_MARK}{p:016x}") for p, item in enumerate(items, first)]
 
