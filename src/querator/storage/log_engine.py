@@ -16,7 +16,8 @@ method means is written once here, in the model of docs/adr/0100-engine-v3-candi
 - **schedule rows** keyed by their scheduled id (lane, due time, random), so by due time.
 
 DynamoDB keeps up to 32 records in the head and spills the rest to rows, to save a read; here every
-record is a row of its own (an index lookup costs what a head decode would). Every port call runs in
+record is a row of its own (an index lookup costs what a head decode would). A store may keep a head
+field in another form when it reads the same (SQLite: ``storage.sqlite``'s notes). Every port call runs in
 one transaction of the backing store, so claims never race and nothing is half applied; a hole can
 still come from ``take_positions`` without ``write_taken`` (a writer in another process that died),
 and ``collect`` fills it as the port says.
@@ -24,14 +25,17 @@ and ``collect`` fills it as the port says.
 
 from __future__ import annotations
 
+import random
 import secrets
 import struct
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from querator.domain.model import Item, timestamp_us, utc_from_timestamp_us
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
+    POSITION_MARK,
     SCHEDULED_MARK,
     parse_position_id,
     parse_scheduled_id,
@@ -39,14 +43,13 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import BatchResult, Guard
-from querator.ports.log import Claim, LeaseRun, LogHead
+from querator.ports.log import Claim, LeaseRun, LogHead, Settlement
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from contextlib import AbstractContextManager
-    from datetime import datetime
 
-    from querator.ports.log import LogKey, Settlement
+    from querator.ports.log import LogKey
 
 #: Most bytes of encoded items in one packed row (an item larger than that gets a row of its own).
 ROW_BYTES = 16 * 1024
@@ -62,22 +65,40 @@ _HOLE_TIMEOUT_US = int(HOLE_TIMEOUT_S * 1_000_000)
 # it is the record's. 41 bytes beside the payload, so 100 items of 100 B make one row.
 
 _ITEM = struct.Struct("<qqqIb6H")
+_ITEM_SIZE = _ITEM.size
+_NO_LENGTHS = [0, 0, 0, 0, 0, 0]
+_EPOCH = utc_from_timestamp_us(0)
 _COUNT = struct.Struct("<H")
 _NONE = -(2**63)
-_NO_STRINGS = (0, 0, 0, 0, 0, 0)
 _FILLER = None
+
+
+#: Recent times in µs: the items of one produce share their times (a dict hit costs a sixth of a
+#: conversion; datetimes keep their hash).
+_STAMPS: dict[datetime, int] = {}
+
+
+def _stamp(value: datetime) -> int:
+    us = _STAMPS.get(value)
+    if us is None:
+        if len(_STAMPS) > 256:
+            _STAMPS.clear()
+        us = _STAMPS[value] = timestamp_us(value)
+    return us
 
 
 def encode_item(item: Item) -> tuple[bytes, int]:
     """``item`` as stored in a row, and its ``reply_size`` (computed from the same bytes)."""
-    enqueue = _NONE if item.enqueue_at is None else timestamp_us(item.enqueue_at)
+    enqueue = _NONE if item.enqueue_at is None else _stamp(item.enqueue_at)
     priority = -1 if item.next_priority is None else item.next_priority
-    created, expire = timestamp_us(item.created_at), timestamp_us(item.expire_deadline)
+    created, expire = _stamp(item.created_at), _stamp(item.expire_deadline)
     if not (
         item.reference or item.encoding or item.kind or item.source_id or item.source_queue or item.group
     ):
-        header = _ITEM.pack(created, expire, enqueue, item.attempts, priority, *_NO_STRINGS)
-        return header + item.payload, len(item.payload)
+        payload = item.payload
+        return _ITEM.pack(created, expire, enqueue, item.attempts, priority, 0, 0, 0, 0, 0, 0) + payload, len(
+            payload
+        )
     parts = [
         s.encode() for s in (item.reference, item.encoding, item.kind, item.source_id, item.source_queue)
     ]
@@ -89,8 +110,14 @@ def encode_item(item: Item) -> tuple[bytes, int]:
     return b"".join((header, *parts, group, item.payload)), reply
 
 
+_ONE = struct.Struct("<HI")
+
+
 def pack_row(encoded: Sequence[bytes]) -> bytes:
     """One row's blob from its items' encodings."""
+    if len(encoded) == 1:
+        data = encoded[0]
+        return _ONE.pack(1, len(data)) + data
     ends, end = [], 0
     for data in encoded:
         end += len(data)
@@ -98,66 +125,68 @@ def pack_row(encoded: Sequence[bytes]) -> bytes:
     return b"".join((_COUNT.pack(len(encoded)), struct.pack(f"<{len(ends)}I", *ends), *encoded))
 
 
-def row_count(blob: bytes) -> int:
-    return int(_COUNT.unpack_from(blob)[0])
-
-
-class _Times:
-    """µs -> datetime, remembering the last few: the items of one row mostly share their times."""
-
-    __slots__ = ("_known",)
-
-    def __init__(self) -> None:
-        self._known: dict[int, datetime] = {}
-
-    def __call__(self, us: int) -> datetime:
-        known = self._known.get(us)
-        if known is None:
-            if len(self._known) > 64:
-                self._known.clear()
-            known = self._known[us] = utc_from_timestamp_us(us)
-        return known
+_END = struct.Struct("<I")
+_ENDS = struct.Struct("<II")
 
 
 def decode_items(
-    blob: bytes, indexes: Iterable[int], ids: Iterable[str], *, deadline: datetime | None, bump: int
+    blob: bytes, first: int, positions: Iterable[int], lane: str, *, deadline: datetime | None, bump: int
 ) -> list[Item]:
-    """The items at ``indexes`` of a row, under ``ids``, with ``deadline`` and attempts + ``bump``."""
-    n = _COUNT.unpack_from(blob)[0]
-    ends = struct.unpack_from(f"<{n}I", blob, 2)
-    base = 2 + 4 * n
-    times = _Times()
+    """The items at ``positions`` of the row starting at ``first``, under their ids, with
+    ``deadline`` and attempts + ``bump``. Reads only those items' bytes (a claim of one item from a
+    row of a hundred decodes one)."""
+    base = 2 + 4 * _COUNT.unpack_from(blob)[0]
+    # The items of one row mostly share their times: each converted once.
+    times: dict[int, datetime] = {}
     found = []
-    for index, item_id in zip(indexes, ids, strict=True):
-        start = base + (ends[index - 1] if index else 0)
+    for position in positions:
+        index = position - first
+        if index:
+            start, end = _ENDS.unpack_from(blob, 4 * index - 2)
+        else:
+            start, end = 0, _END.unpack_from(blob, 2)[0]
+        start += base
         created, expire, enqueue, attempts, priority, *lengths = _ITEM.unpack_from(blob, start)
-        at = start + _ITEM.size
-        if lengths == [0, 0, 0, 0, 0, 0]:
-            strings = ["", "", "", "", "", ""]
+        at = start + _ITEM_SIZE
+        if lengths == _NO_LENGTHS:
+            reference = encoding = kind = source_id = source_queue = group = ""
         else:
             strings = []
             for length in lengths:
                 strings.append(blob[at : at + length].decode())
                 at += length
+            reference, encoding, kind, source_id, source_queue, group = strings
+        created_at = times.get(created)
+        if created_at is None:
+            created_at = times[created] = _EPOCH + timedelta(microseconds=created)
+        expire_at = times.get(expire)
+        if expire_at is None:
+            expire_at = times[expire] = _EPOCH + timedelta(microseconds=expire)
         found.append(
             Item(
-                id=item_id,
-                payload=blob[at : base + ends[index]],
-                reference=strings[0],
-                encoding=strings[1],
-                kind=strings[2],
-                source_id=strings[3],
-                source_queue=strings[4],
-                group=strings[5],
+                id=f"{lane}{POSITION_MARK}{position:016x}",
+                payload=blob[at : base + end],
+                reference=reference,
+                encoding=encoding,
+                kind=kind,
+                source_id=source_id,
+                source_queue=source_queue,
+                group=group,
                 attempts=attempts + bump,
                 lease_deadline=deadline,
-                expire_deadline=times(expire),
-                created_at=times(created),
-                enqueue_at=None if enqueue == _NONE else times(enqueue),
+                expire_deadline=expire_at,
+                created_at=created_at,
+                enqueue_at=None if enqueue == _NONE else _EPOCH + timedelta(microseconds=enqueue),
                 next_priority=None if priority < 0 else priority,
             )
         )
     return found
+
+
+def decode_scheduled(blob: bytes, item_id: str) -> Item:
+    """A schedule row's item (a row of one) under its scheduled id."""
+    item = decode_items(blob, 0, [0], "", deadline=None, bump=0)[0]
+    return with_id(item, item_id)
 
 
 # -- rows ---------------------------------------------------------------------------------------------
@@ -175,6 +204,8 @@ class HeadRow:
     largest: int = 0
     #: Waiting positions deleted (at or above the cursor), sorted; dropped as the cursor passes.
     tombstones: tuple[int, ...] = ()
+    produced: int = 0
+    completed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +215,8 @@ class PackedRow:
     first: int
     count: int
     blob: bytes | None
+    #: The largest ``Item.reply_size`` in the row.
+    largest: int = 0
 
     @property
     def end(self) -> int:
@@ -211,6 +244,8 @@ class RunRecord:
 
     @property
     def size(self) -> int:
+        if len(self.pending) == 1:
+            return self.pending[0][1] - self.pending[0][0]
         return sum(end - start for start, end in self.pending)
 
 
@@ -225,9 +260,14 @@ def ranges(positions: Iterable[int]) -> tuple[tuple[int, int], ...]:
     return tuple((start, end) for start, end in found)
 
 
+#: Tokens' random parts: they tell apart the records of one run (its splits), which a lock orders;
+#: never guessed for access (an id is what a holder shows), so not ``secrets`` (a system call each).
+_TOKENS = random.Random()  # noqa: S311
+
+
 def run_token(run_start: int) -> str:
     """A new record's token: the run's first position (so tokens sort by run) and a random part."""
-    return f"{run_start:016x}{secrets.token_hex(6)}"
+    return f"{run_start:016x}{_TOKENS.getrandbits(48):012x}"
 
 
 def token_run(token: str) -> int:
@@ -239,16 +279,42 @@ class LogRows(Protocol):
 
     def head(self, key: LogKey) -> HeadRow | None: ...
 
-    def put_head(self, key: LogKey, head: HeadRow) -> None:
-        """Replace the head of a log that has one."""
+    def advance(
+        self, key: LogKey, count: int, max_leased: int | None = None
+    ) -> tuple[int, int, tuple[int, ...]] | None:
+        """The claim's fetch-and-add: move the cursor over up to ``count`` waiting positions (and
+        no more than keep ``leased`` at or below ``max_leased``) and count them as one more lease of
+        all of them; ``(start, end, tombstones)`` of the run (the tombstones are the head's, all at
+        or after ``start``), ``None`` when none wait or the cap is reached."""
         ...
 
-    def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
-        """Fetch-and-add ``count`` on the tail (a new head's tail starts at ``start``), add
-        ``scheduled`` to the scheduled count and raise ``largest``; the first position taken."""
+    def skip(self, key: LogKey) -> tuple[int, int, tuple[int, ...]] | None:
+        """Move the cursor to the tail and drop the tombstones; ``(cursor, tail, tombstones)`` as
+        they were, ``None`` for a log without a head."""
         ...
 
-    def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None: ...
+    def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None: ...
+
+    def take(
+        self,
+        key: LogKey,
+        count: int,
+        *,
+        start: int,
+        produce: bool,
+        scheduled: int = 0,
+        largest: int = 0,
+        produced: int = 0,
+    ) -> int:
+        """Fetch-and-add ``count`` on the tail (a new head's tail starts at ``start``); the first
+        position taken. ``produce``: they are a produce's positions (``LogHead.produced`` counts
+        them), not a move's or a reservation's; ``produced``: items produced beyond them (scheduled,
+        or written at positions reserved before). Adds ``scheduled`` and raises ``largest``."""
+        ...
+
+    def add_counts(
+        self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0, completed: int = 0
+    ) -> None: ...
 
     def next_times(self, key: LogKey) -> tuple[int | None, str | None]:
         """The earliest record deadline and the first scheduled id (``None``: none)."""
@@ -315,25 +381,45 @@ def _guard_admits(guard: Guard, deadline_us: int, now_us: int) -> bool:
     return False  # NEVER_LEASED
 
 
-def _pack(positions: Sequence[int], encoded: Sequence[bytes]) -> list[PackedRow]:
-    """Rows of consecutive positions holding up to ``ROW_BYTES`` of items each, in order."""
+def _pack(positions: Sequence[int], encoded: Sequence[tuple[bytes, int]]) -> list[PackedRow]:
+    """Rows of consecutive positions holding up to ``ROW_BYTES`` of items each, in order;
+    ``encoded``: each item's bytes and reply size (``encode_item``)."""
     rows: list[PackedRow] = []
-    first, size, batch = 0, 0, []  # type: ignore[var-annotated]
-    for position, data in zip(positions, encoded, strict=True):
+    first = size = largest = 0
+    batch: list[bytes] = []
+    for position, (data, reply) in zip(positions, encoded, strict=True):
         if batch and (size + len(data) > ROW_BYTES or position != first + len(batch)):
-            rows.append(PackedRow(first, len(batch), pack_row(batch)))
-            batch, size = [], 0
+            rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
+            batch, size, largest = [], 0, 0
         if not batch:
             first = position
         batch.append(data)
         size += len(data)
+        largest = max(largest, reply)
     if batch:
-        rows.append(PackedRow(first, len(batch), pack_row(batch)))
+        rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
     return rows
 
 
-def _with_id(item: Item, item_id: str) -> Item:
-    return replace(item, id=item_id)
+def with_id(item: Item, item_id: str) -> Item:
+    """``item`` as a log stores it under ``item_id`` (a lease deadline is a record's, not an item's)."""
+    # ``dataclasses.replace`` reads the fields by name first: this is half its time.
+    return Item(
+        id=item_id,
+        payload=item.payload,
+        reference=item.reference,
+        encoding=item.encoding,
+        kind=item.kind,
+        attempts=item.attempts,
+        lease_deadline=None,
+        expire_deadline=item.expire_deadline,
+        created_at=item.created_at,
+        enqueue_at=item.enqueue_at,
+        source_id=item.source_id,
+        source_queue=item.source_queue,
+        next_priority=item.next_priority,
+        group=item.group,
+    )
 
 
 class ClaimLogEngine:
@@ -349,20 +435,17 @@ class ClaimLogEngine:
 
     def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
         with self._write() as rows:
-            return self._append_in(rows, key, items, now)
+            return self._append_in(rows, key, items, now, produced=True)
 
     def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
-        """Reserve ``count`` positions at the tail and write nothing (the first half of ``append``)."""
         with self._write() as rows:
-            first = rows.take(key, count, start=timestamp_us(now))
+            first = rows.take(key, count, start=timestamp_us(now), produce=False)
         return [position_id(key.lane, p) for p in range(first, first + count)]
 
     def write_taken(
         self, key: LogKey, ids: Sequence[str], items: Sequence[Item], *, now: datetime
     ) -> list[Item]:
-        """Write ``items`` at the positions ``ids`` (reserved by ``take_positions``), as a late writer
-        would: a row whose positions a lease filled meanwhile goes to new positions at the tail,
-        with every row after it. The items go to positions whatever their ``enqueue_at``."""
+        # The items go to positions whatever their ``enqueue_at``: the writer took positions.
         if len(ids) != len(items):
             raise ValueError("write_taken needs one id per item")
         positions = []
@@ -372,80 +455,115 @@ class ClaimLogEngine:
                 raise ValueError(f"{item_id!r} is not a position of this log")
             positions.append(parsed[1])
         with self._write() as rows:
-            encoded, largest = self._encode(items)
-            placed = self._write_rows(rows, key, positions, encoded, now=now, check=True)
-            rows.take(key, 0, start=timestamp_us(now), largest=largest)
-        return [_with_id(item, position_id(key.lane, p)) for item, p in zip(items, placed, strict=True)]
+            encoded = [encode_item(item) for item in items]
+            placed = self._write_taken_in(rows, key, positions, encoded, now=now)
+        return [with_id(item, position_id(key.lane, p)) for item, p in zip(items, placed, strict=True)]
 
-    @staticmethod
-    def _encode(items: Iterable[Item]) -> tuple[list[bytes], int]:
-        encoded, largest = [], 0
-        for item in items:
-            data, size = encode_item(item)
-            encoded.append(data)
-            largest = max(largest, size)
-        return encoded, largest
-
-    def _append_in(self, rows: LogRows, key: LogKey, items: Sequence[Item], now: datetime) -> list[Item]:
-        """``append`` inside a transaction already open."""
+    def _append_in(
+        self, rows: LogRows, key: LogKey, items: Sequence[Item], now: datetime, *, produced: bool
+    ) -> list[Item]:
+        """``append`` inside a transaction already open. ``produced``: a produce (counted in
+        ``LogHead.produced``; a scheduled item keeps a scheduled id it was given), else a move (a
+        retry, an expiry, a promotion: a new id)."""
         if not items:
             return []
         now_us = timestamp_us(now)
         lane = key.lane
         later = [i for i, item in enumerate(items) if item.enqueue_at is not None and item.enqueue_at > now]
         if not later:
-            encoded, largest = self._encode(items)
-            first = rows.take(key, len(items), start=now_us, largest=largest)
+            encoded = [encode_item(item) for item in items]
+            largest = max(size for _, size in encoded)
+            first = rows.take(key, len(items), start=now_us, produce=produced, largest=largest)
             rows.put_rows(key, _pack(range(first, first + len(items)), encoded))
-            return [_with_id(item, position_id(lane, p)) for p, item in enumerate(items, first)]
+            return [with_id(item, position_id(lane, p)) for p, item in enumerate(items, first)]
         stored: list[Item | None] = [None] * len(items)
         largest = 0
         schedule = []
         for i in later:
             item = items[i]
             assert item.enqueue_at is not None  # noqa: S101 - chosen for it above
-            item_id = scheduled_id(lane, timestamp_us(item.enqueue_at), secrets.randbelow(_UNIQUE))
+            due_us = timestamp_us(item.enqueue_at)
+            given = parse_scheduled_id(item.id) if produced else None
+            # The service mints scheduled ids so that items due together keep their produce order.
+            item_id = (
+                item.id if given == (lane, due_us) else scheduled_id(lane, due_us, secrets.randbelow(_UNIQUE))
+            )
             data, size = encode_item(item)
             largest = max(largest, size)
             schedule.append((item_id, pack_row([data])))
-            stored[i] = _with_id(item, item_id)
+            stored[i] = with_id(item, item_id)
         now_indexes = [i for i in range(len(items)) if stored[i] is None]
-        encoded, size = self._encode(items[i] for i in now_indexes)
+        encoded = [encode_item(items[i]) for i in now_indexes]
+        largest = max([largest, *(size for _, size in encoded)])
         first = rows.take(
-            key, len(now_indexes), start=now_us, scheduled=len(later), largest=max(largest, size)
+            key,
+            len(now_indexes),
+            start=now_us,
+            produce=produced,
+            scheduled=len(later),
+            largest=largest,
+            produced=len(later) if produced else 0,
         )
         for item_id, blob in schedule:
             rows.put_scheduled(key, item_id, blob)
         rows.put_rows(key, _pack(range(first, first + len(now_indexes)), encoded))
         for p, i in enumerate(now_indexes, first):
-            stored[i] = _with_id(items[i], position_id(lane, p))
+            stored[i] = with_id(items[i], position_id(lane, p))
         return [item for item in stored if item is not None]
 
-    def _write_rows(
+    def _write_taken_in(
         self,
         rows: LogRows,
         key: LogKey,
         positions: Sequence[int],
-        encoded: Sequence[bytes],
+        encoded: Sequence[tuple[bytes, int]],
         *,
         now: datetime,
-        check: bool,
     ) -> list[int]:
-        """Write the items at ``positions``; with ``check``, a row that finds any of its positions
-        written (filled) moves, with every row after it, to new positions. Where each item went."""
+        """Write the items at ``positions``, row by row; a row that finds one of its positions
+        filled, or passed by the cursor without a lease holding it as a hole (``skip_waiting``),
+        moves to new positions at the tail with every row after it. A row found written as it
+        would be (an earlier try of this write) is left as it is. Where each item went."""
         packed = _pack(positions, encoded)
-        done = 0
-        for index, row in enumerate(packed):
-            # The row holding its first position (may end before it), and one starting inside it.
-            if check and any(found.end > row.first for found in rows.rows(key, row.first, row.end, 2)):
+        head = rows.head(key)
+        cursor = 0 if head is None else head.cursor
+        runs: dict[int, list[RunRecord]] = {}
+        done = written = 0
+        fresh: list[PackedRow] = []
+        for row in packed:
+            found = [f for f in rows.rows(key, row.first, row.end, row.count + 1) if f.end > row.first]
+            if (
+                found
+                and len(found) == 1
+                and found[0].blob is not None
+                and (found[0].first, found[0].count) == (row.first, row.count)
+            ):
+                done += row.count  # written by an earlier try
+                continue
+            if found or any(
+                p < cursor and not self._hole_held(rows, key, p, runs) for p in range(row.first, row.end)
+            ):
                 rest = len(encoded) - done
-                first = rows.take(key, rest, start=timestamp_us(now))
+                largest = max(size for _, size in encoded)
+                first = rows.take(
+                    key, rest, start=timestamp_us(now), produce=True, largest=largest, produced=written
+                )
                 moved = list(range(first, first + rest))
-                rows.put_rows(key, packed[:index] + _pack(moved, encoded[done:]))
+                rows.put_rows(key, fresh + _pack(moved, encoded[done:]))
                 return list(positions[:done]) + moved
+            fresh.append(row)
             done += row.count
-        rows.put_rows(key, packed)
+            written += row.count
+        if fresh:
+            rows.put_rows(key, fresh)
+        largest = max((size for _, size in encoded), default=0)
+        rows.take(key, 0, start=timestamp_us(now), produce=False, largest=largest, produced=written)
         return list(positions)
+
+    def _hole_held(self, rows: LogRows, key: LogKey, position: int, runs: dict[int, list[RunRecord]]) -> bool:
+        """Whether a lease holds ``position`` (below the cursor) as a hole it waits for."""
+        record = self._record_holding(rows, key, position, runs)
+        return record is not None and position in record.holes
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -464,6 +582,8 @@ class ClaimLogEngine:
             next_expiry=None if expiry is None else utc_from_timestamp_us(expiry),
             next_due=None if due is None else _due_of(due),
             largest=head.largest,
+            produced=head.produced,
+            completed=head.completed,
         )
 
     @staticmethod
@@ -493,13 +613,7 @@ class ClaimLogEngine:
                 if row.blob is None:
                     filled.update(wanted)
                     continue
-                items = decode_items(
-                    row.blob,
-                    (p - row.first for p in wanted),
-                    (position_id(lane, p) for p in wanted),
-                    deadline=deadline,
-                    bump=bump,
-                )
+                items = decode_items(row.blob, row.first, wanted, lane, deadline=deadline, bump=bump)
                 found.update(zip(wanted, items, strict=True))
             if len(page) < _ROWS_PAGE:
                 break
@@ -518,7 +632,7 @@ class ClaimLogEngine:
                 if scheduled is not None and scheduled[0] == key.lane:
                     for sid, blob in rows.scheduled(key, _before(item_id), item_id, 1):
                         if sid == item_id:
-                            found[sid] = decode_items(blob, [0], [sid], deadline=None, bump=0)[0]
+                            found[sid] = decode_scheduled(blob, sid)
                     continue
                 parsed = parse_position_id(item_id)
                 if parsed is None or parsed[0] != key.lane:
@@ -556,7 +670,7 @@ class ClaimLogEngine:
             if len(listed) < limit:
                 mark = lane + SCHEDULED_MARK
                 for sid, blob in rows.scheduled(key, max(after, mark), mark + "~", limit - len(listed)):
-                    listed.extend(decode_items(blob, [0], [sid], deadline=None, bump=0))
+                    listed.append(decode_scheduled(blob, sid))
         return listed
 
     def _list_leased(
@@ -574,14 +688,16 @@ class ClaimLogEngine:
             if len(found) >= limit:
                 break
             after = max(r.token for r in records) if records else f"{start:016x}"
-            page = rows.records_after(key, after, _RECORDS_PAGE)
+            # A record holds at least one position: a page of ``limit`` is enough, but for splits.
+            size = min(_RECORDS_PAGE, limit - len(found) + 1)
+            page = rows.records_after(key, after, size)
             if not page:
                 break
-            if len(page) == _RECORDS_PAGE:
+            if len(page) == size:
                 # The last run may go on in the next page: it is read whole there.
                 last_run = token_run(page[-1].token)
                 whole = [r for r in page if token_run(r.token) != last_run]
-                page = whole or page
+                page = whole or rows.records_of_run(key, last_run)
             records = page
         found.sort(key=lambda item: item.id)
         listed.extend(found[:limit])
@@ -598,15 +714,7 @@ class ClaimLogEngine:
                     continue
                 wanted = [p for p in range(max(row.first, at), row.end) if p not in tombstones]
                 wanted = wanted[: limit - len(listed)]
-                listed.extend(
-                    decode_items(
-                        row.blob,
-                        (p - row.first for p in wanted),
-                        (position_id(key.lane, p) for p in wanted),
-                        deadline=None,
-                        bump=0,
-                    )
-                )
+                listed.extend(decode_items(row.blob, row.first, wanted, key.lane, deadline=None, bump=0))
                 if len(listed) >= limit:
                     return
             if len(page) < _ROWS_PAGE:
@@ -615,22 +723,33 @@ class ClaimLogEngine:
 
     # -- claims ------------------------------------------------------------------------------------
 
-    def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+    def claim(
+        self,
+        key: LogKey,
+        *,
+        count: int,
+        deadline: datetime,
+        now: datetime,
+        max_leased: int | None = None,
+    ) -> Claim:
+        if count <= 0:
+            return Claim(token="", deadline=deadline)
         with self._write() as rows:
-            head = rows.head(key)
-            if head is None or head.cursor >= head.tail or count <= 0:
+            run = rows.advance(key, count, max_leased)
+            if run is None:
                 return Claim(token="", deadline=deadline)
-            start = head.cursor
-            end = min(start + count, head.tail)
-            tombstones = head.tombstones
-            skipped = {p for p in tombstones if p < end}
-            wanted = [p for p in range(start, end) if p not in skipped] if skipped else range(start, end)
-            items, filled = self._items_at(rows, key, wanted, deadline=deadline, bump=1)
-            held = [p for p in wanted if p not in filled] if filled else list(wanted)
-            holes = tuple(p for p in held if p not in items) if len(items) < len(held) else ()
-            head.cursor = end
+            start, end, tombstones = run
+            wanted: Sequence[int] = range(start, end)
+            skipped = [p for p in tombstones if p < end]
             if skipped:
-                head.tombstones = tuple(p for p in tombstones if p >= end)
+                wanted = [p for p in wanted if p not in skipped]
+                rows.set_tombstones(key, tombstones[len(skipped) :])
+            items, filled = self._items_at(rows, key, wanted, deadline=deadline, bump=1)
+            held = [p for p in wanted if p not in filled] if filled else wanted
+            holes = tuple(p for p in held if p not in items) if len(items) < len(held) else ()
+            # ``advance`` counted the whole run as one lease: less what it does not hold.
+            if len(held) < end - start:
+                rows.add_counts(key, leases=0 if held else -1, leased=len(held) - (end - start))
             token = ""
             if held:
                 token = run_token(start)
@@ -640,13 +759,10 @@ class ClaimLogEngine:
                     run_end=end,
                     deadline_us=timestamp_us(deadline),
                     claimed_us=timestamp_us(now),
-                    pending=ranges(held),
+                    pending=((start, end),) if held is wanted and not skipped else ranges(held),
                     holes=holes,
                 )
                 rows.put_record(key, record)
-                head.leases += 1
-                head.leased += len(held)
-            rows.put_head(key, head)
         return Claim(
             token=token,
             deadline=deadline,
@@ -739,32 +855,87 @@ class ClaimLogEngine:
         return None
 
     def settle(
-        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
+        with self._write() as rows:
+            return self._settle_in(rows, key, settlements, guard=guard, now=now, completed=completed)
+
+    def _settle_in(
+        self,
+        rows: LogRows,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
+    ) -> BatchResult[str]:
+        """``settle`` inside a transaction already open: leased positions by their record's
+        deadline; with ``ANY`` and ``NOT_VALIDLY_LEASED`` also waiting positions (a tombstone) and
+        scheduled items (their schedule row goes)."""
         result: BatchResult[str] = BatchResult()
         now_us = timestamp_us(now)
-        with self._write() as rows:
-            settled: dict[str, tuple[RunRecord, set[int]]] = {}
-            runs: dict[int, list[RunRecord]] = {}
-            moves: dict[LogKey, list[Item]] = {}
-            seen: set[str] = set()
-            for settlement in settlements:
-                item_id = settlement.id
-                if item_id in seen:
-                    continue
-                seen.add(item_id)
-                record = self._held(rows, key, item_id, runs)
-                if record is None or not _guard_admits(guard, record[0].deadline_us, now_us):
-                    result.rejected.append(item_id)
-                    continue
-                # Ids are unique here (``seen``), and so are their positions.
-                settled.setdefault(record[0].token, (record[0], set()))[1].add(record[1])
-                result.applied.append(item_id)
-                if settlement.to is not None and settlement.item is not None:
-                    moves.setdefault(settlement.to, []).append(settlement.item)
-            self._settle_positions(rows, key, settled.values())
-            for target, items in moves.items():
-                self._append_in(rows, target, items, now)
+        settled: dict[str, tuple[RunRecord, set[int]]] = {}
+        runs: dict[int, list[RunRecord]] = {}
+        moves: dict[LogKey, list[Item]] = {}
+        seen: set[str] = set()
+        unleased = guard in (Guard.ANY, Guard.NOT_VALIDLY_LEASED)
+        head = rows.head(key) if unleased else None
+        tombstones = set(head.tombstones) if head is not None else set()
+        buried = unscheduled = done = 0
+        for settlement in settlements:
+            item_id = settlement.id
+            if item_id in seen:
+                continue
+            seen.add(item_id)
+            applied = False
+            scheduled = parse_scheduled_id(item_id) if head is not None else None
+            if scheduled is not None:
+                applied = scheduled[0] == key.lane and rows.drop_scheduled(key, item_id)
+                unscheduled += applied
+            else:
+                parsed = parse_position_id(item_id)
+                if parsed is None or parsed[0] != key.lane:
+                    pass
+                elif head is not None and parsed[1] >= head.cursor:
+                    # Waiting: a tombstone every later claim skips (a hole names nothing stored).
+                    p = parsed[1]
+                    if (
+                        p < head.tail
+                        and p not in tombstones
+                        and self._items_at(rows, key, [p], deadline=None, bump=0)[0]
+                    ):
+                        tombstones.add(p)
+                        buried += 1
+                        applied = True
+                else:
+                    record = self._record_holding(rows, key, parsed[1], runs)
+                    if record is not None and _guard_admits(guard, record.deadline_us, now_us):
+                        # Ids are unique here (``seen``), and so are their positions.
+                        settled.setdefault(record.token, (record, set()))[1].add(parsed[1])
+                        applied = True
+            if not applied:
+                result.rejected.append(item_id)
+                continue
+            result.applied.append(item_id)
+            if settlement.to is not None and settlement.item is not None:
+                moves.setdefault(settlement.to, []).append(settlement.item)
+            else:
+                done += 1
+        self._settle_positions(rows, key, settled.values(), completed=done if completed else 0)
+        if buried:
+            assert head is not None  # noqa: S101 - only read from it
+            rows.set_tombstones(key, tuple(sorted(tombstones)))
+        if unscheduled:
+            rows.add_counts(key, scheduled=-unscheduled)
+        for target, items in moves.items():
+            self._append_in(rows, target, items, now, produced=False)
         return result
 
     def _held(
@@ -777,8 +948,10 @@ class ClaimLogEngine:
         return None if record is None else (record, parsed[1])
 
     @staticmethod
-    def _settle_positions(rows: LogRows, key: LogKey, settled: Iterable[tuple[RunRecord, set[int]]]) -> None:
-        """Mark ``positions`` of each record done: a hole among them is filled (its writer, if it
+    def _settle_positions(
+        rows: LogRows, key: LogKey, settled: Iterable[tuple[RunRecord, set[int]]], *, completed: int = 0
+    ) -> None:
+        """Mark the positions of each record done: a hole among them is filled (its writer, if it
         was only late, moves to the tail); a record left with nothing is dropped."""
         leases = leased = 0
         for record, done in settled:
@@ -794,8 +967,8 @@ class ClaimLogEngine:
             rows.put_record(
                 key, replace(record, pending=pending, holes=tuple(p for p in record.holes if p not in done))
             )
-        if leases or leased:
-            rows.add_counts(key, leases=leases, leased=leased)
+        if leases or leased or completed:
+            rows.add_counts(key, leases=leases, leased=leased, completed=completed)
 
     def renew(
         self, key: LogKey, ids: Sequence[str], *, deadline: datetime, now: datetime
@@ -842,56 +1015,18 @@ class ClaimLogEngine:
         return result
 
     def delete(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> BatchResult[str]:
-        result: BatchResult[str] = BatchResult()
         with self._write() as rows:
-            head = rows.head(key)
-            if head is None:
-                result.rejected.extend(dict.fromkeys(ids))
-                return result
-            runs: dict[int, list[RunRecord]] = {}
-            settled: dict[str, tuple[RunRecord, set[int]]] = {}
-            tombstones = set(head.tombstones)
-            unscheduled = 0
-            for item_id in dict.fromkeys(ids):
-                scheduled = parse_scheduled_id(item_id)
-                if scheduled is not None:
-                    if scheduled[0] == key.lane and rows.drop_scheduled(key, item_id):
-                        unscheduled += 1
-                        result.applied.append(item_id)
-                    else:
-                        result.rejected.append(item_id)
-                    continue
-                parsed = parse_position_id(item_id)
-                if parsed is None or parsed[0] != key.lane:
-                    result.rejected.append(item_id)
-                    continue
-                p = parsed[1]
-                if p >= head.cursor:
-                    # Waiting: a tombstone every later claim skips (a hole names nothing stored).
-                    if (
-                        p < head.tail
-                        and p not in tombstones
-                        and p in self._items_at(rows, key, [p], deadline=None, bump=0)[0]
-                    ):
-                        tombstones.add(p)
-                        result.applied.append(item_id)
-                    else:
-                        result.rejected.append(item_id)
-                    continue
-                record = self._record_holding(rows, key, p, runs)
-                if record is None or p in record.holes:
-                    result.rejected.append(item_id)
-                    continue
-                settled.setdefault(record.token, (record, set()))[1].add(p)
-                result.applied.append(item_id)
-            self._settle_positions(rows, key, settled.values())
-            if len(tombstones) != len(head.tombstones) or unscheduled:
-                fresh = rows.head(key)
-                assert fresh is not None  # noqa: S101 - it had one at the start of the transaction
-                fresh.tombstones = tuple(sorted(tombstones))
-                fresh.scheduled -= unscheduled
-                rows.put_head(key, fresh)
-        return result
+            return self._settle_in(rows, key, [Settlement(id=i) for i in ids], guard=Guard.ANY, now=now)
+
+    def skip_waiting(self, key: LogKey, *, now: datetime) -> int:
+        # Holes among the skipped positions need no filler: a late writer finds them behind the
+        # cursor and held by no lease, and moves to the tail (``_write_taken_in``).
+        with self._write() as rows:
+            skipped = rows.skip(key)
+        if skipped is None:
+            return 0
+        cursor, tail, tombstones = skipped
+        return tail - cursor - len(tombstones)
 
     # -- the schedule --------------------------------------------------------------------------------
 
@@ -905,9 +1040,9 @@ class ClaimLogEngine:
             items = []
             for sid, blob in due:
                 rows.drop_scheduled(key, sid)
-                items.extend(decode_items(blob, [0], [sid], deadline=None, bump=0))
+                items.append(decode_scheduled(blob, sid))
             rows.add_counts(key, scheduled=-len(due))
-            self._append_in(rows, key, items, now)
+            self._append_in(rows, key, items, now, produced=False)
         return len(due)
 
     def purge(self, key: LogKey, *, limit: int) -> int:
@@ -931,7 +1066,7 @@ def _first_position_after(lane: str, after: str) -> int | None:
     parsed = parse_position_id(after)
     if parsed is not None and parsed[0] == lane:
         return parsed[1] + 1
-    mark = lane + "v"
+    mark = lane + POSITION_MARK
     if after < mark:
         return 0
     if not after.startswith(mark):
@@ -955,4 +1090,5 @@ __all__ = [
     "decode_items",
     "encode_item",
     "pack_row",
+    "with_id",
 ]

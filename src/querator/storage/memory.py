@@ -229,24 +229,67 @@ class _MemoryLogRows:
         log.head = replace(head)
         self.undo.append(lambda: setattr(log, "head", old))
 
-    def take(self, key: LogKey, count: int, *, start: int, scheduled: int = 0, largest: int = 0) -> int:
+    def advance(
+        self, key: LogKey, count: int, max_leased: int | None = None
+    ) -> tuple[int, int, tuple[int, ...]] | None:
+        log = self._logs.get(key)
+        if max_leased is not None:
+            count = min(count, max_leased - (0 if log is None else log.head.leased))
+        if log is None or log.head.cursor >= log.head.tail or count <= 0:
+            return None
+        head = replace(log.head)
+        start, head.cursor = head.cursor, min(head.cursor + count, head.tail)
+        head.leases += 1
+        head.leased += head.cursor - start
+        self.put_head(key, head)
+        return start, head.cursor, head.tombstones
+
+    def skip(self, key: LogKey) -> tuple[int, int, tuple[int, ...]] | None:
+        log = self._logs.get(key)
+        if log is None:
+            return None
+        head = log.head
+        self.put_head(key, replace(head, cursor=head.tail, tombstones=()))
+        return head.cursor, head.tail, head.tombstones
+
+    def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None:
+        self.put_head(key, replace(self._logs[key].head, tombstones=tombstones))
+
+    def take(
+        self,
+        key: LogKey,
+        count: int,
+        *,
+        start: int,
+        produce: bool,
+        scheduled: int = 0,
+        largest: int = 0,
+        produced: int = 0,
+    ) -> int:
         log = self._logs.get(key)
         if log is None:
             log = self._logs[key] = _Log(head=HeadRow(tail=start, cursor=start))
-            self.undo.append(lambda: self._logs.pop(key, None))
+            self.undo.append(lambda: self._forget(key))
         head = replace(log.head)
         first = head.tail
         head.tail += count
         head.scheduled += scheduled
         head.largest = max(head.largest, largest)
+        head.produced += (count if produce else 0) + produced
         self.put_head(key, head)
         return first
 
-    def add_counts(self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0) -> None:
+    def _forget(self, key: LogKey) -> None:
+        self._logs.pop(key, None)
+
+    def add_counts(
+        self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0, completed: int = 0
+    ) -> None:
         head = replace(self._logs[key].head)
         head.leases += leases
         head.leased += leased
         head.scheduled += scheduled
+        head.completed += completed
         self.put_head(key, head)
 
     def next_times(self, key: LogKey) -> tuple[int | None, str | None]:
