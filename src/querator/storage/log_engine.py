@@ -576,6 +576,7 @@ class ClaimLogEngine:
         return LogHead(
             tail=head.tail,
             cursor=head.cursor,
+            skipped=len(head.tombstones),
             leases=head.leases,
             leased=head.leased,
             scheduled=head.scheduled,
