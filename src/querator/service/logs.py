@@ -240,7 +240,7 @@ class Logs:
         applied: set[str] = set()
         for key, key_ids in _by_log(queue.name, partition, ids).items():
             result = self.log.settle(
-                key, [Settlement(id=i) for i in key_ids], guard=Guard.LEASE_VALID, now=now
+                key, [Settlement(id=i) for i in key_ids], guard=Guard.LEASE_VALID, now=now, completed=True
             )
             applied |= set(result.applied)
         return applied
