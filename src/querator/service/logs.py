@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from querator.domain.model import QueueInfo, RetryRequest
-    from querator.ports import Clock, ItemStore
+    from querator.ports import BatchResult, Clock, ItemStore
     from querator.ports.log import ClaimLog
     from querator.service.queues import QueueDirectory
     from querator.service.ratelimit import RateGate
@@ -154,6 +154,22 @@ class Logs:
                 stored.update(zip((n for n, _ in later), written, strict=True))
         return [stored[n] for n in range(len(items))]
 
+    def _settle(
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
+    ) -> BatchResult[str]:
+        """``ClaimLog.settle``, after naming the bands its moves go to in their partitions' head
+        rows (a lease, a listing and the reaper read only the bands named)."""
+        targets = {s.to for s in settlements if s.to is not None and s.to.lane}
+        for target in sorted(targets):
+            self._store.register_bands(target.queue, target.partition, [target.lane + "0" * 30], now=now)
+        return self.log.settle(key, settlements, guard=guard, now=now, completed=completed)
+
     def _register(
         self, queue: QueueInfo, partition: int, by_lane: dict[LogKey, list[tuple[int, Item]]]
     ) -> None:
@@ -239,7 +255,7 @@ class Logs:
         """Settle validly leased log ids; returns those applied."""
         applied: set[str] = set()
         for key, key_ids in _by_log(queue.name, partition, ids).items():
-            result = self.log.settle(
+            result = self._settle(
                 key, [Settlement(id=i) for i in key_ids], guard=Guard.LEASE_VALID, now=now, completed=True
             )
             applied |= set(result.applied)
@@ -276,7 +292,7 @@ class Logs:
                     )
                 )
             if back:
-                applied |= set(self.log.settle(key, back, guard=Guard.LEASE_VALID, now=now).applied)
+                applied |= set(self._settle(key, back, guard=Guard.LEASE_VALID, now=now).applied)
             if dead:
                 applied |= set(self._dead_letter(queue, key, dead, Guard.LEASE_VALID, now))
         return applied
@@ -317,7 +333,7 @@ class Logs:
             )
             for item in items
         ]
-        return self.log.settle(key, back, guard=Guard.LEASE_VALID, now=now).applied if back else []
+        return self._settle(key, back, guard=Guard.LEASE_VALID, now=now).applied if back else []
 
     def _give_back_quietly(self, queue: QueueInfo, key: LogKey, items: Sequence[Item]) -> None:
         try:
@@ -337,7 +353,7 @@ class Logs:
         """Move ``items`` to the queue's dead-letter queue (drop them when it has none); the ids
         that went."""
         if not queue.dead_queue:
-            return self.log.settle(key, [Settlement(id=i.id) for i in items], guard=guard, now=now).applied
+            return self._settle(key, [Settlement(id=i.id) for i in items], guard=guard, now=now).applied
         try:
             target = self._queues.cached(queue.dead_queue)
         except QueueNotFoundError as exc:
@@ -367,7 +383,7 @@ class Logs:
             )
             for item in items
         ]
-        return self.log.settle(key, moves, guard=guard, now=now).applied
+        return self._settle(key, moves, guard=guard, now=now).applied
 
     # -- upkeep ---------------------------------------------------------------------------------------
 
@@ -395,7 +411,7 @@ class Logs:
                         )
                     )
             if back:
-                moved = self.log.settle(key, back, guard=Guard.LEASE_EXPIRED, now=now).applied
+                moved = self._settle(key, back, guard=Guard.LEASE_EXPIRED, now=now).applied
                 outcome.requeued += len(moved)
             for reason, items in dead.items():
                 try:
@@ -550,7 +566,7 @@ class Logs:
             ]
             if wanted:
                 done += len(
-                    self.log.settle(key, [Settlement(id=i) for i in wanted], guard=Guard.ANY, now=now).applied
+                    self._settle(key, [Settlement(id=i) for i in wanted], guard=Guard.ANY, now=now).applied
                 )
             after = page[-1].id
             self._check_budget(queue, removed + done, stop_at)
@@ -608,9 +624,7 @@ class Logs:
                     ),
                 )
             )
-        moved = (
-            len(self.log.settle(key, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now).applied) if moves else 0
-        )
+        moved = len(self._settle(key, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now).applied) if moves else 0
         return moved, stranded, (page[-1].id if len(page) == limit else None)
 
     def holds_items(self, queue: str, partition: int, band_key: str) -> bool:
@@ -644,8 +658,13 @@ def _settled(outcome: SettleOutcome) -> int:
 
 
 def _just_before(item_id: str) -> str:
-    """A key just below ``item_id``: listing ``after`` it includes ``item_id`` itself."""
-    return item_id[:-1] + chr(ord(item_id[-1]) - 1) + "\x7f"
+    """An ``after`` bound that lists from ``item_id`` on, itself included: a log id's digits less
+    one (its mark alone below the first); any other id (engine v2's) is not in a log, so itself."""
+    if not is_log_id(item_id):
+        return item_id
+    digits = len(item_id) - len(item_id.rstrip("0123456789abcdef"))
+    prefix, value = item_id[: len(item_id) - digits], int(item_id[len(item_id) - digits :], 16)
+    return prefix if value == 0 else f"{prefix}{value - 1:0{digits}x}"
 
 
 def _for_schedule(item: Item, now: datetime) -> Item:
