@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 from moto import mock_aws
 
-from querator.domain.errors import NothingToLeaseError
+from querator.domain.errors import NothingToLeaseError, StoreUnavailableError
 from querator.domain.model import ClearScope, RetryRequest
 from querator.domain.positions import POSITION_MARK, SCHEDULED_MARK
 from querator.domain.priority import lane_of
@@ -32,6 +32,7 @@ from tests.contract.helpers import items, make_queue, payloads
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from querator.ports.log import LogKey
     from querator.testing import FakeClock
 
 
@@ -336,3 +337,52 @@ def test_what_engine_v2_stored_is_served_first_and_nothing_twice(
     assert payloads(v3.list_items("dlq", 0)) == [b"v2-ready"]
     assert v3.redrive("dlq").moved == 1
     assert _drain(v3) == [b"v2-ready"]
+
+
+def test_a_lease_that_fails_after_a_claim_holds_nothing(
+    service: QueueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_queue(service)
+    service.produce("jobs", items("urgent", priority=1))
+    service.produce("jobs", items("normal"))
+    assert service.log is not None
+    claim = service.log.claim
+    calls: list[str] = []
+
+    def failing_claim(key: LogKey, **kwargs: object) -> object:
+        calls.append(key.lane)
+        if len(calls) == 2:
+            raise StoreUnavailableError("the store went away")
+        return claim(key, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service.log, "claim", failing_claim)
+    with pytest.raises(StoreUnavailableError):
+        service.lease("jobs", batch_size=10, client_id="c")
+    monkeypatch.undo()
+
+    again = _lease(service)
+    assert payloads(again) == [b"urgent", b"normal"]
+    assert [i.attempts for i in again] == [1, 1]  # the failed lease spent no attempt
+    stats = service.stats("jobs")[0]
+    assert (stats.total, stats.total_leased) == (2, 2)
+
+
+def test_a_lease_whose_rows_cannot_be_read_gives_its_claim_back(
+    service: QueueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_queue(service)
+    service.produce("jobs", items("a", "b"))
+    assert service.log is not None
+    monkeypatch.setattr(service.log, "collect", _raise_unavailable)
+    monkeypatch.setattr("querator.service.logs.Logs._sort_claimed", _raise_unavailable)
+
+    with pytest.raises(StoreUnavailableError):
+        service.lease("jobs", batch_size=10, client_id="c")
+    monkeypatch.undo()
+
+    again = _lease(service)
+    assert payloads(again) == [b"a", b"b"] and [i.attempts for i in again] == [1, 1]
+
+
+def _raise_unavailable(*args: object, **kwargs: object) -> None:
+    raise StoreUnavailableError("the store went away")
