@@ -244,9 +244,12 @@ class _Record:
         attrs: AttributeMap = {
             schema.LOG_COUNT: _num(self.count),
             schema.LOG_DEADLINE: _num(self.deadline),
-            schema.LOG_CLAIMED_AT: _num(self.claimed_at),
             schema.LOG_VERSION: _num(self.version),
         }
+        if self.holes:
+            # Only a record with holes needs its claim time (HOLE_TIMEOUT runs from it): every
+            # byte of a record is paid by each write of the head.
+            attrs[schema.LOG_CLAIMED_AT] = _num(self.claimed_at)
         if self.settled:
             attrs[schema.LOG_SETTLED] = _numbers(self.settled)
         if self.explicit is not None:
@@ -263,7 +266,7 @@ def _decode_record(token: str, start: int, attrs: AttributeMap, spilled: str = "
         start=start,
         count=int(attrs[schema.LOG_COUNT]["N"]),
         deadline=int(attrs[schema.LOG_DEADLINE]["N"]),
-        claimed_at=int(attrs[schema.LOG_CLAIMED_AT]["N"]),
+        claimed_at=int(attrs.get(schema.LOG_CLAIMED_AT, {"N": "0"})["N"]),
         version=int(attrs.get(schema.LOG_VERSION, {"N": "0"})["N"]),
         settled=_decoded_numbers(attrs.get(schema.LOG_SETTLED)),
         explicit=_decoded_numbers(explicit) if explicit else None,
@@ -636,12 +639,14 @@ class DynamoDBClaimLog:
             if at <= lowest:
                 begin = at + length
         begin = min(begin, lowest)
+        mine: set[int] = set()
         position = begin
         while position <= highest:
             if position in covered:
                 position += 1
                 continue
             if self._put_absent(_filler(key, position, now), "fill"):
+                mine.add(position)
                 position += 1
                 continue
             # A writer got there first: its row covers what follows its first position.
@@ -651,7 +656,9 @@ class DynamoDBClaimLog:
                 covered.update(range(position, position + _row_length(written)))
             position += 1
         rows.sort(key=_row_position)
-        return self._read(rows, holes)
+        found = self._read(rows, holes)
+        found.filled |= mine & set(holes)
+        return found
 
     def _get_row(self, key: LogKey, position: int) -> AttributeMap | None:
         try:
