@@ -31,6 +31,7 @@ import re
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -83,6 +84,8 @@ _US = 1_000_000
 _HOLE_TIMEOUT_US = int(HOLE_TIMEOUT_S * _US)
 _ROW_TTL = timedelta(days=1)
 _UNIQUE = 16**10
+#: Records one instance remembers having claimed (``_settle_mine``); the oldest are forgotten.
+_REMEMBERED = 4096
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -335,6 +338,14 @@ def _decode_head(attrs: AttributeMap | None) -> _Head:
     )
 
 
+def _ordered(result: BatchResult[str], asked: Sequence[str]) -> BatchResult[str]:
+    """``result`` with its ids in the order they were asked for (records are written one at a time)."""
+    order = {item_id: n for n, item_id in reversed(list(enumerate(asked)))}
+    result.applied.sort(key=lambda i: order.get(i, len(order)))
+    result.rejected.sort(key=lambda i: order.get(i, len(order)))
+    return result
+
+
 def _admits(guard: Guard, record: _Record, now_us: int) -> bool:
     if guard is Guard.LEASE_VALID:
         return record.deadline > now_us
@@ -428,6 +439,10 @@ class DynamoDBClaimLog:
         self._sleep = sleep
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        #: Records this instance claimed, as it last wrote them, and their positions: a complete by
+        #: the consumer that leased (the usual case) writes without reading the head first.
+        self._mine: OrderedDict[tuple[LogKey, str], _Record] = OrderedDict()
+        self._mine_at: dict[tuple[LogKey, int], str] = {}
 
     # -- plumbing -----------------------------------------------------------------------------------
 
@@ -521,9 +536,11 @@ class DynamoDBClaimLog:
     def _head(self, key: LogKey, operation: str) -> _Head:
         return _decode_head(self._read_head_attrs(key, operation))
 
-    def _query(self, operation: str, **kwargs: Any) -> tuple[list[AttributeMap], AttributeMap | None]:
+    def _query(
+        self, operation: str, *, consistent: bool = True, **kwargs: Any
+    ) -> tuple[list[AttributeMap], AttributeMap | None]:
         try:
-            reply = self._client.query(TableName=self._table, ConsistentRead=True, **kwargs)
+            reply = self._client.query(TableName=self._table, ConsistentRead=consistent, **kwargs)
         except ClientError as exc:
             raise translate(exc, operation) from exc
         return codec.rows(reply), codec.last_key(reply)
@@ -571,7 +588,9 @@ class DynamoDBClaimLog:
 
     # -- rows ---------------------------------------------------------------------------------------
 
-    def _rows_back(self, key: LogKey, first: int, last: int, operation: str) -> list[AttributeMap]:
+    def _rows_back(
+        self, key: LogKey, first: int, last: int, operation: str, *, consistent: bool = True
+    ) -> list[AttributeMap]:
         """The rows holding positions ``first`` .. ``last``, read backwards from ``last`` to the row
         that starts at or before ``first``, in position order."""
         rows: list[AttributeMap] = []
@@ -590,7 +609,7 @@ class DynamoDBClaimLog:
             }
             if start_key is not None:
                 kwargs["ExclusiveStartKey"] = start_key
-            page, start_key = self._query(operation, **kwargs)
+            page, start_key = self._query(operation, consistent=consistent, **kwargs)
             for row in page:
                 rows.append(row)
                 if _row_position(row) <= first:
@@ -614,10 +633,13 @@ class DynamoDBClaimLog:
                     found.items[at + offset] = entry["M"]
         return found
 
-    def _read_positions(self, key: LogKey, positions: Sequence[int], operation: str) -> _Found:
+    def _read_positions(
+        self, key: LogKey, positions: Sequence[int], operation: str, *, consistent: bool = True
+    ) -> _Found:
         if not positions:
             return _Found()
-        return self._read(self._rows_back(key, min(positions), max(positions), operation), positions)
+        rows = self._rows_back(key, min(positions), max(positions), operation, consistent=consistent)
+        return self._read(rows, positions)
 
     def _fill(self, key: LogKey, holes: Sequence[int], now: datetime, *, first: int) -> _Found:
         """Fill ``holes`` (positions nobody wrote) with a filler row each, ascending from where the
@@ -851,6 +873,7 @@ class DynamoDBClaimLog:
             self._spill(key, after, now_us, keep=token)
             claim = self._finish_claim(key, record, after.tombstones, deadline, now)
             if claim is not None:
+                self._remember(key, record)
                 return claim
         return empty
 
@@ -860,7 +883,11 @@ class DynamoDBClaimLog:
         """Read the run's rows; skip what was filled or deleted while waiting (settled in the record
         with one more write, only then); ``None`` when nothing of it was left to hand out."""
         positions = record.positions()
-        found = self._read_positions(key, positions, "lease")
+        # Rows are written once: an eventually consistent read (half the units) is right unless it
+        # misses a row written a moment ago, so a run that seems to have a hole is read again, strongly.
+        found = self._read_positions(key, positions, "lease", consistent=False)
+        if any(p not in found.items and p not in found.filled for p in positions):
+            found = self._read_positions(key, positions, "lease")
         done = found.filled | (tombstones & set(positions))
         for position in done:
             found.items.pop(position, None)
@@ -1174,9 +1201,11 @@ class DynamoDBClaimLog:
                 continue
             pending[parsed[1]] = settlement
         now_us = timestamp_us(now)
+        if guard is Guard.LEASE_VALID and all(s.to is None for s in pending.values()):
+            self._settle_mine(key, pending, result, now_us)
         for attempt in range(_RETRIES + 1):
             if not pending:
-                return result
+                return _ordered(result, [s.id for s in settlements])
             head = self._head(key, "settle")
             located = self._locate(key, head, sorted(pending), "settle")
             by_record: dict[str, tuple[_Record, list[int]]] = {}
@@ -1199,7 +1228,56 @@ class DynamoDBClaimLog:
                     break  # the head's tail (or this record) moved on: read again
         if pending:
             raise StoreThrottledError(f"settle kept losing to concurrent writes ({len(pending)} left); retry")
-        return result
+        return _ordered(result, [s.id for s in settlements])
+
+    # -- the records this instance claimed ------------------------------------------------------------
+
+    def _remember(self, key: LogKey, record: _Record) -> None:
+        with self._pool_lock:
+            self._mine[key, record.token] = record
+            for position in record.open():
+                self._mine_at[key, position] = record.token
+            while len(self._mine) > _REMEMBERED:
+                (old_key, _), old = self._mine.popitem(last=False)
+                for position in old.positions():
+                    self._mine_at.pop((old_key, position), None)
+
+    def _forget(self, key: LogKey, record: _Record) -> None:
+        with self._pool_lock:
+            self._mine.pop((key, record.token), None)
+            for position in record.positions():
+                self._mine_at.pop((key, position), None)
+
+    def _settle_mine(
+        self, key: LogKey, pending: dict[int, Settlement], result: BatchResult[str], now_us: int
+    ) -> None:
+        """Complete positions of records this instance claimed with one conditional write each,
+        unread: the record's version in the condition makes a stale memory fail (then the caller
+        reads the head as usual)."""
+        with self._pool_lock:
+            tokens = {self._mine_at.get((key, p)) for p in pending}
+            if None in tokens:
+                return
+            records = [self._mine.get((key, t)) for t in tokens if t is not None]
+        for record in records:
+            if record is None or record.deadline <= now_us:
+                continue
+            positions = {p for p in pending if record.holds(p)}
+            if not positions <= set(record.open()):
+                continue
+            change = _Change(_key(key, schema.LOG_HEAD_SK))
+            self._record_change(key, record, change, [], settled=positions)
+            try:
+                self._commit([change], [], "settle")
+            except _ConflictError:
+                self._forget(key, record)  # read below
+                continue
+            updated = replace(record, settled=record.settled | positions, version=record.version + 1)
+            self._forget(key, record)
+            if updated.open():
+                self._remember(key, updated)
+            for position in sorted(positions):
+                result.applied.append(pending.pop(position).id)
 
     @staticmethod
     def _fitting(positions: list[int], pending: dict[int, Settlement]) -> list[int]:
@@ -1230,6 +1308,7 @@ class DynamoDBClaimLog:
                 targets.setdefault(settlement.to, []).append(replace(settlement.item, lease_deadline=None))
         others = self._appends(key, head, head_change, targets, now, actions)
         self._commit([head_change, *others], actions, "settle")
+        self._forget(key, record)
         return key in targets
 
     def renew(
@@ -1246,7 +1325,7 @@ class DynamoDBClaimLog:
         now_us, deadline_us = timestamp_us(now), timestamp_us(deadline)
         for attempt in range(_RETRIES + 1):
             if not pending:
-                return result
+                return _ordered(result, ids)
             head = self._head(key, "renew")
             located = self._locate(key, head, sorted(pending), "renew")
             groups: dict[str, tuple[_Record, list[int]]] = {}
@@ -1266,7 +1345,7 @@ class DynamoDBClaimLog:
                     result.applied.append(pending.pop(position))
         if pending:
             raise StoreThrottledError(f"renew kept losing to concurrent writes ({len(pending)} left); retry")
-        return result
+        return _ordered(result, ids)
 
     def _renew_record(self, key: LogKey, record: _Record, positions: set[int], deadline_us: int) -> None:
         head_change = _Change(_key(key, schema.LOG_HEAD_SK))
@@ -1293,6 +1372,7 @@ class DynamoDBClaimLog:
                 f"{split_start} = {head_change.value(_num(split.start))}",
             ]
         self._commit([head_change], actions, "renew")
+        self._forget(key, record)
 
     # -- collect, expired ---------------------------------------------------------------------------
 
@@ -1320,6 +1400,7 @@ class DynamoDBClaimLog:
             # Filled positions are done; the written ones are delivered now and leave the holes.
             updated = replace(record, holes=set(still))
             self._record_change(key, updated, head_change, actions, settled=set(found.filled))
+            self._forget(key, record)
             try:
                 self._commit([head_change], actions, "collect")
             except _ConflictError:
@@ -1373,6 +1454,7 @@ class DynamoDBClaimLog:
                 actions: list[AttributeMap] = []
                 settled = set(found.filled) | {p for p in open_positions if p not in found.items}
                 self._record_change(key, record, head_change, actions, settled=settled)
+                self._forget(key, record)
                 try:
                     self._commit([head_change], actions, "expiry")
                 except _ConflictError:
@@ -1480,7 +1562,7 @@ class DynamoDBClaimLog:
                 result.rejected.append(item_id)
         for attempt in range(_RETRIES + 1):
             if not positions:
-                return result
+                return _ordered(result, ids)
             head = self._head(key, "delete")
             waiting = sorted(
                 p for p in positions if head.cursor <= p < head.tail and p not in head.tombstones
@@ -1515,7 +1597,7 @@ class DynamoDBClaimLog:
                 result.applied.append(positions.pop(p))
         if positions:
             raise StoreThrottledError("delete kept losing to concurrent claims; retry")
-        return result
+        return _ordered(result, ids)
 
     def _delete_scheduled(self, key: LogKey, item_id: str) -> bool:
         try:
