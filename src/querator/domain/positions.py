@@ -4,12 +4,14 @@ A log is one lane of one partition (``querator.domain.priority.lane_of``: a band
 group). Each item in it sits at a *position*, an integer the log's sequencer hands out once, in
 produce order: positions are the log's FIFO order, and a lease claims a run of them.
 
-An item's id is its lane, ``v`` and the position in 16 hex digits (``v00062b1c3e5f1a20``,
-``.3g0123456789abcdefv00062b1c3e5f1a20``), so the priority and group of an id read as they do for
-engine v2's ids, and ``v`` (not a hex digit, not ``g``) tells the two engines' ids apart.
+An item's id is its lane, ``l`` and the position in 16 hex digits (``l00062b1c3e5f1a20``,
+``.3g0123456789abcdefl00062b1c3e5f1a20``), so the priority and group of an id read as they do for
+engine v2's ids, and ``l`` (not a hex digit, not ``g``) tells the two engines' ids apart. Within a
+lane, ``l`` sorts after every v2 id (hex digits) and before the next band (``p6``…, and ``~``), so
+one listing pages through both engines' items in lease order: v2's, which are older, first.
 
 An item scheduled for later (``enqueue_at``, ``retry_at``) waits in the log's *schedule*, outside the
-positions, under ``scheduled_id``: its lane, ``w``, the time it becomes due in 14 hex digits of
+positions, under ``scheduled_id``: its lane, ``m``, the time it becomes due in 14 hex digits of
 microseconds and 10 random hex digits. When due it moves to the tail and takes a position id, so the
 ids of a listing taken before it was due no longer name it (it was never leased under them).
 
@@ -25,9 +27,9 @@ from __future__ import annotations
 from querator.domain.priority import lane_of
 
 #: What follows the lane in a log item's id.
-POSITION_MARK = "v"
-#: What follows the lane in a scheduled item's id.
-SCHEDULED_MARK = "w"
+POSITION_MARK = "l"
+#: What follows the lane in a scheduled item's id (after every position id of the lane).
+SCHEDULED_MARK = "m"
 _DIGITS = 16
 _TIME_DIGITS = 14
 _UNIQUE_DIGITS = 10

@@ -79,6 +79,10 @@ class LogHead:
     next_due: datetime | None = None
     #: The largest ``Item.reply_size`` ever appended: a lease sizes its claim under the reply cap with it.
     largest: int = 0
+    #: Items written by ``append`` and ``write_taken`` (produce, import), and positions settled by
+    #: ``settle(..., completed=True)``, ever: cumulative counts for the console's rates.
+    produced: int = 0
+    completed: int = 0
 
     @property
     def waiting(self) -> int:
@@ -127,8 +131,10 @@ class ClaimLog(Protocol):
     def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
         """Store ``items`` at the tail, in order, and return them as stored, ids assigned (their
         ``id`` and ``lease_deadline`` are ignored). An item whose ``enqueue_at`` is later than
-        ``now`` goes to the log's schedule (a ``scheduled_id``) instead and is moved to the tail by
-        ``promote`` when due.
+        ``now`` goes to the log's schedule instead, moved to the tail by ``promote`` when due: under
+        its own ``id`` when that is a scheduled id of this log's lane due at its ``enqueue_at``
+        (``querator.domain.positions.scheduled_id``: the service mints them, so items due at the
+        same time keep their produce order), else under a new one.
 
         The items of one call are packed into as few rows as the store's row size allows. One
         sequencer write takes their positions, then the rows are written once each, in order; a row
@@ -138,18 +144,46 @@ class ClaimLog(Protocol):
         """
         ...
 
+    def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
+        """The first half of ``append``: take ``count`` positions at the tail with one sequencer
+        write and return their ids; nothing is written at them yet (they are holes until
+        ``write_taken``). An idempotent produce records these ids before it writes, so a retry after
+        a crash writes the same positions instead of new ones."""
+        ...
+
+    def write_taken(
+        self, key: LogKey, ids: Sequence[str], items: Sequence[Item], *, now: datetime
+    ) -> list[Item]:
+        """The second half of ``append``: write ``items`` (one per id, in order, packed as
+        ``append`` packs them) at the positions ``ids`` that ``take_positions`` returned, each row
+        written once. A row whose position a lease filled meanwhile (this writer was taken for dead)
+        is written at new positions at the tail, with every row after it; a row already written
+        there by an earlier try of the same write is left as it is. Returns the items as stored."""
+        ...
+
     def head(self, key: LogKey) -> LogHead:
         """The log's head (one strong read)."""
         ...
 
-    def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+    def claim(
+        self,
+        key: LogKey,
+        *,
+        count: int,
+        deadline: datetime,
+        now: datetime,
+        max_leased: int | None = None,
+    ) -> Claim:
         """Take up to ``count`` positions after the cursor as one lease valid until ``deadline``.
 
         Fewer when fewer are waiting; none (an empty ``Claim``, ``token == ""``) when none are.
-        Concurrent claims take disjoint runs and never fail because another one won. Positions
-        deleted while waiting or filled are skipped (they count against ``count``: a claim stays
-        O(count)). On an error after the cursor moved the record exists with its run: it expires
-        like any lease, and its items go back to the tail then.
+        ``max_leased``: take only as many as keep the log's unsettled leased positions
+        (``LogHead.leased``) at or below it, checked in the claim's own write (a group lane's
+        ``max_leased_per_group``): none when it is reached. Concurrent claims take disjoint runs and
+        never fail because another one won. Positions deleted while waiting or filled are skipped
+        (they count against ``count``: a claim stays O(count)). On an error after the cursor moved
+        the record exists with its run: it expires like any lease, and its items go back to the
+        tail then.
         """
         ...
 
@@ -172,13 +206,25 @@ class ClaimLog(Protocol):
         ...
 
     def settle(
-        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
         """Settle leased positions: each id must be an unsettled position of a lease record that
         ``guard`` admits (``LEASE_VALID``: deadline after ``now``; ``LEASE_EXPIRED``: at or before
-        it; ``ANY``). Applied ids are settled for good; the others are rejected (unknown, stale,
-        already settled, or refused by the guard). A record left with nothing unsettled is gone.
-        Each record's settlements, with the appends they carry, are one atomic step."""
+        it; ``ANY``: either, and also a waiting position, which claims then skip, or a scheduled
+        item, which leaves the schedule: how a waiting item is moved or reprioritized;
+        ``NOT_VALIDLY_LEASED``: as ``ANY`` but not a lease whose deadline is after ``now``: how a
+        dead letter is redriven without taking it from a consumer). Applied ids
+        are settled for good; the others are rejected (unknown, stale, already settled, or refused
+        by the guard). A record left with nothing unsettled is gone. Each record's settlements, with
+        the appends they carry, are one atomic step (and each waiting or scheduled item's).
+        ``completed``: the positions settled without a move count in ``LogHead.completed``
+        (``queue.complete``), in the same write."""
         ...
 
     def renew(
@@ -198,6 +244,13 @@ class ClaimLog(Protocol):
         """The items ``ids`` name, as stored now (leased ones with their deadline and attempts as
         ``claim`` returned them): what a retry or a dead letter appends again. Ids that name nothing
         stored (settled, filled, deleted, unknown) are absent. Reads O(ids)."""
+        ...
+
+    def skip_waiting(self, key: LogKey, *, now: datetime) -> int:
+        """Drop every waiting position at once (``queue.clear``): the cursor moves to the tail,
+        so no claim reads them; their rows go by TTL. One head write, however many wait. Returns
+        how many were dropped (deleted and filled positions not counted). Leased and scheduled
+        items stay."""
         ...
 
     def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
