@@ -43,6 +43,8 @@ from querator.domain.errors import StoreThrottledError
 from querator.domain.model import timestamp_us, utc_from_timestamp_us
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
+    POSITION_MARK,
+    SCHEDULED_MARK,
     parse_position_id,
     parse_scheduled_id,
     position_id,
@@ -118,6 +120,16 @@ def _expiry_sk(deadline_us: int, start: int, token: str) -> str:
 def _schedule_sk(item_id: str, lane: str) -> str:
     # The scheduled id without its lane and mark: due time and unique suffix, so rows sort by due.
     return f"{schema.LOG_SCHEDULE_PREFIX}{item_id[len(lane) + 1 :]}"
+
+
+def _scheduled_id_for(lane: str, item: Item) -> str:
+    """The id ``item`` waits under in ``lane``'s schedule: its own when the service minted it (a
+    scheduled id of the lane due at its ``enqueue_at``: items due together keep their order)."""
+    assert item.enqueue_at is not None  # noqa: S101 - only scheduled items come here
+    due_us = timestamp_us(item.enqueue_at)
+    if parse_scheduled_id(item.id) == (lane, due_us):
+        return item.id
+    return scheduled_id(lane, due_us, secrets.randbelow(_UNIQUE))
 
 
 def _row_position(attrs: AttributeMap) -> int:
@@ -299,6 +311,8 @@ class _Head:
     schedule_version: int = 0
     largest: int = 0
     first: int = 0
+    produced: int = 0
+    completed: int = 0
 
     def find(self, position: int) -> _Record | None:
         for record in self.records.values():
@@ -335,6 +349,8 @@ def _decode_head(attrs: AttributeMap | None) -> _Head:
         schedule_version=_int(attrs, schema.LOG_SCHEDULE_VERSION),
         largest=_int(attrs, schema.LOG_LARGEST),
         first=_int(attrs, schema.LOG_FIRST),
+        produced=_int(attrs, schema.LOG_PRODUCED),
+        completed=_int(attrs, schema.LOG_COMPLETED),
     )
 
 
@@ -713,7 +729,11 @@ class DynamoDBClaimLog:
     def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
         return self._take(key, count, timestamp_us(now), 0)
 
-    def _take(self, key: LogKey, count: int, now_us: int, largest: int) -> list[str]:
+    def _take(
+        self, key: LogKey, count: int, now_us: int, largest: int, *, produced: bool = True
+    ) -> list[str]:
+        """The sequencer write; it also counts the items as produced (``produced``: not for a late
+        writer's second positions), so counting costs no write of its own."""
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         tail, cur = change.name(schema.LOG_TAIL), change.name(schema.LOG_CURSOR)
         records, starts = change.name(schema.LOG_RECORDS), change.name(schema.LOG_STARTS)
@@ -727,6 +747,8 @@ class DynamoDBClaimLog:
             f"{records} = if_not_exists({records}, {empty})",
             f"{starts} = if_not_exists({starts}, {empty})",
         ]
+        if produced:
+            change.adds.append(f"{change.name(schema.LOG_PRODUCED)} {change.value(_num(count))}")
         head = _decode_head(self._update(change, "produce", returns="ALL_NEW"))
         if largest > head.largest:
             raise_largest = _Change(_key(key, schema.LOG_HEAD_SK))
@@ -747,7 +769,12 @@ class DynamoDBClaimLog:
 
         def put(span: range) -> bool:
             row = _row(key, positions[span.start], [entries[i] for i in span], [items[i] for i in span])
-            return self._put_absent(row, "produce")
+            if self._put_absent(row, "produce"):
+                return True
+            # Taken: by a filler (this writer was taken for dead), or by an earlier try of this
+            # same write (an idempotent produce retried), which stays as it is.
+            there = self._get_row(key, positions[span.start])
+            return there is not None and schema.LOG_FILLER not in there
 
         written = self._each(put, spans)
         stored = [
@@ -759,7 +786,9 @@ class DynamoDBClaimLog:
             # A lease took this writer for dead and filled the row's first position: its items (and,
             # written one at a time, the rows after it) go to new positions at the tail.
             moved = [items[i] for i in late]
-            again = self.write_taken(key, self._take(key, len(moved), timestamp_us(now), 0), moved, now=now)
+            again = self.write_taken(
+                key, self._take(key, len(moved), timestamp_us(now), 0, produced=False), moved, now=now
+            )
             for index, item in zip(late, again, strict=True):
                 stored[index] = item
         return stored
@@ -772,11 +801,7 @@ class DynamoDBClaimLog:
         return parsed[1]
 
     def _schedule(self, key: LogKey, items: Sequence[Item], now: datetime) -> list[Item]:
-        stored = []
-        for item in items:
-            assert item.enqueue_at is not None  # noqa: S101 - only scheduled items come here
-            item_id = scheduled_id(key.lane, timestamp_us(item.enqueue_at), secrets.randbelow(_UNIQUE))
-            stored.append(replace(item, id=item_id, lease_deadline=None))
+        stored = [replace(item, id=_scheduled_id_for(key.lane, item), lease_deadline=None) for item in items]
         self._each(
             lambda item: self._put_absent(
                 {**_key(key, _schedule_sk(item.id, key.lane)), **_entry(item)}, "produce"
@@ -788,6 +813,7 @@ class DynamoDBClaimLog:
         for lower in (True, False):
             change = _Change(_key(key, schema.LOG_HEAD_SK))
             change.adds += [
+                f"{change.name(schema.LOG_PRODUCED)} {change.value(_num(len(items)))}",
                 f"{change.name(schema.LOG_SCHEDULED)} {change.value(_num(len(items)))}",
                 f"{change.name(schema.LOG_SCHEDULE_VERSION)} {change.value(_num(1))}",
             ]
@@ -817,19 +843,31 @@ class DynamoDBClaimLog:
             if head.scheduled and head.next_due is not None
             else None,
             largest=head.largest,
+            produced=head.produced,
+            completed=head.completed,
         )
 
     # -- claim --------------------------------------------------------------------------------------
 
-    def claim(self, key: LogKey, *, count: int, deadline: datetime, now: datetime) -> Claim:
+    def claim(
+        self,
+        key: LogKey,
+        *,
+        count: int,
+        deadline: datetime,
+        now: datetime,
+        max_leased: int | None = None,
+    ) -> Claim:
         empty = Claim(token="", deadline=deadline)
         if count <= 0:
             return empty
         now_us, deadline_us = timestamp_us(now), timestamp_us(deadline)
+        asked = count
         for attempt in range(_RETRIES * 4):
             head = self._head(key, "lease")
             waiting = head.tail - head.cursor
-            if not head.exists or waiting <= 0:
+            count = asked if max_leased is None else min(asked, max_leased - head.leased)
+            if not head.exists or waiting <= 0 or count <= 0:
                 return empty
             token = secrets.token_hex(6)
             taken = min(count, waiting)
@@ -840,7 +878,12 @@ class DynamoDBClaimLog:
             change.sets.append(
                 f"{change.name(schema.LOG_RECORDS, token)} = {change.value({'M': record.fields()})}"
             )
-            change.adds.append(f"{change.name(schema.LOG_LEASED)} {change.value(_num(taken))}")
+            leased = change.name(schema.LOG_LEASED)
+            change.adds.append(f"{leased} {change.value(_num(taken))}")
+            if max_leased is not None:
+                # The cap holds in the write itself: of two claims that both saw room, one fails.
+                cap = change.value(_num(max_leased - taken))
+                change.conditions.append(f"attribute_not_exists({leased}) OR {leased} <= {cap}")
             k = change.value(_num(taken))
             if taken == count:
                 # Fetch-and-add: whoever moved the cursor since the read, this claim takes the next
@@ -1158,10 +1201,7 @@ class DynamoDBClaimLog:
                     change.sets.append(f"{change.name(schema.LOG_LARGEST)} = {change.value(_num(largest))}")
             if later:
                 for item in later:
-                    assert item.enqueue_at is not None  # noqa: S101 - scheduled items only
-                    item_id = scheduled_id(
-                        target.lane, timestamp_us(item.enqueue_at), secrets.randbelow(_UNIQUE)
-                    )
+                    item_id = _scheduled_id_for(target.lane, item)
                     actions.append(
                         {
                             "Put": {
@@ -1190,23 +1230,59 @@ class DynamoDBClaimLog:
     # -- settle, renew ------------------------------------------------------------------------------
 
     def settle(
-        self, key: LogKey, settlements: Sequence[Settlement], *, guard: Guard, now: datetime
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool = False,
     ) -> BatchResult[str]:
         result: BatchResult[str] = BatchResult()
         pending: dict[int, Settlement] = {}
+        scheduled: dict[str, Settlement] = {}
+        # ANY and NOT_VALIDLY_LEASED also take waiting and scheduled items (a move, a redrive).
+        broad = guard in (Guard.ANY, Guard.NOT_VALIDLY_LEASED)
         for settlement in settlements:
             parsed = parse_position_id(settlement.id)
+            due = parse_scheduled_id(settlement.id)
+            if broad and due is not None and due[0] == key.lane and settlement.id not in scheduled:
+                scheduled[settlement.id] = settlement
+                continue
             if parsed is None or parsed[0] != key.lane or parsed[1] in pending or guard is Guard.NEVER_LEASED:
                 result.rejected.append(settlement.id)
                 continue
             pending[parsed[1]] = settlement
         now_us = timestamp_us(now)
         if guard is Guard.LEASE_VALID and all(s.to is None for s in pending.values()):
-            self._settle_mine(key, pending, result, now_us)
+            self._settle_mine(key, pending, result, now_us, completed=completed)
         for attempt in range(_RETRIES + 1):
-            if not pending:
+            if not pending and not scheduled:
                 return _ordered(result, [s.id for s in settlements])
             head = self._head(key, "settle")
+            if scheduled:
+                item_id, settlement = next(iter(scheduled.items()))
+                try:
+                    applied = self._settle_scheduled(key, head, settlement, now)
+                except _ConflictError:
+                    self._backoff(attempt)
+                    continue
+                (result.applied if applied else result.rejected).append(scheduled.pop(item_id).id)
+                continue
+            waiting = [p for p in sorted(pending) if p >= head.cursor]
+            if waiting:
+                if not broad:
+                    for position in waiting:
+                        result.rejected.append(pending.pop(position).id)
+                    continue
+                position = waiting[0]
+                try:
+                    applied = self._settle_waiting(key, head, position, pending[position], now, completed)
+                except _ConflictError:
+                    self._backoff(attempt)
+                    continue
+                (result.applied if applied else result.rejected).append(pending.pop(position).id)
+                continue
             located = self._locate(key, head, sorted(pending), "settle")
             by_record: dict[str, tuple[_Record, list[int]]] = {}
             for position in sorted(pending):
@@ -1218,7 +1294,9 @@ class DynamoDBClaimLog:
             for record, positions in by_record.values():
                 chunk = self._fitting(positions, pending)
                 try:
-                    moved_tail = self._settle_record(key, head, record, [pending[p] for p in chunk], now)
+                    moved_tail = self._settle_record(
+                        key, head, record, [pending[p] for p in chunk], now, completed=completed
+                    )
                 except _ConflictError:
                     self._backoff(attempt)
                     break  # read again
@@ -1226,9 +1304,66 @@ class DynamoDBClaimLog:
                     result.applied.append(pending.pop(position).id)
                 if moved_tail or len(chunk) < len(positions):
                     break  # the head's tail (or this record) moved on: read again
-        if pending:
+        if pending or scheduled:
             raise StoreThrottledError(f"settle kept losing to concurrent writes ({len(pending)} left); retry")
         return _ordered(result, [s.id for s in settlements])
+
+    def _settle_waiting(
+        self, key: LogKey, head: _Head, position: int, settlement: Settlement, now: datetime, completed: bool
+    ) -> bool:
+        """A waiting position settled (and its item moved) in one step: a tombstone, which every
+        later claim skips, written only while the position still waits. False: nothing stored there."""
+        if position >= head.tail or position in head.tombstones:
+            return False
+        if position not in self._read_positions(key, [position], "settle").items:
+            return False
+        change = _Change(_key(key, schema.LOG_HEAD_SK))
+        tb, p = change.name(schema.LOG_TOMBSTONES), change.value(_numbers([position]))
+        change.adds.append(f"{tb} {p}")
+        single = change.value(_num(position))
+        change.conditions.append(f"{change.name(schema.LOG_CURSOR)} <= {single}")
+        change.conditions.append(f"NOT contains({tb}, {single})")
+        actions: list[AttributeMap] = []
+        targets = (
+            {settlement.to: [replace(settlement.item, lease_deadline=None)]}
+            if settlement.to and settlement.item
+            else {}
+        )
+        if completed and not targets:
+            change.adds.append(f"{change.name(schema.LOG_COMPLETED)} {change.value(_num(1))}")
+        others = self._appends(key, head, change, targets, now, actions)
+        self._commit([change, *others], actions, "settle")
+        return True
+
+    def _settle_scheduled(self, key: LogKey, head: _Head, settlement: Settlement, now: datetime) -> bool:
+        """A scheduled item leaves the schedule (and moves) in one step. False: no such item."""
+        sort_key = _schedule_sk(settlement.id, key.lane)
+        try:
+            reply = self._client.get_item(TableName=self._table, Key=_key(key, sort_key), ConsistentRead=True)
+        except ClientError as exc:
+            raise translate(exc, "settle") from exc
+        if codec.returned(reply, "Item") is None:
+            return False
+        change = _Change(_key(key, schema.LOG_HEAD_SK))
+        change.adds.append(f"{change.name(schema.LOG_SCHEDULED)} {change.value(_num(-1))}")
+        actions: list[AttributeMap] = [
+            {
+                "Delete": {
+                    "TableName": self._table,
+                    "Key": _key(key, sort_key),
+                    "ConditionExpression": "attribute_exists(#sk)",
+                    "ExpressionAttributeNames": {"#sk": schema.SK},
+                }
+            }
+        ]
+        targets = (
+            {settlement.to: [replace(settlement.item, lease_deadline=None)]}
+            if settlement.to and settlement.item
+            else {}
+        )
+        others = self._appends(key, head, change, targets, now, actions)
+        self._commit([change, *others], actions, "settle")
+        return True
 
     # -- the records this instance claimed ------------------------------------------------------------
 
@@ -1249,7 +1384,13 @@ class DynamoDBClaimLog:
                 self._mine_at.pop((key, position), None)
 
     def _settle_mine(
-        self, key: LogKey, pending: dict[int, Settlement], result: BatchResult[str], now_us: int
+        self,
+        key: LogKey,
+        pending: dict[int, Settlement],
+        result: BatchResult[str],
+        now_us: int,
+        *,
+        completed: bool,
     ) -> None:
         """Complete positions of records this instance claimed with one conditional write each,
         unread: the record's version in the condition makes a stale memory fail (then the caller
@@ -1267,6 +1408,10 @@ class DynamoDBClaimLog:
                 continue
             change = _Change(_key(key, schema.LOG_HEAD_SK))
             self._record_change(key, record, change, [], settled=positions)
+            if completed:
+                change.adds.append(
+                    f"{change.name(schema.LOG_COMPLETED)} {change.value(_num(len(positions)))}"
+                )
             try:
                 self._commit([change], [], "settle")
             except _ConflictError:
@@ -1295,7 +1440,14 @@ class DynamoDBClaimLog:
         return chunk
 
     def _settle_record(
-        self, key: LogKey, head: _Head, record: _Record, settlements: Sequence[Settlement], now: datetime
+        self,
+        key: LogKey,
+        head: _Head,
+        record: _Record,
+        settlements: Sequence[Settlement],
+        now: datetime,
+        *,
+        completed: bool = False,
     ) -> bool:
         """One atomic step for ``settlements`` of ``record``; True when it moved this log's tail."""
         head_change = _Change(_key(key, schema.LOG_HEAD_SK))
@@ -1306,6 +1458,11 @@ class DynamoDBClaimLog:
         for settlement in settlements:
             if settlement.to is not None and settlement.item is not None:
                 targets.setdefault(settlement.to, []).append(replace(settlement.item, lease_deadline=None))
+        done = sum(1 for s in settlements if s.to is None or s.item is None)
+        if completed and done:
+            head_change.adds.append(
+                f"{head_change.name(schema.LOG_COMPLETED)} {head_change.value(_num(done))}"
+            )
         others = self._appends(key, head, head_change, targets, now, actions)
         self._commit([head_change, *others], actions, "settle")
         self._forget(key, record)
@@ -1647,7 +1804,7 @@ class DynamoDBClaimLog:
         if scheduled:
             keys = [_key(key, _schedule_sk(item_id, key.lane)) for item_id in scheduled]
             for attrs in self._batch_get(keys, "get"):
-                item_id = f"{key.lane}{attrs[schema.SK]['S'].replace(schema.LOG_SCHEDULE_PREFIX, 'w', 1)}"
+                item_id = f"{key.lane}{SCHEDULED_MARK}{attrs[schema.SK]['S'][1:]}"
                 found[item_id] = _item(
                     {k: v for k, v in attrs.items() if k not in (schema.PK, schema.SK)}, item_id
                 )
@@ -1657,8 +1814,9 @@ class DynamoDBClaimLog:
         if limit <= 0:
             return []
         listed: list[Item] = []
-        position_floor = f"{key.lane}v"
-        if after < f"{key.lane}w":
+        position_floor = f"{key.lane}{POSITION_MARK}"
+        schedule_floor = f"{key.lane}{SCHEDULED_MARK}"
+        if after < schedule_floor:
             head = self._head(key, "list")
             records = list(head.records.values())
             if head.spilled:
@@ -1703,7 +1861,7 @@ class DynamoDBClaimLog:
                 length = len(last.get(schema.LOG_ITEMS, {}).get("L", [])) or 1
                 position = _row_position(last) + length
         if len(listed) < limit:
-            start = _schedule_sk(after, key.lane) if after > f"{key.lane}w" else schema.LOG_SCHEDULE_PREFIX
+            start = _schedule_sk(after, key.lane) if after > schedule_floor else schema.LOG_SCHEDULE_PREFIX
             rows, _ = self._query(
                 "list",
                 KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
@@ -1716,7 +1874,7 @@ class DynamoDBClaimLog:
                 Limit=limit - len(listed) + 1,
             )
             for attrs in rows:
-                item_id = f"{key.lane}w{attrs[schema.SK]['S'][1:]}"
+                item_id = f"{key.lane}{SCHEDULED_MARK}{attrs[schema.SK]['S'][1:]}"
                 if item_id > after:
                     listed.append(
                         _item({k: v for k, v in attrs.items() if k not in (schema.PK, schema.SK)}, item_id)
@@ -1745,6 +1903,26 @@ class DynamoDBClaimLog:
                 rows = [first, *rows]
         return rows
 
+    def skip_waiting(self, key: LogKey, *, now: datetime) -> int:
+        for attempt in range(_RETRIES + 1):
+            head = self._head(key, "clear")
+            if not head.exists or head.cursor >= head.tail:
+                return 0
+            dropped = [p for p in head.tombstones if head.cursor <= p < head.tail]
+            change = _Change(_key(key, schema.LOG_HEAD_SK))
+            cur = change.name(schema.LOG_CURSOR)
+            change.sets.append(f"{cur} = {change.value(_num(head.tail))}")
+            change.conditions.append(f"{cur} = {change.value(_num(head.cursor))}")
+            if dropped:
+                change.deletes.append(
+                    f"{change.name(schema.LOG_TOMBSTONES)} {change.value(_numbers(dropped))}"
+                )
+            if self._update(change, "clear") is None:
+                self._backoff(attempt)
+                continue
+            return head.tail - head.cursor - len(dropped)
+        raise StoreThrottledError("clear kept losing to concurrent claims; retry")
+
     def purge(self, key: LogKey, *, limit: int) -> int:
         if limit <= 0:
             return 0
@@ -1756,11 +1934,13 @@ class DynamoDBClaimLog:
             ProjectionExpression="#pk, #sk",
             Limit=limit + 1,
         )
-        others = [r for r in rows if r[schema.SK]["S"] != schema.LOG_HEAD_SK][:limit]
-        keys = [{schema.PK: r[schema.PK], schema.SK: r[schema.SK]} for r in others]
-        if len(keys) < limit and len(rows) == len(others) + 1 and len(rows) <= limit:
-            # Nothing but the head is left (or fits in this page): the head goes last.
-            keys.append(_key(key, schema.LOG_HEAD_SK))
+        if len(rows) <= limit:
+            # The last page: everything left goes, the head with it.
+            chosen = rows
+        else:
+            # The head goes last: other rows first.
+            chosen = [r for r in rows if r[schema.SK]["S"] != schema.LOG_HEAD_SK][:limit]
+        keys = [{schema.PK: r[schema.PK], schema.SK: r[schema.SK]} for r in chosen]
         self._batch_delete(keys, "purge")
         return len(keys)
 

@@ -41,8 +41,9 @@ Claim logs (engine v3, docs/adr/0100-engine-v3-candidates.md; ``querator.ports.l
       (token -> count, deadline, claimed at, settled positions, version, explicit positions of a
       split-off record) with each record's first position in ``la`` (token -> start), tombstones
       ``tb`` (positions deleted while waiting), counters (``nl`` positions leased, ``sp`` records
-      spilled, ``ns`` scheduled, ``lg`` the largest item) and lower bounds (``se`` of the spilled
-      records' deadlines, ``nd`` of the schedule's due times, moved with the schedule version ``sv``).
+      spilled, ``ns`` scheduled, ``tp``/``tc`` produced and completed, ``lg`` the largest item),
+      the first position ``fs``, and lower bounds (``se`` of the spilled records' deadlines, ``nd``
+      of the schedule's due times, moved with the schedule version ``sv``).
     - ``P<16 hex start><token>``: a lease record spilled out of the head (at 32 records the claim
       that adds one moves the 16 oldest out in one transaction); a settle finds the record of a
       position with one Query on ``P`` up to ``P<position>~``, descending.
@@ -176,6 +177,9 @@ LOG_SCHEDULE_VERSION = "sv"
 LOG_LARGEST = "lg"
 #: The log's first position (the clock when it was first written): where a hole at its very start begins.
 LOG_FIRST = "fs"
+#: Items produced and positions completed, ever (``LogHead.produced``, ``completed``).
+LOG_PRODUCED = "tp"
+LOG_COMPLETED = "tc"
 # A packed row: its items; a filler's flag.
 LOG_ITEMS = "it"
 LOG_FILLER = "f"
