@@ -274,3 +274,18 @@ def test_sixteen_consumers_waste_under_a_tenth_of_a_write_per_leased_item(moto_s
     assert delivered == Counter(range(800))
     spent = meter.snapshot()
     assert spent.failed_conditional_writes / 800 < 0.1
+
+
+def test_a_late_writer_moves_the_filled_row_and_every_row_after_it(logged: Logged) -> None:
+    log = logged.log
+    taken = log.take_positions(KEY, 20, now=NOW)
+    claim = log.claim(KEY, count=1, deadline=NOW + LEASE, now=NOW)  # the first position only
+    late = NOW + timedelta(seconds=HOLE_TIMEOUT_S)
+    assert log.collect(KEY, claim.token, now=late).holes == []
+    # Two rows of 10 KB items: the first starts at the filled position, the second does not.
+    written = log.write_taken(KEY, taken, [item(n, 10_000) for n in range(20)], now=late)
+    assert all(w.id not in taken for w in written)
+    rest = log.claim(KEY, count=40, deadline=late + LEASE, now=late)
+    # The positions it gave up were filled by the writer itself: no hole for a claim to wait on.
+    assert rest.holes == []
+    assert [number(i) for i in rest.items] == list(range(20))

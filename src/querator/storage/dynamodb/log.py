@@ -137,7 +137,9 @@ def _row_position(attrs: AttributeMap) -> int:
 
 
 def _row_length(attrs: AttributeMap) -> int:
-    """Positions a row covers: its items, or one for a filler."""
+    """Positions a row covers: its items, or a filler's count (one unless it says)."""
+    if schema.LOG_FILLER in attrs:
+        return int(attrs.get(schema.LOG_COUNT, {"N": "1"})["N"])
     return len(attrs.get(schema.LOG_ITEMS, {}).get("L", [])) or 1
 
 
@@ -215,12 +217,17 @@ def _row(key: LogKey, first: int, entries: Sequence[AttributeMap], items: Sequen
     }
 
 
-def _filler(key: LogKey, position: int, now: datetime) -> AttributeMap:
-    return {
+def _filler(key: LogKey, position: int, now: datetime, count: int = 1) -> AttributeMap:
+    """A filler row. A lease fills one position per row (a late writer's row may start at any of
+    them); only a writer giving up positions of its own fills several with one (``count``)."""
+    attrs = {
         **_key(key, _row_sk(position)),
         schema.LOG_FILLER: {"BOOL": True},
         schema.TTL: _num(int((now + _ROW_TTL).timestamp())),
     }
+    if count > 1:
+        attrs[schema.LOG_COUNT] = _num(count)
+    return attrs
 
 
 # -- what the head and records say ----------------------------------------------------------------
@@ -641,8 +648,7 @@ class DynamoDBClaimLog:
         for row in rows:
             at = _row_position(row)
             if schema.LOG_FILLER in row:
-                if at in want:
-                    found.filled.add(at)
+                found.filled.update(p for p in range(at, at + _row_length(row)) if p in want)
                 continue
             for offset, entry in enumerate(row.get(schema.LOG_ITEMS, {}).get("L", [])):
                 if at + offset in want:
@@ -776,12 +782,27 @@ class DynamoDBClaimLog:
             there = self._get_row(key, positions[span.start])
             return there is not None and schema.LOG_FILLER not in there
 
-        written = self._each(put, spans)
+        if self._concurrency <= 1 or len(spans) <= 1:
+            # One at a time, in order: the first row found filled stops the write, and it and every
+            # row after it go to new positions (the port's order for a writer taken for dead).
+            written: list[bool] = []
+            for span in spans:
+                # After a filled row: not written here, moved with it.
+                written.append(put(span) if not written or written[-1] else False)
+        else:
+            # In parallel (a big append): a row found filled moves; rows after it that were written
+            # stay where they are (delivered once all the same, ahead of the moved row).
+            written = self._each(put, spans)
         stored = [
             replace(item, id=position_id(key.lane, positions[n]), lease_deadline=None)
             for n, item in enumerate(items)
         ]
         late = [i for span, ok in zip(spans, written, strict=True) if not ok for i in span]
+        given_up = [span for n, span in enumerate(spans) if not written[n] and n and not written[n - 1]]
+        for span in given_up:
+            # A row after the filled one, never written: its positions are filled now, by this
+            # writer (they are its own), so no claim waits HOLE_TIMEOUT for them.
+            self._put_absent(_filler(key, positions[span.start], now, len(span)), "produce")
         if late:
             # A lease took this writer for dead and filled the row's first position: its items (and,
             # written one at a time, the rows after it) go to new positions at the tail.
@@ -1858,7 +1879,7 @@ class DynamoDBClaimLog:
                         elif head.cursor <= p < head.tail and p not in head.tombstones:
                             listed.append(item)
                 last = rows[-1]
-                length = len(last.get(schema.LOG_ITEMS, {}).get("L", [])) or 1
+                length = _row_length(last)
                 position = _row_position(last) + length
         if len(listed) < limit:
             start = _schedule_sk(after, key.lane) if after > schedule_floor else schema.LOG_SCHEDULE_PREFIX
@@ -1898,7 +1919,7 @@ class DynamoDBClaimLog:
         )
         if first is not None:
             at = _row_position(first)
-            length = len(first.get(schema.LOG_ITEMS, {}).get("L", [])) or 1
+            length = _row_length(first)
             if at + length > position:
                 rows = [first, *rows]
         return rows
