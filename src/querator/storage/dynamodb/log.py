@@ -184,6 +184,9 @@ def _entry(item: Item) -> AttributeMap:
     attrs = codec.encode_item("", 0, item)
     for name in (schema.PK, schema.SK, schema.LEASE_DEADLINE):
         attrs.pop(name, None)
+    if not item.attempts:
+        # Most items are stored never leased: 0 is what a missing count decodes to.
+        attrs.pop(schema.ATTEMPTS, None)
     return attrs
 
 
@@ -618,6 +621,7 @@ class DynamoDBClaimLog:
         that starts at or before ``first``, in position order."""
         rows: list[AttributeMap] = []
         start_key: AttributeMap | None = None
+        limit = 1
         while True:
             kwargs: dict[str, Any] = {
                 "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :lo AND :hi",
@@ -628,7 +632,10 @@ class DynamoDBClaimLog:
                     ":hi": {"S": _row_sk(last)},
                 },
                 "ScanIndexForward": False,
-                "Limit": 1 if start_key is None else _ROW_PAGE,
+                # A Query pays for every row up to its limit: the first page reads one row (it
+                # often holds the whole run), the next ones as many as rows of that size would
+                # take to reach ``first``.
+                "Limit": limit,
             }
             if start_key is not None:
                 kwargs["ExclusiveStartKey"] = start_key
@@ -637,8 +644,10 @@ class DynamoDBClaimLog:
                 rows.append(row)
                 if _row_position(row) <= first:
                     return rows[::-1]
-            if start_key is None:
+            if start_key is None or not rows:
                 return rows[::-1]
+            short = _row_position(rows[-1]) - first
+            limit = max(1, min(_ROW_PAGE, -(-short // _row_length(rows[-1]))))
 
     @staticmethod
     def _read(rows: Iterable[AttributeMap], wanted: Iterable[int]) -> _Found:
