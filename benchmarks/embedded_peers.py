@@ -5,12 +5,14 @@ Run ``uv run --with persist-queue --with litequeue python -m benchmarks.local_st
 for the benchmark only (``--with``): they are not dependencies of the project, and the run stops
 with that command when one is missing.
 
-Three queues, each in its own file of a temporary directory, with the same durability: WAL and
+Four queues, each in its own file of a temporary directory, with the same durability: WAL and
 ``synchronous=NORMAL`` (a commit survives the process being killed, not an OS crash; Querator's
 default, litequeue's own setting, and set on persist-queue's connection, whose default is FULL):
 
 - ``querator``: ``querator.embedded.Embedded("sqlite:PATH")``, the whole in-process path a user
   calls (client, request validation, service, store; the reaper thread running);
+- ``claim log``: engine v3's ``SQLiteClaimLog`` through its port (``append``, ``claim`` + ``settle``),
+  the store alone, without the service above it;
 - ``persist-queue``: ``persistqueue.SQLiteAckQueue`` (``put``, ``get`` + ``ack``);
 - ``litequeue``: ``litequeue.LiteQueue`` (``put``, ``pop`` + ``done``).
 
@@ -19,8 +21,8 @@ default, litequeue's own setting, and set on persist-queue's connection, whose d
 put, so none), then ``lease+complete b1`` (one item leased and completed a call; the peers have no
 batch lease: their per-item get + ack). Each workload runs in ``rounds`` rounds, and in each round
 every queue takes its share in turn (the order rotating), so a slow spell of the shared machine
-falls on all three. Items/s is items over the summed time of a queue's rounds; the ratio is
-Querator's items/s over the best peer's.
+falls on all four. Items/s is items over the summed time of a queue's rounds; each ratio is one of
+Querator's (the embedded v2 store, the claim log) items/s over the best peer's.
 """
 
 from __future__ import annotations
@@ -32,10 +34,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from querator.domain.model import UTC, Item
 from querator.embedded import Embedded
+from querator.ports import Guard
+from querator.ports.log import LogKey, Settlement
+from querator.storage.sqlite import SQLiteClaimLog, SQLiteDatabase
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,6 +79,35 @@ class _Querator:
 
     def close(self) -> None:
         self._queue.close()
+
+
+class _ClaimLog:
+    """Engine v3's SQLite claim log through its port (``SQLiteClaimLog``: append / claim / settle),
+    without the service above it: the store's own speed, what issue 35's embedded rows measure."""
+
+    name = "claim log"
+
+    def __init__(self, directory: Path) -> None:
+        self._database = SQLiteDatabase(directory / "claim-log.db")
+        self._log = SQLiteClaimLog(self._database)
+        self._key = LogKey("bench", 0)
+
+    def produce(self, count: int, batch: int) -> None:
+        now = datetime.now(UTC)
+        item = Item(id="", payload=PAYLOAD, created_at=now, expire_deadline=now + timedelta(hours=24))
+        for start in range(0, count, batch):
+            self._log.append(self._key, [item] * min(batch, count - start), now=datetime.now(UTC))
+
+    def deliver(self, count: int) -> None:
+        for _ in range(count):
+            now = datetime.now(UTC)
+            claim = self._log.claim(self._key, count=1, deadline=now + timedelta(minutes=5), now=now)
+            if not claim.items:
+                raise RuntimeError("claim log: nothing to claim")
+            self._log.settle(self._key, [Settlement(id=claim.items[0].id)], guard=Guard.LEASE_VALID, now=now)
+
+    def close(self) -> None:
+        self._database.close()
 
 
 class _PersistQueue:
@@ -174,7 +210,7 @@ def measure(count: int = COUNT, rounds: int = ROUNDS) -> tuple[Result, list[str]
     share = count // rounds
     result = Result()
     with tempfile.TemporaryDirectory(prefix="querator-peers-") as tmp:
-        queues = [_Querator(Path(tmp)), *(peer(Path(tmp)) for peer in PEERS)]
+        queues = [_Querator(Path(tmp)), _ClaimLog(Path(tmp)), *(peer(Path(tmp)) for peer in PEERS)]
         try:
             for workload in WORKLOADS:
                 for round_ in range(rounds):
@@ -195,9 +231,17 @@ def measure(count: int = COUNT, rounds: int = ROUNDS) -> tuple[Result, list[str]
     return result, [queue.name for queue in queues]
 
 
+#: The queues that are Querator's, each compared with the best peer.
+OURS = ("querator", "claim log")
+
+
 def report(result: Result, names: list[str], count: int, rounds: int) -> str:
+    ours = [name for name in names if name in OURS]
     head = (
-        f"{'workload':18} | " + " ".join(f"{name:>14}" for name in names) + f" | {'querator/best peer':>18}"
+        f"{'workload':18} | "
+        + " ".join(f"{name:>14}" for name in names)
+        + " | "
+        + " ".join(f"{name + '/best peer':>20}" for name in ours)
     )
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
@@ -207,19 +251,23 @@ def report(result: Result, names: list[str], count: int, rounds: int) -> str:
         "-" * len(head),
     ]
     for workload in WORKLOADS:
-        rates = [result.rate(name, workload) for name in names]
-        peers = [rate for rate in rates[1:] if rate is not None]
-        ours = rates[0]
-        ratio = f"{ours / max(peers):17.2f}x" if ours is not None and peers else f"{'-':>18}"
+        rates = {name: result.rate(name, workload) for name in names}
+        peers = [rate for name, rate in rates.items() if name not in OURS and rate is not None]
+        ratios = []
+        for name in ours:
+            rate = rates[name]
+            ratios.append(f"{rate / max(peers):19.2f}x" if rate is not None and peers else f"{'-':>20}")
         lines.append(
             f"{workload:18} | "
-            + " ".join(f"{rate:14,.0f}" if rate is not None else f"{'-':>14}" for rate in rates)
-            + f" | {ratio}"
+            + " ".join(f"{rate:14,.0f}" if rate is not None else f"{'-':>14}" for rate in rates.values())
+            + " | "
+            + " ".join(ratios)
         )
     lines.append(
-        "querator: Embedded('sqlite:PATH'), produce b100 = 100 items a call; persist-queue: SQLiteAckQueue"
+        "querator: Embedded('sqlite:PATH'), produce b100 = 100 items a call; claim log: engine v3's"
+        " SQLiteClaimLog through its port (append; claim 1 + settle); persist-queue: SQLiteAckQueue"
         " (no batch put); litequeue: LiteQueue, b100 = 100 puts in one transaction. lease+complete b1:"
-        " lease 1 + complete / get + ack / pop + done."
+        " lease 1 + complete / claim + settle / get + ack / pop + done."
     )
     return "\n".join(lines)
 

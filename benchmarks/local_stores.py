@@ -3,10 +3,10 @@
 Run ``uv run python -m benchmarks.local_stores`` (``--quick`` for a smaller run; ``--depths
 0,10000,100000`` for the deep case; ``--idle 600`` for the issue's ten idle minutes).
 
-``--embedded`` runs the in-process comparison instead: ``querator.embedded`` on SQLite against
-persist-queue and litequeue, interleaved (``benchmarks.embedded_peers``; the peers are installed for
-the run only: ``uv run --with persist-queue --with litequeue python -m benchmarks.local_stores
---embedded``).
+``--embedded`` runs the in-process comparison instead: ``querator.embedded`` on SQLite and engine
+v3's SQLite claim log (through its port) against persist-queue and litequeue, interleaved
+(``benchmarks.embedded_peers``; the peers are installed for the run only: ``uv run --with
+persist-queue --with litequeue python -m benchmarks.local_stores --embedded``).
 
 For each store (``sqlite`` in a temporary file, ``sqlite-full`` the same with ``?sync=full``,
 ``memory``, ``dynamodb`` = the embedded

@@ -326,6 +326,7 @@ def test_any_guard_moves_waiting_and_scheduled_items_too(claim_log: ClaimLog) ->
     )
 
     assert sorted(moved.applied) == sorted([waiting[0].id, scheduled[0].id])
+    assert claim_log.head(KEY).waiting == 1
     assert _payloads(_claim(claim_log, 10).items) == [b"stays"]
     assert claim_log.head(KEY).scheduled == 0
     assert claim_log.head(urgent).scheduled == 1

@@ -88,6 +88,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     old.execute("ALTER TABLE queues DROP COLUMN rate_limit")
     old.execute("ALTER TABLE queues DROP COLUMN rate_limit_per_group")
     old.execute("DROP TABLE rate_buckets")
+    for table in ("log_heads", "log_rows", "log_leases", "log_schedule"):  # schema 7's claim logs
+        old.execute(f"DROP TABLE {table}")
     old.execute("UPDATE querator_meta SET value = '1' WHERE key = 'schema_version'")
     old.execute("PRAGMA user_version = 1")
     old.commit()
@@ -118,8 +120,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
     assert len(upgraded.lease("jobs", batch_size=10, client_id="c", timeout=timedelta(0)).items) == 1
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
-    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "6"
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "7"
     check.close()
 
 

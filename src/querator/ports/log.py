@@ -60,16 +60,18 @@ class LogKey:
 class LogHead:
     """What a log's head says; zeros for a log never written. One strong read of one small row.
 
-    ``tail - cursor`` positions are waiting (some may be holes being written, or deleted while
-    waiting). ``next_expiry`` and ``next_due`` are lower bounds: no record expires and no scheduled
-    item is due before them (``None``: none at all), so a lease reads what is due only when they
-    have passed.
+    ``waiting`` positions are waiting: ``tail - cursor`` but for ``skipped`` (deleted while
+    waiting), some of them holes being written. ``next_expiry`` and ``next_due`` are lower bounds:
+    no record expires and no scheduled item is due before them (``None``: none at all), so a lease
+    reads what is due only when they have passed.
     """
 
     #: The next position the sequencer hands out.
     tail: int = 0
     #: Every position below it is claimed (or was filled or deleted while waiting).
     cursor: int = 0
+    #: Positions at or above the cursor that claims will skip (deleted, or moved, while waiting).
+    skipped: int = 0
     #: Lease records in flight, and the positions they hold that are not settled yet.
     leases: int = 0
     leased: int = 0
@@ -86,7 +88,7 @@ class LogHead:
 
     @property
     def waiting(self) -> int:
-        return self.tail - self.cursor
+        return self.tail - self.cursor - self.skipped
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING
 from querator.domain.errors import ConflictError, QueueAlreadyExistsError, QueueNotFoundError
 from querator.ports import PartitionHead
 from querator.storage.engine import SortedRowsStore
+from querator.storage.log_engine import ClaimLogEngine, HeadRow, PackedRow, RunRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
     from querator.domain.model import Item, ItemState, QueueInfo
     from querator.ports import IdempotencyRecord, LeaseRecord
+    from querator.ports.log import LogKey
 
 
 @dataclass(slots=True)
@@ -184,6 +186,276 @@ class InMemoryItemStore(SortedRowsStore):
     def _read(self) -> Iterator[_MemoryRows]:
         with self._lock:
             yield self._rows
+
+    _write = _read
+
+
+@dataclass(slots=True)
+class _Log:
+    """One claim log's rows: the head, packed rows by first position, lease records by token (which
+    sorts by run) and by deadline, schedule rows by id (which sorts by due time)."""
+
+    head: HeadRow
+    firsts: list[int] = field(default_factory=list)
+    rows: dict[int, PackedRow] = field(default_factory=dict)
+    tokens: list[str] = field(default_factory=list)
+    records: dict[str, RunRecord] = field(default_factory=dict)
+    deadlines: list[tuple[int, str]] = field(default_factory=list)
+    schedule_ids: list[str] = field(default_factory=list)
+    schedule: dict[str, bytes] = field(default_factory=dict)
+
+
+class _MemoryLogRows:
+    """``log_engine.LogRows`` over sorted lists and dicts; the caller holds the store's lock.
+
+    Every change pushes its inverse on ``undo``: a call that raises midway is rolled back whole, as
+    SQLite's transaction is (the engine writes as it goes).
+    """
+
+    def __init__(self) -> None:
+        self._logs: dict[LogKey, _Log] = {}
+        self.undo: list[Callable[[], None]] = []
+
+    def _log(self, key: LogKey) -> _Log | None:
+        return self._logs.get(key)
+
+    def head(self, key: LogKey) -> HeadRow | None:
+        log = self._logs.get(key)
+        return None if log is None else replace(log.head)
+
+    def put_head(self, key: LogKey, head: HeadRow) -> None:
+        log = self._logs[key]
+        old = log.head
+        log.head = replace(head)
+        self.undo.append(lambda: setattr(log, "head", old))
+
+    def advance(
+        self, key: LogKey, count: int, max_leased: int | None = None
+    ) -> tuple[int, int, tuple[int, ...]] | None:
+        log = self._logs.get(key)
+        if max_leased is not None:
+            count = min(count, max_leased - (0 if log is None else log.head.leased))
+        if log is None or log.head.cursor >= log.head.tail or count <= 0:
+            return None
+        head = replace(log.head)
+        start, head.cursor = head.cursor, min(head.cursor + count, head.tail)
+        head.leases += 1
+        head.leased += head.cursor - start
+        self.put_head(key, head)
+        return start, head.cursor, head.tombstones
+
+    def skip(self, key: LogKey) -> tuple[int, int, tuple[int, ...]] | None:
+        log = self._logs.get(key)
+        if log is None:
+            return None
+        head = log.head
+        self.put_head(key, replace(head, cursor=head.tail, tombstones=()))
+        return head.cursor, head.tail, head.tombstones
+
+    def set_tombstones(self, key: LogKey, tombstones: tuple[int, ...]) -> None:
+        self.put_head(key, replace(self._logs[key].head, tombstones=tombstones))
+
+    def take(
+        self,
+        key: LogKey,
+        count: int,
+        *,
+        start: int,
+        produce: bool,
+        scheduled: int = 0,
+        largest: int = 0,
+        produced: int = 0,
+    ) -> int:
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = _Log(head=HeadRow(tail=start, cursor=start))
+            self.undo.append(lambda: self._forget(key))
+        head = replace(log.head)
+        first = head.tail
+        head.tail += count
+        head.scheduled += scheduled
+        head.largest = max(head.largest, largest)
+        head.produced += (count if produce else 0) + produced
+        self.put_head(key, head)
+        return first
+
+    def _forget(self, key: LogKey) -> None:
+        self._logs.pop(key, None)
+
+    def add_counts(
+        self, key: LogKey, *, leases: int = 0, leased: int = 0, scheduled: int = 0, completed: int = 0
+    ) -> None:
+        head = replace(self._logs[key].head)
+        head.leases += leases
+        head.leased += leased
+        head.scheduled += scheduled
+        head.completed += completed
+        self.put_head(key, head)
+
+    def next_times(self, key: LogKey) -> tuple[int | None, str | None]:
+        log = self._logs[key]
+        return (log.deadlines[0][0] if log.deadlines else None), (
+            log.schedule_ids[0] if log.schedule_ids else None
+        )
+
+    def rows(self, key: LogKey, start: int, end: int, limit: int) -> list[PackedRow]:
+        log = self._logs.get(key)
+        if log is None:
+            return []
+        first = max(bisect.bisect_right(log.firsts, start) - 1, 0)
+        last = min(bisect.bisect_left(log.firsts, end, first), first + limit)
+        return [log.rows[f] for f in log.firsts[first:last]]
+
+    def put_rows(self, key: LogKey, rows: Sequence[PackedRow]) -> None:
+        log = self._logs[key]
+        for row in rows:
+            if row.first in log.rows:
+                raise RuntimeError(f"row {row.first} of {key} is written once")
+            bisect.insort(log.firsts, row.first)
+            log.rows[row.first] = row
+            self.undo.append(lambda first=row.first: self._unput(log, first))  # type: ignore[misc]
+
+    @staticmethod
+    def _unput(log: _Log, first: int) -> None:
+        del log.rows[first]
+        log.firsts.remove(first)
+
+    def record(self, key: LogKey, token: str) -> RunRecord | None:
+        log = self._logs.get(key)
+        return None if log is None else log.records.get(token)
+
+    def records_of_run(self, key: LogKey, position: int) -> list[RunRecord]:
+        log = self._logs.get(key)
+        if log is None:
+            return []
+        at = bisect.bisect_left(log.tokens, f"{position + 1:016x}")
+        if at == 0:
+            return []
+        run = log.tokens[at - 1][:16]
+        first = bisect.bisect_left(log.tokens, run)
+        return [log.records[t] for t in log.tokens[first:at]]
+
+    def records_after(self, key: LogKey, token: str, limit: int) -> list[RunRecord]:
+        log = self._logs.get(key)
+        if log is None:
+            return []
+        at = bisect.bisect_right(log.tokens, token)
+        return [log.records[t] for t in log.tokens[at : at + limit]]
+
+    def records_due(self, key: LogKey, deadline_us: int, limit: int) -> list[RunRecord]:
+        log = self._logs.get(key)
+        if log is None:
+            return []
+        last = min(bisect.bisect_right(log.deadlines, (deadline_us, "~")), limit)
+        return [log.records[t] for _, t in log.deadlines[:last]]
+
+    def put_record(self, key: LogKey, record: RunRecord) -> None:
+        log = self._logs[key]
+        old = log.records.get(record.token)
+        if old is not None:
+            self._unrecord(log, old)
+        self._record(log, record)
+
+        def undo() -> None:
+            self._unrecord(log, record)
+            if old is not None:
+                self._record(log, old)
+
+        self.undo.append(undo)
+
+    @staticmethod
+    def _record(log: _Log, record: RunRecord) -> None:
+        log.records[record.token] = record
+        bisect.insort(log.tokens, record.token)
+        bisect.insort(log.deadlines, (record.deadline_us, record.token))
+
+    @staticmethod
+    def _unrecord(log: _Log, record: RunRecord) -> None:
+        del log.records[record.token]
+        del log.tokens[bisect.bisect_left(log.tokens, record.token)]
+        del log.deadlines[bisect.bisect_left(log.deadlines, (record.deadline_us, record.token))]
+
+    def drop_record(self, key: LogKey, token: str) -> None:
+        log = self._logs[key]
+        old = log.records.get(token)
+        if old is not None:
+            self._unrecord(log, old)
+            self.undo.append(lambda: self._record(log, old))
+
+    def scheduled(self, key: LogKey, after: str, until: str, limit: int) -> list[tuple[str, bytes]]:
+        log = self._logs.get(key)
+        if log is None:
+            return []
+        first = bisect.bisect_right(log.schedule_ids, after)
+        last = min(bisect.bisect_right(log.schedule_ids, until, first), first + limit)
+        return [(i, log.schedule[i]) for i in log.schedule_ids[first:last]]
+
+    def put_scheduled(self, key: LogKey, item_id: str, blob: bytes) -> None:
+        log = self._logs[key]  # the call's ``take`` made the head
+        bisect.insort(log.schedule_ids, item_id)
+        log.schedule[item_id] = blob
+        self.undo.append(lambda: self._unschedule(log, item_id))
+
+    @staticmethod
+    def _unschedule(log: _Log, item_id: str) -> None:
+        del log.schedule[item_id]
+        log.schedule_ids.remove(item_id)
+
+    def drop_scheduled(self, key: LogKey, item_id: str) -> bool:
+        log = self._logs.get(key)
+        if log is None or item_id not in log.schedule:
+            return False
+        blob = log.schedule[item_id]
+        self._unschedule(log, item_id)
+
+        def undo() -> None:
+            bisect.insort(log.schedule_ids, item_id)
+            log.schedule[item_id] = blob
+
+        self.undo.append(undo)
+        return True
+
+    def purge(self, key: LogKey, limit: int) -> int:
+        log = self._logs.get(key)
+        if log is None:
+            return 0
+        removed = 0
+        for first in log.firsts[:limit]:
+            del log.rows[first]
+        removed += len(log.firsts[:limit])
+        del log.firsts[:limit]
+        for token in list(log.tokens[: limit - removed]):
+            self._unrecord(log, log.records[token])
+            removed += 1
+        for item_id in list(log.schedule_ids[: limit - removed]):
+            self._unschedule(log, item_id)
+            removed += 1
+        if removed < limit:
+            del self._logs[key]
+            removed += 1
+        # A purge is paged and idempotent: one that raised is simply called again, so no undo.
+        return removed
+
+
+class InMemoryClaimLog(ClaimLogEngine):
+    """``ClaimLog`` in this process's memory; thread-safe, lost when the process ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows = _MemoryLogRows()
+
+    @contextmanager
+    def _read(self) -> Iterator[_MemoryLogRows]:
+        with self._lock:
+            self._rows.undo = []
+            try:
+                yield self._rows
+            except BaseException:
+                for undo in reversed(self._rows.undo):
+                    undo()
+                raise
+            finally:
+                self._rows.undo = []
 
     _write = _read
 
