@@ -865,6 +865,7 @@ class DynamoDBClaimLog:
         return LogHead(
             tail=head.tail,
             cursor=head.cursor,
+            skipped=sum(1 for p in head.tombstones if head.cursor <= p < head.tail),
             leases=len(head.records) + head.spilled,
             leased=head.leased,
             scheduled=head.scheduled,
