@@ -61,9 +61,9 @@ class LogHead:
     """What a log's head says; zeros for a log never written. One strong read of one small row.
 
     ``waiting`` positions are waiting: ``tail - cursor`` but for ``skipped`` (deleted while
-    waiting), some of them holes being written. ``next_expiry`` and ``next_due`` are lower bounds: no record expires and no scheduled
-    item is due before them (``None``: none at all), so a lease reads what is due only when they
-    have passed.
+    waiting), some of them holes being written. ``next_expiry`` and ``next_due`` are lower bounds:
+    no record expires and no scheduled item is due before them (``None``: none at all), so a lease
+    reads what is due only when they have passed.
     """
 
     #: The next position the sequencer hands out.

@@ -27,6 +27,30 @@ Items table (docs/adr/0050-engine-v2.md)
     queue's, ``g<16 hex>`` a group's; a partition key each, so no bucket's writes crowd another's),
     a day after they were last full.
 
+Claim logs (engine v3, docs/adr/0100-engine-v3-candidates.md; ``querator.ports.log``)
+    One log (``LogKey``: a lane of a partition) is one partition key of the items table,
+    ``<queue>~<partition>~v<lane>`` (``log_partition_key``), apart from engine v2's keys. Under it,
+    told apart by their first character:
+
+    - ``D<16 hex position>``: a packed row, written once, holding the items (codec maps without
+      ids) at consecutive positions from the one in its key; ``ttl`` is its items' latest expire
+      deadline plus a day (DynamoDB deletes it free). A filler row (``f``, no items) marks one
+      position of a filled hole: one per position, so a late writer whose row starts anywhere in
+      a filled range finds its first position taken.
+    - ``H``: the head: the sequencer ``tail``, the claim cursor ``cur``, lease records in ``ls``
+      (token -> count, deadline, claimed at, settled positions, version, explicit positions of a
+      split-off record) with each record's first position in ``la`` (token -> start), tombstones
+      ``tb`` (positions deleted while waiting), counters (``nl`` positions leased, ``sp`` records
+      spilled, ``ns`` scheduled, ``tp``/``tc`` produced and completed, ``lg`` the largest item),
+      the first position ``fs``, and lower bounds (``se`` of the spilled records' deadlines, ``nd``
+      of the schedule's due times, moved with the schedule version ``sv``).
+    - ``P<16 hex start><token>``: a lease record spilled out of the head (at 32 records the claim
+      that adds one moves the 16 oldest out in one transaction); a settle finds the record of a
+      position with one Query on ``P`` up to ``P<position>~``, descending.
+    - ``L<14 hex deadline us><16 hex start><token>``: a spilled record's deadline index, pointing at
+      its ``P`` row (``r``): ``expired`` is one Query from ``L`` to ``L<now>~``.
+    - ``S<14 hex due us><10 hex>``: a scheduled item, one row each, moved to the tail when due.
+
 Catalog table
     ``kind`` (S, hash) ``queue`` for queues (so ``queues.list`` is one ordered Query),
     ``reaper`` for the reaper's bookmark. ``name`` (S, range) the queue name.
@@ -130,6 +154,55 @@ def bucket_key(queue: str, bucket: str) -> dict[str, dict[str, str]]:
     return {PK: {"S": f"{queue}{SEPARATOR}rate{SEPARATOR}{bucket}"}, SK: {"S": IDEM_SK}}
 
 
+# Claim logs (engine v3): row kinds and attributes (see the docstring). Short: every name is billed.
+LOG_MARK = "v"
+LOG_HEAD_SK = "H"
+LOG_ROW_PREFIX = "D"
+LOG_RECORD_PREFIX = "P"
+LOG_EXPIRY_PREFIX = "L"
+LOG_SCHEDULE_PREFIX = "S"
+#: Bytes of encoded items a packed row takes at most (an item larger than that gets a row alone).
+LOG_ROW_BYTES = 16 * 1024
+LOG_TAIL = "tail"
+LOG_CURSOR = "cur"
+LOG_RECORDS = "ls"
+LOG_STARTS = "la"
+LOG_TOMBSTONES = "tb"
+LOG_LEASED = "nl"
+LOG_SPILLED = "sp"
+LOG_SPILLED_EXPIRY = "se"
+LOG_SCHEDULED = "ns"
+LOG_NEXT_DUE = "nd"
+LOG_SCHEDULE_VERSION = "sv"
+LOG_LARGEST = "lg"
+#: The log's first position (the clock when it was first written): where a hole at its very start begins.
+LOG_FIRST = "fs"
+#: Items produced and positions completed, ever (``LogHead.produced``, ``completed``).
+LOG_PRODUCED = "tp"
+LOG_COMPLETED = "tc"
+# A packed row: its items; a filler's flag.
+LOG_ITEMS = "it"
+LOG_FILLER = "f"
+# A lease record (a map in ``ls``, or a ``P`` row): count from its start, deadline and claim time
+# (us), settled (or moved, filled, deleted) positions, version, explicit positions, token, start.
+LOG_COUNT = "k"
+LOG_DEADLINE = "d"
+LOG_CLAIMED_AT = "c"
+LOG_SETTLED = "x"
+LOG_VERSION = "v"
+LOG_POSITIONS = "p"
+LOG_HOLES = "h"
+LOG_TOKEN = "t"  # noqa: S105 - an attribute name, not a secret
+LOG_START = "s"
+#: An ``L`` row's ``P`` row.
+LOG_RECORD_REF = "r"
+
+
+def log_partition_key(queue: str, partition: int, lane: str) -> str:
+    """The partition key of a claim log: a lane of a queue partition (``querator.ports.log``)."""
+    return f"{queue}{SEPARATOR}{partition}{SEPARATOR}{LOG_MARK}{lane}"
+
+
 # Catalog table.
 CATALOG_HASH = "kind"
 CATALOG_RANGE = "name"
@@ -191,8 +264,8 @@ def create_tables(client: Any, *, items_table: str, catalog_table: str) -> None:
             TableName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
         )
         if name == items_table:
-            # Only idempotency records and rate-limit buckets carry ``ttl``; items leave by
-            # completion or the reaper.
+            # Idempotency records, rate-limit buckets and claim log rows carry ``ttl``; engine
+            # v2's items leave by completion or the reaper.
             client.update_time_to_live(
                 TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL}
             )

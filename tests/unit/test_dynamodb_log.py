@@ -1,0 +1,293 @@
+"""Engine v3's claim log on DynamoDB, what only this store has (``storage/dynamodb/log.py``): the
+head's spill of lease records, packed rows, a dead writer's hole, contention of 16 consumers on a
+moto server, and TTL on the rows. The port's behaviour on every store is ``tests/contract``'s.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from moto import mock_aws
+
+from benchmarks.meter import CostMeter, item_size
+from querator.domain.model import Item
+from querator.domain.positions import HOLE_TIMEOUT_S, parse_position_id
+from querator.ports import Guard
+from querator.ports.log import LogKey, Settlement
+from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.log import HEAD_RECORDS, DynamoDBClaimLog
+from querator.testing import dynamodb_client
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+TABLE = "log-items"
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=timezone.utc)
+KEY = LogKey("q", 0)
+LEASE = timedelta(seconds=30)
+
+
+def item(n: int, size: int = 100, *, expire: timedelta = timedelta(days=1)) -> Item:
+    """An item whose payload starts with its number (to check what was delivered)."""
+    tag = f"{n:08d}".encode()
+    return Item(id="", payload=(tag + b"x" * size)[:size], expire_deadline=NOW + expire, created_at=NOW)
+
+
+def number(stored: Item) -> int:
+    return int(stored.payload[:8])
+
+
+class Logged:
+    """A claim log over moto in process, with a meter on its client and a raw client to peek."""
+
+    def __init__(self, client: DynamoDBClient, raw: DynamoDBClient) -> None:
+        self.raw = raw
+        self.meter = CostMeter(raw)
+        self.meter.attach(client)
+        self.log = DynamoDBClaimLog(client, TABLE, concurrency=1)
+
+    def rows(self, prefix: str, key: LogKey = KEY) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": TABLE,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :p)",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": schema.log_partition_key(key.queue, key.partition, key.lane)},
+                ":p": {"S": prefix},
+            },
+        }
+        while True:
+            reply = self.raw.query(**kwargs)
+            found += reply.get("Items", [])
+            if "LastEvaluatedKey" not in reply:
+                return found
+            kwargs["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
+
+    def head_size(self) -> int:
+        (head,) = self.rows(schema.LOG_HEAD_SK)
+        return item_size(head)
+
+
+@pytest.fixture
+def logged() -> Iterator[Logged]:
+    with mock_aws():
+        client, raw = dynamodb_client(), dynamodb_client()
+        schema.create_tables(client, items_table=TABLE, catalog_table="log-catalog")
+        yield Logged(client, raw)
+
+
+# -- the spill ----------------------------------------------------------------------------------------
+
+
+def test_forty_leases_in_flight_keep_the_head_small_and_spilled_records_work(logged: Logged) -> None:
+    log = logged.log
+    log.append(KEY, [item(n) for n in range(400)], now=NOW)
+    claims = []
+    claim_units = []
+    for n in range(40):
+        logged.meter.reset()
+        claims.append(log.claim(KEY, count=10, deadline=NOW + LEASE + timedelta(seconds=n), now=NOW))
+        claim_units.append(logged.meter.snapshot())
+    assert all(len(c.items) == 10 for c in claims)
+    # The head never holds more than HEAD_RECORDS records: the rest are P/L rows.
+    assert logged.head_size() < 2048
+    head = log.head(KEY)
+    assert head.leases == 40
+    assert head.leased == 400
+    assert len(logged.rows(schema.LOG_RECORD_PREFIX)) >= 40 - HEAD_RECORDS
+    assert len(logged.rows(schema.LOG_EXPIRY_PREFIX)) == len(logged.rows(schema.LOG_RECORD_PREFIX))
+    # A claim costs the same with 5 leases in flight as with 39: the head does not grow with them
+    # (claims that spill pay the spill's transaction, amortized over the 16 records it moves).
+    # Each reads the head (under 4 KB: 1 unit) and the one or two rows of its run (16 KB read
+    # eventually consistent: 2 units each), and writes the head (under 2 KB: 2 units at most).
+    plain = [s for s in claim_units if "TransactWriteItems" not in s.requests_by_operation]
+    assert len(plain) >= 40 - 2
+    assert max(s.requests for s in plain) <= 4  # head, claim, one or two pages of rows
+    assert max(s.read_units for s in plain) <= 1 + 2 * 2
+    assert max(s.write_units for s in plain) <= 2
+    late = [s for s in plain[HEAD_RECORDS:] if s.requests == 3]
+    early = [s for s in plain[:HEAD_RECORDS] if s.requests == 3]
+    assert max(s.read_units for s in late) <= max(s.read_units for s in early)
+
+    oldest = claims[0]  # spilled: the oldest deadline goes first
+    assert logged.rows(schema.LOG_RECORD_PREFIX + f"{parse_position_id(oldest.items[0].id)[1]:016x}")  # type: ignore[index]
+    # Settle part of a spilled record, renew the rest, and let a second spilled one expire.
+    done = log.settle(KEY, [Settlement(id=i.id) for i in oldest.items[:4]], guard=Guard.LEASE_VALID, now=NOW)
+    assert len(done.applied) == 4
+    again = log.settle(KEY, [Settlement(id=oldest.items[0].id)], guard=Guard.LEASE_VALID, now=NOW)
+    assert again.rejected == [oldest.items[0].id]
+    later = NOW + timedelta(minutes=10)
+    renewed = log.renew(KEY, [i.id for i in oldest.items[4:]], deadline=later, now=NOW)
+    assert len(renewed.applied) == 6
+    expired = log.expired(KEY, now=NOW + LEASE + timedelta(seconds=1, microseconds=1), limit=10)
+    # Claims 0 and 1 were due at +30 s and +31 s; claim 0 was renewed past that.
+    assert [run.token for run in expired] == [claims[1].token]
+    assert [i.id for i in expired[0].items] == [i.id for i in claims[1].items]
+    moved = log.settle(
+        KEY,
+        [Settlement(id=i.id, to=KEY, item=i) for i in expired[0].items],
+        guard=Guard.LEASE_EXPIRED,
+        now=NOW + LEASE + timedelta(seconds=2),
+    )
+    assert len(moved.applied) == 10
+    assert log.head(KEY).waiting == 10  # back at the tail
+    # The renewed part of the spilled record is still held, and completes.
+    rest = log.settle(KEY, [Settlement(id=i.id) for i in oldest.items[4:]], guard=Guard.LEASE_VALID, now=NOW)
+    assert len(rest.applied) == 6
+    assert log.head(KEY).leases == 38
+
+
+# -- packing ------------------------------------------------------------------------------------------
+
+
+def test_a_hundred_small_items_are_one_row(logged: Logged) -> None:
+    logged.log.append(KEY, [item(n, 100) for n in range(100)], now=NOW)
+    rows = logged.rows(schema.LOG_ROW_PREFIX)
+    assert [len(r[schema.LOG_ITEMS]["L"]) for r in rows] == [100]
+
+
+def test_seventeen_kilobytes_of_items_are_two_rows(logged: Logged) -> None:
+    logged.log.append(KEY, [item(n, 1000) for n in range(17)], now=NOW)
+    rows = logged.rows(schema.LOG_ROW_PREFIX)
+    assert len(rows) == 2
+    assert sum(len(r[schema.LOG_ITEMS]["L"]) for r in rows) == 17
+    assert all(item_size(r) < schema.LOG_ROW_BYTES + 512 for r in rows)
+
+
+def test_a_large_item_gets_a_row_of_its_own(logged: Logged) -> None:
+    stored = logged.log.append(KEY, [item(0), item(1, 300_000), item(2)], now=NOW)
+    rows = logged.rows(schema.LOG_ROW_PREFIX)
+    assert [len(r[schema.LOG_ITEMS]["L"]) for r in rows] == [1, 1, 1]
+    claim = logged.log.claim(KEY, count=3, deadline=NOW + LEASE, now=NOW)
+    assert [i.id for i in claim.items] == [s.id for s in stored]
+    assert len(claim.items[1].payload) == 300_000
+
+
+def test_rows_carry_a_ttl_a_day_after_their_last_item_expires(logged: Logged) -> None:
+    logged.log.append(KEY, [item(0, expire=timedelta(hours=1)), item(1, expire=timedelta(hours=5))], now=NOW)
+    (row,) = logged.rows(schema.LOG_ROW_PREFIX)
+    assert int(row[schema.TTL]["N"]) == int((NOW + timedelta(hours=5, days=1)).timestamp())
+    ttl = logged.raw.describe_time_to_live(TableName=TABLE)["TimeToLiveDescription"]
+    assert ttl["AttributeName"] == schema.TTL
+
+
+# -- the dead writer ----------------------------------------------------------------------------------
+
+
+def test_a_dead_writers_hole_is_filled_and_the_late_write_lands_at_new_positions(logged: Logged) -> None:
+    log = logged.log
+    log.append(KEY, [item(n) for n in range(3)], now=NOW)
+    taken = log.take_positions(KEY, 4, now=NOW)  # a writer that stops here
+    log.append(KEY, [item(n) for n in range(7, 10)], now=NOW)
+    claim = log.claim(KEY, count=10, deadline=NOW + LEASE, now=NOW)
+    assert [number(i) for i in claim.items] == [0, 1, 2, 7, 8, 9]
+    assert claim.holes == taken
+    # Before HOLE_TIMEOUT the hole waits for its writer.
+    early = log.collect(KEY, claim.token, now=NOW + timedelta(seconds=HOLE_TIMEOUT_S / 2))
+    assert early.items == []
+    assert early.holes == taken
+    # After it, the hole is filled: done, never delivered.
+    late = NOW + timedelta(seconds=HOLE_TIMEOUT_S)
+    filled = log.collect(KEY, claim.token, now=late)
+    assert filled.items == []
+    assert filled.holes == []
+    assert len(logged.rows(schema.LOG_ROW_PREFIX)) == 2 + 4  # two packed rows and four fillers
+    # The writer was only late: its items go to new positions at the tail.
+    written = log.write_taken(KEY, taken, [item(n) for n in range(3, 7)], now=late)
+    assert [w.id for w in written] != taken
+    assert all(w.id > claim.items[-1].id for w in written)
+    settled = log.settle(KEY, [Settlement(id=i.id) for i in claim.items], guard=Guard.LEASE_VALID, now=late)
+    assert len(settled.applied) == 6
+    assert log.head(KEY).leases == 0  # the filled positions were settled with the fill
+    rest = log.claim(KEY, count=10, deadline=late + LEASE, now=late)
+    assert [number(i) for i in rest.items] == [3, 4, 5, 6]
+    assert [i.id for i in rest.items] == [w.id for w in written]
+
+
+def test_a_hole_in_another_claims_run_is_filled_from_where_it_begins(logged: Logged) -> None:
+    log = logged.log
+    log.append(KEY, [item(0)], now=NOW)
+    taken = log.take_positions(KEY, 6, now=NOW)
+    first = log.claim(KEY, count=3, deadline=NOW + LEASE, now=NOW)  # item 0 and two holes
+    second = log.claim(KEY, count=4, deadline=NOW + LEASE, now=NOW)  # the last four holes
+    assert second.holes == taken[2:]
+    late = NOW + timedelta(seconds=HOLE_TIMEOUT_S)
+    assert log.collect(KEY, second.token, now=late).holes == []
+    # The writer's row starts in the first claim's run: its first position was filled too, so the
+    # whole row goes to new positions, and the first claim finds its holes filled.
+    written = log.write_taken(KEY, taken, [item(n) for n in range(1, 7)], now=late)
+    assert all(parse_position_id(w.id)[1] > parse_position_id(taken[-1])[1] for w in written)  # type: ignore[index]
+    assert log.collect(KEY, first.token, now=late).holes == []
+    rest = log.claim(KEY, count=10, deadline=late + LEASE, now=late)
+    assert sorted(number(i) for i in rest.items) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_write_in_time_is_collected(logged: Logged) -> None:
+    log = logged.log
+    taken = log.take_positions(KEY, 2, now=NOW)
+    claim = log.claim(KEY, count=2, deadline=NOW + LEASE, now=NOW)
+    assert claim.holes == taken
+    log.write_taken(KEY, taken, [item(0), item(1)], now=NOW)
+    collected = log.collect(KEY, claim.token, now=NOW + timedelta(seconds=0.5))
+    assert [i.id for i in collected.items] == taken
+    assert [i.attempts for i in collected.items] == [1, 1]
+    assert collected.holes == []
+
+
+# -- contention -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sixteen_consumers_waste_under_a_tenth_of_a_write_per_leased_item(moto_server: str) -> None:
+    client, raw = dynamodb_client(moto_server, max_pool=32), dynamodb_client(moto_server)
+    table = f"log-contention-{threading.get_ident()}"
+    schema.create_tables(client, items_table=table, catalog_table=f"{table}-catalog")
+    log = DynamoDBClaimLog(client, table)
+    meter = CostMeter(raw)
+    meter.attach(client)
+    key = LogKey("contended", 0)
+    for start in range(0, 800, 100):
+        log.append(key, [item(n) for n in range(start, start + 100)], now=NOW)
+    meter.reset()
+    delivered: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def consume() -> None:
+        for _ in range(200):  # bounded: 800 items, 16 consumers, leases of 10
+            claim = log.claim(key, count=10, deadline=NOW + LEASE, now=NOW)
+            if not claim.token:
+                return
+            with lock:
+                delivered.update(number(i) for i in claim.items)
+            log.settle(key, [Settlement(id=i.id) for i in claim.items], guard=Guard.LEASE_VALID, now=NOW)
+
+    threads = [threading.Thread(target=consume) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert delivered == Counter(range(800))
+    spent = meter.snapshot()
+    assert spent.failed_conditional_writes / 800 < 0.1
+
+
+def test_a_late_writer_moves_the_filled_row_and_every_row_after_it(logged: Logged) -> None:
+    log = logged.log
+    taken = log.take_positions(KEY, 20, now=NOW)
+    claim = log.claim(KEY, count=1, deadline=NOW + LEASE, now=NOW)  # the first position only
+    late = NOW + timedelta(seconds=HOLE_TIMEOUT_S)
+    assert log.collect(KEY, claim.token, now=late).holes == []
+    # Two rows of 10 KB items: the first starts at the filled position, the second does not.
+    written = log.write_taken(KEY, taken, [item(n, 10_000) for n in range(20)], now=late)
+    assert all(w.id not in taken for w in written)
+    rest = log.claim(KEY, count=40, deadline=late + LEASE, now=late)
+    # The positions it gave up were filled by the writer itself: no hole for a claim to wait on.
+    assert rest.holes == []
+    assert [number(i) for i in rest.items] == list(range(20))
