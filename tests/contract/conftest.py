@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -13,6 +12,9 @@ from moto import mock_aws
 
 from benchmarks.meter import CostMeter
 from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.log import DynamoDBClaimLog
+from querator.storage.memory import InMemoryClaimLog
+from querator.storage.sqlite import SQLiteClaimLog, SQLiteDatabase
 from querator.testing import build_service, dynamodb_client, memory_service, sqlite_service
 
 if TYPE_CHECKING:
@@ -96,24 +98,19 @@ def claim_log(request: pytest.FixtureRequest) -> Iterator[ClaimLog]:
     A test plays a writer that dies between taking its positions and writing them with the two
     halves of ``append``, ``take_positions`` and ``write_taken``.
     """
-    # Imported by name while the stores are being built on separate branches (engine v3, issue 35).
     if request.param == "memory":
-        yield importlib.import_module("querator.storage.memory").InMemoryClaimLog()
+        yield InMemoryClaimLog()
         return
     if request.param == "sqlite":
-        sqlite = importlib.import_module("querator.storage.sqlite")
-        yield sqlite.SQLiteClaimLog(
-            sqlite.SQLiteDatabase(request.getfixturevalue("tmp_path") / "querator.db")
-        )
+        yield SQLiteClaimLog(SQLiteDatabase(request.getfixturevalue("tmp_path") / "querator.db"))
         return
-    dynamodb = importlib.import_module("querator.storage.dynamodb.log")
     if request.param == "moto":
         with mock_aws():
             client = dynamodb_client()
             schema.create_tables(client, items_table="log-items", catalog_table="log-queues")
-            yield dynamodb.DynamoDBClaimLog(client, "log-items", concurrency=1)
+            yield DynamoDBClaimLog(client, "log-items", concurrency=1)
     else:
         client = dynamodb_client(request.getfixturevalue("moto_server"), max_pool=32)
         table = f"t{uuid.uuid4().hex[:8]}-items"
         schema.create_tables(client, items_table=table, catalog_table=f"{table}-queues")
-        yield dynamodb.DynamoDBClaimLog(client, table)
+        yield DynamoDBClaimLog(client, table)

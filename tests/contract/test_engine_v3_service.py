@@ -11,7 +11,6 @@ left (docs/adr/0100-engine-v3-candidates.md, "Where the build stands").
 
 from __future__ import annotations
 
-import importlib
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from querator.domain.priority import lane_of
 from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.log import DynamoDBClaimLog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 from querator.testing import dynamodb_client, memory_service, sqlite_service
 from tests.contract.helpers import items, make_queue, payloads
@@ -38,13 +38,11 @@ if TYPE_CHECKING:
 
 def _dynamodb_service(client: object, clock: FakeClock, *, engine: int, tables: str) -> QueueService:
     schema.create_tables(client, items_table=f"{tables}-items", catalog_table=f"{tables}-queues")
-    # Imported by name while the DynamoDB claim log is built on its branch.
-    claim_log = importlib.import_module("querator.storage.dynamodb.log").DynamoDBClaimLog
     return QueueService(
         catalog=DynamoDBQueueCatalog(f"{tables}-queues", host=client.meta.endpoint_url, region="us-east-1"),  # type: ignore[attr-defined]
         store=DynamoDBItemStore(client, f"{tables}-items", concurrency=1),  # type: ignore[arg-type]
         clock=clock,
-        log=claim_log(client, f"{tables}-items", concurrency=1) if engine == 3 else None,
+        log=DynamoDBClaimLog(client, f"{tables}-items", concurrency=1) if engine == 3 else None,
     )
 
 
