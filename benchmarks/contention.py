@@ -52,8 +52,10 @@ class ContentionCase:
         return value / self.delivered if self.delivered else 0.0
 
 
-def run(endpoint: str, *, consumers: int, partitions: int, batch: int, count: int) -> ContentionCase:
-    metered = metered_service(endpoint)
+def run(
+    endpoint: str, *, consumers: int, partitions: int, batch: int, count: int, engine: int = 2
+) -> ContentionCase:
+    metered = metered_service(endpoint, engine=engine)
     service = metered.service
     name = f"contend-{secrets.token_hex(4)}"
     placeholder = datetime(2000, 1, 1, tzinfo=UTC)  # the service stamps its own times
@@ -112,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_COUNT} items per case")
     parser.add_argument("--consumers", type=int, nargs="*", default=list(CONSUMERS))
     parser.add_argument("--partitions", type=int, nargs="*", default=list(PARTITIONS))
+    parser.add_argument(
+        "--engine",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="3: the service with engine v3's claim log (docs/adr/0100; not the product's engine yet)",
+    )
     args = parser.parse_args(argv)
     use_fake_credentials()
     count = QUICK_COUNT if args.quick else COUNT
@@ -120,9 +129,17 @@ def main(argv: list[str] | None = None) -> int:
         for partitions in args.partitions:
             for consumers in args.consumers:
                 cases.append(
-                    run(endpoint, consumers=consumers, partitions=partitions, batch=BATCH, count=count)
+                    run(
+                        endpoint,
+                        consumers=consumers,
+                        partitions=partitions,
+                        batch=BATCH,
+                        count=count,
+                        engine=args.engine,
+                    )
                 )
-    print(f"contention: {count} items of 100 B per case, lease batch {BATCH}, lease then complete")
+    engine = " (engine v3: the claim log)" if args.engine == 3 else ""
+    print(f"contention{engine}: {count} items of 100 B per case, lease batch {BATCH}, lease then complete")
     print(format_table(cases))
     return 0 if all(c.exactly_once for c in cases) else 1
 

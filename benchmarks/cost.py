@@ -193,11 +193,12 @@ class PhaseMeter:
             self.totals[name] = self.totals.get(name, PhaseCost()).plus(everything, catalog)
 
 
-def metered_service(endpoint: str, *, clock: Clock | None = None) -> MeteredService:
-    """A service on fresh tables at ``endpoint`` with its clients metered (system clock by default)."""
+def metered_service(endpoint: str, *, clock: Clock | None = None, engine: int = 2) -> MeteredService:
+    """A service on fresh tables at ``endpoint`` with its clients metered (system clock by default);
+    ``engine=3``: FIFO queues in engine v3's claim log (docs/adr/0100)."""
     client = dynamodb_client(endpoint)
     raw = dynamodb_client(endpoint)
-    service = build_service(client, clock=clock or SystemClock())
+    service = build_service(client, clock=clock or SystemClock(), engine=engine)
     catalog = service.catalog
     if not isinstance(catalog, DynamoDBQueueCatalog):
         raise TypeError(f"expected the DynamoDB catalog, got {type(catalog).__name__}")
@@ -310,9 +311,10 @@ def measure(
     payloads: Sequence[int] = PAYLOADS,
     batches: Sequence[int] = BATCHES,
     count: int = COUNT,
+    engine: int = 2,
 ) -> CostReport:
     """Run every payload x batch case against the DynamoDB endpoint, one fresh queue per case."""
-    metered = metered_service(endpoint)
+    metered = metered_service(endpoint, engine=engine)
     cases = [run_case(metered, payload_bytes=p, batch=b, count=count) for p in payloads for b in batches]
     return CostReport(cases=cases)
 
@@ -396,11 +398,20 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help=f"{QUICK_COUNT} items per case instead of {COUNT}"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH")
+    parser.add_argument(
+        "--engine",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="3: the service with engine v3's claim log (docs/adr/0100; not the product's engine yet)",
+    )
     args = parser.parse_args(argv)
     count = QUICK_COUNT if args.quick else COUNT
     use_fake_credentials()
     with moto_server_process() as endpoint:
-        report = measure(endpoint, count=count)
+        report = measure(endpoint, count=count, engine=args.engine)
+    if args.engine == 3:
+        print("engine v3: FIFO queues in the claim log (QueueService(log=...))")
     print(format_report(report, count))
     if args.json is not None:
         document = {

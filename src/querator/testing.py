@@ -23,6 +23,7 @@ from querator.clock import SystemClock
 from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.log import DynamoDBClaimLog
 from querator.storage.dynamodb.store import WRITE_CONCURRENCY, DynamoDBItemStore
 from querator.storage.memory import InMemoryClaimLog, InMemoryItemStore, InMemoryQueueCatalog
 from querator.storage.sqlite import SQLiteClaimLog, SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
@@ -105,12 +106,14 @@ def build_service(
     prefix: str | None = None,
     ids: IdFactory | None = None,
     concurrency: int | None = None,
+    engine: int = 2,
 ) -> QueueService:
     """Create fresh tables (named with ``prefix``) and a service over them.
 
     ``concurrency``: the store's writes in flight at once. By default 1 for moto in-process, whose
     backend is not safe for concurrent requests (docs/adr/0050-engine-v2.md), and the product's
     default against a server (a single-threaded moto server takes one request at a time).
+    ``engine=3``: with engine v3's claim log on the same table (docs/adr/0100).
     """
     if concurrency is None:
         concurrency = WRITE_CONCURRENCY if _is_server(client) else 1
@@ -122,6 +125,7 @@ def build_service(
         store=DynamoDBItemStore(client, items_table, concurrency=concurrency),
         clock=clock,
         ids=ids,
+        log=DynamoDBClaimLog(client, items_table, concurrency=concurrency) if engine == 3 else None,
     )
 
 
