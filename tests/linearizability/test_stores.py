@@ -22,8 +22,8 @@ import pytest
 
 from querator.clock import SystemClock
 from querator.service import QueueService
-from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog
-from querator.storage.sqlite import SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
+from querator.storage.memory import InMemoryClaimLog, InMemoryItemStore, InMemoryQueueCatalog
+from querator.storage.sqlite import SQLiteClaimLog, SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
 from querator.testing import build_service, dynamodb_client
 from tests.linearizability.fifo import check
 from tests.linearizability.recorder import NetworkLike, make_queue, record
@@ -37,25 +37,34 @@ ITEMS = 40
 RUNS = 3
 
 
-def embedded_service(store: str, directory: Path, seed: int) -> QueueService:
-    """The store answering after network-like pauses (``NetworkLike``), so consumers race."""
+def embedded_service(store: str, directory: Path, seed: int, engine: int = 2) -> QueueService:
+    """The store answering after network-like pauses (``NetworkLike``), so consumers race;
+    ``engine=3``: FIFO queues in engine v3's claim log, which answers after such pauses too."""
+    log: InMemoryClaimLog | SQLiteClaimLog
     if store == "memory":
-        catalog, items = InMemoryQueueCatalog(), InMemoryItemStore()
+        catalog, items, log = InMemoryQueueCatalog(), InMemoryItemStore(), InMemoryClaimLog()
     else:
         database = SQLiteDatabase(directory / "lin.db")
         catalog, items = SQLiteQueueCatalog(database), SQLiteItemStore(database)
-    return QueueService(catalog=catalog, store=NetworkLike(items, seed=seed), clock=SystemClock())
+        log = SQLiteClaimLog(database)
+    return QueueService(
+        catalog=catalog,
+        store=NetworkLike(items, seed=seed),
+        clock=SystemClock(),
+        log=NetworkLike(log, seed=seed + 1) if engine == 3 else None,
+    )
 
 
+@pytest.mark.parametrize("engine", [2, 3], ids=["engine-v2", "engine-v3"])
 @pytest.mark.parametrize("max_batch", [1, 3], ids=["leases-of-one", "leases-of-a-few"])
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
-def test_concurrent_consumers_lease_oldest_first_on_embedded_stores(store, max_batch, tmp_path):
+def test_concurrent_consumers_lease_oldest_first_on_embedded_stores(store, max_batch, engine, tmp_path):
     seed = random.randrange(1_000_000)
     kinds: list[str] = []
     for run in range(RUNS):
         # GIVEN a fresh queue with one partition
         (tmp_path / f"run-{run}").mkdir()
-        service = embedded_service(store, tmp_path / f"run-{run}", seed + run)
+        service = embedded_service(store, tmp_path / f"run-{run}", seed + run, engine)
         make_queue(service, "lin")
         # WHEN one producer and four consumers run until every item is completed
         history = record(service, "lin", items=ITEMS, max_batch=max_batch, seed=seed + run)
@@ -70,13 +79,14 @@ def test_concurrent_consumers_lease_oldest_first_on_embedded_stores(store, max_b
 
 @pytest.mark.slow
 @pytest.mark.server
+@pytest.mark.parametrize("engine", [2, 3], ids=["engine-v2", "engine-v3"])
 @pytest.mark.parametrize("max_batch", [1, 3], ids=["leases-of-one", "leases-of-a-few"])
-def test_concurrent_consumers_lease_oldest_first_on_dynamodb(moto_server, max_batch):
+def test_concurrent_consumers_lease_oldest_first_on_dynamodb(moto_server, max_batch, engine):
     # GIVEN the DynamoDB store on the moto server (conditional writes atomic, as on DynamoDB); a
     # lease call there takes about a second under four consumers, so leases last 5 s
     seed = random.randrange(1_000_000)
-    service = build_service(dynamodb_client(moto_server, max_pool=16), clock=SystemClock())
-    queue = f"lin-{seed}-{max_batch}"
+    service = build_service(dynamodb_client(moto_server, max_pool=16), clock=SystemClock(), engine=engine)
+    queue = f"lin-{seed}-{max_batch}-{engine}"
     make_queue(service, queue, lease=timedelta(seconds=5))
     # WHEN one producer and four consumers run until every item is completed
     history = record(service, queue, items=30, max_batch=max_batch, seed=seed)
