@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.meter import CostMeter, CostSnapshot, item_size, write_units
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo
-from querator.storage.dynamodb import codec
+from querator.domain.positions import parse_position_id
+from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 from querator.testing import SystemClock, build_service, dynamodb_client, moto_server_process
@@ -301,6 +302,23 @@ def _stored_size(service: QueueService, raw: DynamoDBClient, queue: str, partiti
     if not isinstance(store, DynamoDBItemStore):
         raise TypeError(f"expected the DynamoDB item store, got {type(store).__name__}")
     table = store._table
+    position = parse_position_id(item_id)
+    if position is not None:
+        # Engine v3: the packed row holding the item, shared by its items (bytes per item).
+        lane, at = position
+        reply_rows = raw.query(
+            TableName=table,
+            KeyConditionExpression="pk = :pk AND sk <= :sk",
+            ExpressionAttributeValues={
+                ":pk": {"S": schema.log_partition_key(queue, partition, lane)},
+                ":sk": {"S": f"{schema.LOG_ROW_PREFIX}{at:016x}"},
+            },
+            ScanIndexForward=False,
+            Limit=1,
+            ConsistentRead=True,
+        )
+        row = reply_rows["Items"][0]
+        return item_size(row) // max(len(row[schema.LOG_ITEMS]["L"]), 1)
     reply = raw.get_item(TableName=table, Key=codec.item_key(queue, partition, item_id), ConsistentRead=True)
     return item_size(reply["Item"])
 
