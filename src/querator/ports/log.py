@@ -127,6 +127,22 @@ class Settlement:
     item: Item | None = None
 
 
+class ClaimReadError(Exception):
+    """A claim that took its run (the cursor moved, the record is filed) and then failed before it
+    returned the run's items (reading its rows, say): ``ids`` are the run's positions, held by
+    ``token``'s record. The caller gives them back (``get``, then ``settle`` to the tail) or lets the
+    record expire; ``cause`` is the store's error, which the caller reports.
+
+    A store whose claim is one transaction (memory, SQLite) never raises it: it claims all or none.
+    """
+
+    def __init__(self, token: str, ids: Sequence[str], cause: BaseException) -> None:
+        super().__init__(f"claim {token} took {len(ids)} position(s) and failed before returning them")
+        self.token = token
+        self.ids = list(ids)
+        self.cause = cause
+
+
 class ClaimLog(Protocol):
     """Engine v3's storage of items: one log per ``LogKey``."""
 
@@ -184,8 +200,8 @@ class ClaimLog(Protocol):
         ``max_leased_per_group``): none when it is reached. Concurrent claims take disjoint runs and
         never fail because another one won. Positions deleted while waiting or filled are skipped
         (they count against ``count``: a claim stays O(count)). On an error after the cursor moved
-        the record exists with its run: it expires like any lease, and its items go back to the
-        tail then.
+        it raises ``ClaimReadError`` naming the run, so the caller can give it back at once (else
+        the record expires like any lease, and its items go back to the tail then).
         """
         ...
 
@@ -267,4 +283,4 @@ class ClaimLog(Protocol):
         ...
 
 
-__all__ = ["Claim", "ClaimLog", "LeaseRun", "LogHead", "LogKey", "Settlement"]
+__all__ = ["Claim", "ClaimLog", "ClaimReadError", "LeaseRun", "LogHead", "LogKey", "Settlement"]

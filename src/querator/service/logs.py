@@ -31,7 +31,7 @@ from querator.domain.positions import (
 )
 from querator.domain.priority import BANDS, band, lane_of
 from querator.ports import Guard
-from querator.ports.log import LogKey, Settlement
+from querator.ports.log import ClaimReadError, LogKey, Settlement
 from querator.service.settle import SettleOutcome
 from querator.service.tuning import MAX_REPLY_BYTES, REPLY_ITEM_OVERHEAD
 
@@ -212,7 +212,12 @@ class Logs:
         count = gate.allow(queue, count, head.waiting, now) if count else 0
         if not count:
             return [], reply_bytes, False
-        claim = self.log.claim(key, count=count, deadline=now + queue.lease_timeout, now=now)
+        try:
+            claim = self.log.claim(key, count=count, deadline=now + queue.lease_timeout, now=now)
+        except ClaimReadError as exc:
+            # The run was taken but never reached this call: back at once, its attempt not spent.
+            self._give_back_ids_quietly(queue, key, exc.ids)
+            raise exc.cause from exc
         try:
             items = self._collect(key, claim.token, claim.items, claim.holes)
             leased = self._sort_claimed(queue, key, items, now)
@@ -334,6 +339,20 @@ class Logs:
             for item in items
         ]
         return self._settle(key, back, guard=Guard.LEASE_VALID, now=now).applied if back else []
+
+    def _give_back_ids_quietly(self, queue: QueueInfo, key: LogKey, ids: Sequence[str]) -> None:
+        try:
+            now = self._clock.now()
+            items = [item for item in self.log.get(key, ids, now=now).values() if item.is_leased(now)]
+        except Exception:  # the original failure goes on; this one is only logged
+            log.exception(
+                "a failed lease of %s could not read back the %d item(s) it claimed; they return when"
+                " their lease runs out",
+                queue.name,
+                len(ids),
+            )
+            return
+        self._give_back_quietly(queue, key, items)
 
     def _give_back_quietly(self, queue: QueueInfo, key: LogKey, items: Sequence[Item]) -> None:
         try:

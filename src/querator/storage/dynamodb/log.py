@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from querator.domain.errors import StoreThrottledError
+from querator.domain.errors import QueratorError, StoreThrottledError
 from querator.domain.model import timestamp_us, utc_from_timestamp_us
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
@@ -51,7 +51,7 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import BatchResult, Guard
-from querator.ports.log import Claim, LeaseRun, LogHead, LogKey, Settlement
+from querator.ports.log import Claim, ClaimReadError, LeaseRun, LogHead, LogKey, Settlement
 from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 from querator.storage.dynamodb.store import (
@@ -928,24 +928,41 @@ class DynamoDBClaimLog:
                     f"{cur} = {change.value(_num(head.cursor + taken))}",
                 ]
                 change.conditions.append(f"{cur} = {change.value(_num(head.cursor))}")
+            # A claim whose reply was lost and that botocore sent again must not move the cursor a
+            # second time (the first run would belong to nobody): the retry fails on its own record.
+            change.conditions.append(f"attribute_not_exists({change.name(schema.LOG_RECORDS, token)})")
             reply = self._update(change, "lease", returns="ALL_NEW")
+            retried: _Record | None = None
             if reply is None:
-                self._backoff(attempt)
-                continue
-            after = _decode_head(reply)
-            # The run's start from the cursor this write left, not from ``la``: the record's start was
-            # written as ``la.#tok = cur`` in the same SET as ``cur = cur + :k``, and DynamoDB
-            # documents no order among one SET's actions (moto reads the item as it was before).
-            # Should the stored start differ, it is written again before anyone learns the token.
-            start = after.cursor - taken
-            mine = after.records.get(token)
-            if mine is None or mine.start != start:
-                fix = _Change(_key(key, schema.LOG_HEAD_SK))
-                fix.sets.append(f"{fix.name(schema.LOG_STARTS, token)} = {fix.value(_num(start))}")
-                self._update(fix, "lease")
+                again = self._head(key, "lease")
+                retried = again.records.get(token)
+                if retried is None:
+                    self._backoff(attempt)
+                    continue
+                # Its own first try applied: the run is the one its record names.
+                after, start = again, retried.start
+            else:
+                after = _decode_head(reply)
+                # The run's start from the cursor this write left, not from ``la``: the record's
+                # start was written as ``la.#tok = cur`` in the same SET as ``cur = cur + :k``, and
+                # DynamoDB documents no order among one SET's actions (moto reads the item as it
+                # was before). Should the stored start differ, it is written again before anyone
+                # learns the token.
+                start = after.cursor - taken
             record = replace(record, start=start)
-            self._spill(key, after, now_us, keep=token)
-            claim = self._finish_claim(key, record, after.tombstones, deadline, now)
+            try:
+                mine = after.records.get(token)
+                if retried is None and (mine is None or mine.start != start):
+                    fix = _Change(_key(key, schema.LOG_HEAD_SK))
+                    fix.sets.append(f"{fix.name(schema.LOG_STARTS, token)} = {fix.value(_num(start))}")
+                    self._update(fix, "lease")
+                self._spill(key, after, now_us, keep=token)
+                claim = self._finish_claim(key, record, after.tombstones, deadline, now)
+            except QueratorError as exc:
+                # The run is this caller's now: say which, so it can be given back at once rather
+                # than wait for its deadline (a failed lease holds nothing it did not return).
+                ids = [position_id(key.lane, p) for p in record.positions()]
+                raise ClaimReadError(token, ids, exc) from exc
             if claim is not None:
                 self._remember(key, record)
                 return claim
