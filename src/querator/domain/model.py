@@ -303,6 +303,23 @@ class Item:
     def is_leased(self, now: datetime) -> bool:
         return self.lease_deadline is not None and self.lease_deadline > now
 
+    def as_dead_letter(self, *, new_id: str, source_queue: str, expire_deadline: datetime) -> Item:
+        """This item as it enters a dead-letter queue under ``new_id``: what it carries, its
+        attempts and creation time kept, its id and queue kept as where it came from."""
+        return Item(
+            id=new_id,
+            payload=self.payload,
+            reference=self.reference,
+            encoding=self.encoding,
+            kind=self.kind,
+            group=self.group,
+            attempts=self.attempts,
+            created_at=self.created_at,
+            expire_deadline=expire_deadline,
+            source_id=self.id,
+            source_queue=source_queue,
+        )
+
     def reply_size(self) -> int:
         """Bytes the item's variable fields may add to a reply: the payload, and its strings twice
         (JSON escapes can double them). Leases keep their replies under the cap with it."""

@@ -386,18 +386,10 @@ class Logs:
                 to=lane_key(
                     target, zlib.crc32(item.id.encode()) % target.partitions, item.priority, item.group
                 ),
-                item=Item(
-                    id="",
-                    payload=item.payload,
-                    reference=item.reference,
-                    encoding=item.encoding,
-                    kind=item.kind,
-                    group=item.group,
-                    attempts=item.attempts,
-                    created_at=item.created_at,
-                    expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
-                    source_id=item.id,
+                item=item.as_dead_letter(
+                    new_id="",  # the dead-letter queue's log assigns it
                     source_queue=queue.name,
+                    expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
                 ),
             )
             for item in items

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from querator.domain import lifecycle
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError
 from querator.domain.lifecycle import Action
-from querator.domain.model import Item
 from querator.domain.priority import band_of
 from querator.ports import Guard, Move
 
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from querator.domain.ids import IdFactory
-    from querator.domain.model import ItemState, QueueInfo
+    from querator.domain.model import Item, ItemState, QueueInfo
     from querator.ports import ItemStore, LeaseRecord
     from querator.service.queues import QueueDirectory
 
@@ -216,18 +215,10 @@ class Settler:
             ) from exc
         moves = []
         for item in items:
-            dead = Item(
-                id=self._ids.new_id(now, item.returning_priority, target.lane_for(item.group)),
-                payload=item.payload,
-                reference=item.reference,
-                encoding=item.encoding,
-                kind=item.kind,
-                group=item.group,
-                attempts=item.attempts,
-                created_at=item.created_at,
-                expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
-                source_id=item.id,
+            dead = item.as_dead_letter(
+                new_id=self._ids.new_id(now, item.returning_priority, target.lane_for(item.group)),
                 source_queue=queue.name,
+                expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
             )
             # The same item always lands in the same partition of the dead-letter queue.
             target_partition = zlib.crc32(item.id.encode()) % target.partitions

@@ -190,6 +190,22 @@ def _entry(item: Item) -> AttributeMap:
     return attrs
 
 
+def _leased(
+    key: LogKey, rows: dict[int, dict[str, Any]], positions: Iterable[int], deadline: datetime
+) -> list[Item]:
+    """The items at ``positions`` (those read) as a claim hands them out: this lease's deadline,
+    and its attempt counted (the row keeps the attempts before it)."""
+    return [
+        replace(
+            _item(rows[p], position_id(key.lane, p)),
+            attempts=int(rows[p].get(schema.ATTEMPTS, {"N": "0"})["N"]) + 1,
+            lease_deadline=deadline,
+        )
+        for p in positions
+        if p in rows
+    ]
+
+
 def _item(entry: AttributeMap, item_id: str) -> Item:
     return codec.decode_item({**entry, schema.SK: {"S": item_id}})
 
@@ -989,15 +1005,7 @@ class DynamoDBClaimLog:
             self._rewrite_claimed(key, record, len(done), done & tombstones)
         if not found.items and not holes:
             return None
-        items = [
-            replace(
-                _item(found.items[p], position_id(key.lane, p)),
-                attempts=int(found.items[p].get(schema.ATTEMPTS, {"N": "0"})["N"]) + 1,
-                lease_deadline=deadline,
-            )
-            for p in positions
-            if p in found.items
-        ]
+        items = _leased(key, found.items, positions, deadline)
         return Claim(
             token=record.token,
             deadline=deadline,
@@ -1611,15 +1619,7 @@ class DynamoDBClaimLog:
             except _ConflictError:
                 self._backoff(attempt)
                 continue
-            items = [
-                replace(
-                    _item(found.items[p], position_id(key.lane, p)),
-                    attempts=int(found.items[p].get(schema.ATTEMPTS, {"N": "0"})["N"]) + 1,
-                    lease_deadline=deadline,
-                )
-                for p in holes
-                if p in found.items
-            ]
+            items = _leased(key, found.items, holes, deadline)
             return Claim(
                 token=token, deadline=deadline, items=items, holes=[position_id(key.lane, p) for p in still]
             )
