@@ -384,3 +384,28 @@ def test_a_lease_whose_rows_cannot_be_read_gives_its_claim_back(
 
 def _raise_unavailable(*args: object, **kwargs: object) -> None:
     raise StoreUnavailableError("the store went away")
+
+
+def test_a_clear_of_leased_and_scheduled_items_reads_them_not_the_backlog(
+    service: QueueService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_queue(service)
+    service.produce("jobs", items(*[str(n) for n in range(300)]))
+    service.produce("jobs", items("later", enqueue_at=clock.now() + timedelta(hours=1)))
+    _lease(service, batch=2)
+    assert service.log is not None
+    list_items = service.log.list_items
+    read: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> list:  # type: ignore[type-arg]
+        page = list_items(*args, **kwargs)  # type: ignore[arg-type]
+        read.append(len(page))
+        return page
+
+    monkeypatch.setattr(service.log, "list_items", counted)
+    removed = service.clear("jobs", ClearScope.SCHEDULED | ClearScope.DESTRUCTIVE)
+
+    assert removed == 3
+    assert sum(read) <= 4  # the two leased and the one scheduled (a page each, as the head counts)
+    stats = service.stats("jobs")[0]
+    assert (stats.total, stats.total_leased, stats.scheduled) == (298, 0, 0)

@@ -7,6 +7,7 @@ constructors refuse naive ones, so a local-time bug cannot slip into the orderin
 from __future__ import annotations
 
 import enum
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -302,6 +303,29 @@ class Item:
 
     def is_leased(self, now: datetime) -> bool:
         return self.lease_deadline is not None and self.lease_deadline > now
+
+    def landing_partition(self, partitions: int) -> int:
+        """The partition of a queue with ``partitions`` this item lands in when it moves there (a
+        dead letter, a redrive): always the same one for the same item, so a move repeated after a
+        failure meets its first try."""
+        return zlib.crc32(self.id.encode()) % partitions
+
+    def as_redriven(self, *, new_id: str, now: datetime, expire_deadline: datetime) -> Item:
+        """This dead letter as a new item back in a queue under ``new_id``: what it carries, its
+        priority (by its new id) and group kept; attempts from 0 and created ``now``, so
+        ``expire_timeout`` counts from now; its old id kept as where it came from."""
+        return Item(
+            id=new_id,
+            payload=self.payload,
+            reference=self.reference,
+            encoding=self.encoding,
+            kind=self.kind,
+            group=self.group,
+            attempts=0,
+            created_at=now,
+            expire_deadline=expire_deadline,
+            source_id=self.id,
+        )
 
     def as_dead_letter(self, *, new_id: str, source_queue: str, expire_deadline: datetime) -> Item:
         """This item as it enters a dead-letter queue under ``new_id``: what it carries, its

@@ -19,10 +19,10 @@ from querator.domain.errors import (
 )
 from querator.domain.ids import visible_bound
 from querator.domain.lifecycle import Action
-from querator.domain.model import MAX_BATCH, REPLY_SIZE_THRESHOLD, Lease
+from querator.domain.model import MAX_BATCH, Lease
 from querator.domain.priority import is_group_lane, lane_of, ledger_group
 from querator.ports import ClaimInterruptedError, GroupLedger, Guard, Move
-from querator.service.logs import is_log_id
+from querator.service.logs import is_log_id, reply_bytes_at_most
 from querator.service.ratelimit import GROUP_WAIT_MAX, Limited, RateGate
 from querator.service.tuning import (
     CURSOR_LAG,
@@ -40,7 +40,6 @@ from querator.service.tuning import (
     POLL_FIRST,
     POLL_MAX,
     RECORDS_PER_CALL,
-    REPLY_ITEM_OVERHEAD,
     WAVE_MAX,
 )
 
@@ -1023,9 +1022,9 @@ class _LaneRead:
 
 
 def reply_size(state: ItemState) -> int:
-    """What an item adds to a lease reply at most: base64 payload and strings, plus its fixed part."""
-    variable = max(state.payload_size, REPLY_SIZE_THRESHOLD)
-    return 4 * -(-variable // 3) + REPLY_ITEM_OVERHEAD
+    """What a read item adds to a lease reply at most (its stored ``payload_size``, 0 under the
+    threshold, counts as the threshold: ``reply_bytes_at_most``)."""
+    return reply_bytes_at_most(state.payload_size)
 
 
 def _min_id(current: str | None, candidate: str) -> str:

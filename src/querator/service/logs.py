@@ -12,8 +12,8 @@ read of its run's rows; a complete is one write per lease record it touches, wha
 
 from __future__ import annotations
 
+import itertools
 import logging
-import zlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -82,8 +82,8 @@ def log_end(band_key: str) -> str:
 
 
 def reply_bytes_at_most(size: int) -> int:
-    """What an item of ``Item.reply_size`` ``size`` adds to a lease reply at most (as
-    ``service.lease.reply_size`` counts a read item)."""
+    """What an item of ``Item.reply_size`` ``size`` adds to a lease reply at most: base64 payload
+    and strings, plus its fixed part (every item counts as at least ``REPLY_SIZE_THRESHOLD``)."""
     return 4 * -(-max(size, REPLY_SIZE_THRESHOLD) // 3) + REPLY_ITEM_OVERHEAD
 
 
@@ -383,9 +383,7 @@ class Logs:
             Settlement(
                 id=item.id,
                 # The same item always lands in the same partition of the dead-letter queue.
-                to=lane_key(
-                    target, zlib.crc32(item.id.encode()) % target.partitions, item.priority, item.group
-                ),
+                to=lane_key(target, item.landing_partition(target.partitions), item.priority, item.group),
                 item=item.as_dead_letter(
                     new_id="",  # the dead-letter queue's log assigns it
                     source_queue=queue.name,
@@ -554,32 +552,48 @@ class Logs:
                     while _settled(self.recover(queue, key, now)):
                         self._check_budget(queue, removed, stop_at)
                 removed += self.log.skip_waiting(key, now=now)
-            if ClearScope.SCHEDULED in scope or ClearScope.DESTRUCTIVE in scope:
-                removed += self._remove_listed(queue, key, scope, now, stop_at, removed)
+            head = self.log.head(key)
+            if ClearScope.DESTRUCTIVE in scope and head.leased:
+                # Leased items are the positions below the cursor: listed first, in pages as large as
+                # the head says they are, and the listing stops at the first waiting one, so a clear
+                # reads what it removes, not the backlog.
+                removed += self._remove_listed(
+                    queue, key, "", _is_leased_position, head.leased, now, stop_at, removed
+                )
+            if ClearScope.SCHEDULED in scope and head.scheduled:
+                # The schedule sorts after every position: read from its start.
+                floor = band_key + SCHEDULED_MARK
+                removed += self._remove_listed(
+                    queue, key, floor, _is_scheduled, head.scheduled, now, stop_at, removed
+                )
         return removed
 
     def _remove_listed(
-        self, queue: QueueInfo, key: LogKey, scope: ClearScope, now: datetime, stop_at: datetime, removed: int
+        self,
+        queue: QueueInfo,
+        key: LogKey,
+        after: str,
+        wanted: Callable[[Item], bool],
+        expected: int,
+        now: datetime,
+        stop_at: datetime,
+        removed: int,
     ) -> int:
-        """Settle what a listing of the log shows of ``scope`` (scheduled items; leased ones when
-        destructive), a page at a time."""
-        done = 0
-        after = ""
+        """Settle the log's items from ``after`` on while ``wanted`` says so, in pages of up to
+        ``expected`` (how many the head counts); the first item it refuses ends the run (the part
+        asked for is one key range)."""
+        done = seen = 0
+        limit = max(1, min(REAPER_PAGE, expected))
         while True:
-            page = self.log.list_items(key, after=after, limit=REAPER_PAGE, now=now)
-            if not page:
+            page = self.log.list_items(key, after=after, limit=limit, now=now)
+            taken = list(itertools.takewhile(wanted, page))
+            if taken:
+                settled = self._settle(key, [Settlement(id=i.id) for i in taken], guard=Guard.ANY, now=now)
+                done += len(settled.applied)
+            seen += len(taken)
+            if len(taken) < limit or seen >= expected:
                 return done
-            wanted = [
-                item.id
-                for item in page
-                if (ClearScope.SCHEDULED in scope and parse_scheduled_id(item.id) is not None)
-                or (ClearScope.DESTRUCTIVE in scope and item.lease_deadline is not None)
-            ]
-            if wanted:
-                done += len(
-                    self._settle(key, [Settlement(id=i) for i in wanted], guard=Guard.ANY, now=now).applied
-                )
-            after = page[-1].id
+            after = taken[-1].id
             self._check_budget(queue, removed + done, stop_at)
 
     def _check_budget(self, queue: QueueInfo, removed: int, stop_at: datetime) -> None:
@@ -618,20 +632,11 @@ class Logs:
                 Settlement(
                     id=item.id,
                     # As dead-lettering does: the same item always lands in the same partition.
-                    to=lane_key(
-                        target, zlib.crc32(item.id.encode()) % target.partitions, item.priority, item.group
-                    ),
-                    item=Item(
-                        id="",
-                        payload=item.payload,
-                        reference=item.reference,
-                        encoding=item.encoding,
-                        kind=item.kind,
-                        group=item.group,
-                        attempts=0,
-                        created_at=now,
+                    to=lane_key(target, item.landing_partition(target.partitions), item.priority, item.group),
+                    item=item.as_redriven(
+                        new_id="",  # the target's log assigns it
+                        now=now,
                         expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
-                        source_id=item.id,
                     ),
                 )
             )
@@ -662,6 +667,14 @@ class Logs:
         except Exception as exc:  # upkeep on the way: the records stay due for the next call
             log.warning("lease of %s: expired leases not put back yet (%s)", queue.name, exc)
             return False
+
+
+def _is_leased_position(item: Item) -> bool:
+    return item.lease_deadline is not None and parse_scheduled_id(item.id) is None
+
+
+def _is_scheduled(item: Item) -> bool:
+    return parse_scheduled_id(item.id) is not None
 
 
 def _settled(outcome: SettleOutcome) -> int:

@@ -8,7 +8,6 @@ dead-letter queue itself is the bookmark (docs/adr/0080-priority-fair-redrive.md
 
 from __future__ import annotations
 
-import zlib
 from typing import TYPE_CHECKING
 
 from querator.domain import lifecycle
@@ -171,20 +170,13 @@ class Redriver:
         """The dead letter as a new item at the target's tail: payload, reference, encoding, kind,
         priority and group kept; ``attempts`` from 0 and ``created_at`` now, so ``expire_timeout`` counts
         from now."""
-        replacement = Item(
-            id=self._ids.new_id(now, item.priority, target.lane_for(item.group)),
-            payload=item.payload,
-            reference=item.reference,
-            encoding=item.encoding,
-            kind=item.kind,
-            group=item.group,
-            attempts=0,
-            created_at=now,
+        replacement = item.as_redriven(
+            new_id=self._ids.new_id(now, item.priority, target.lane_for(item.group)),
+            now=now,
             expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
-            source_id=item.id,
         )
         # As dead-lettering does: the same item always lands in the same partition of its target.
-        partition = zlib.crc32(item.id.encode()) % target.partitions
+        partition = item.landing_partition(target.partitions)
         return Move(item=item, target_queue=target.name, target_partition=partition, replacement=replacement)
 
 

@@ -7,7 +7,6 @@ and ``queue.retry``. Each call returns a ``SettleOutcome`` that the caller folds
 from __future__ import annotations
 
 import logging
-import zlib
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -221,7 +220,7 @@ class Settler:
                 expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
             )
             # The same item always lands in the same partition of the dead-letter queue.
-            target_partition = zlib.crc32(item.id.encode()) % target.partitions
+            target_partition = item.landing_partition(target.partitions)
             moves.append(
                 Move(item=item, target_queue=target.name, target_partition=target_partition, replacement=dead)
             )
