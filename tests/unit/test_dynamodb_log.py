@@ -291,3 +291,17 @@ def test_a_late_writer_moves_the_filled_row_and_every_row_after_it(logged: Logge
     # The positions it gave up were filled by the writer itself: no hole for a claim to wait on.
     assert rest.holes == []
     assert [number(i) for i in rest.items] == list(range(20))
+
+
+def test_a_listing_shows_the_items_of_spilled_records_as_leased(logged: Logged) -> None:
+    log = logged.log
+    log.append(KEY, [item(n) for n in range(400)], now=NOW)
+    claims = [log.claim(KEY, count=10, deadline=NOW + LEASE, now=NOW) for _ in range(40)]
+    assert len(logged.rows(schema.LOG_RECORD_PREFIX)) >= 40 - HEAD_RECORDS  # some are spilled
+
+    first = log.list_items(KEY, after="", limit=25, now=NOW)
+    rest = log.list_items(KEY, after=first[-1].id, limit=1000, now=NOW)
+
+    leased = [i.id for c in claims for i in c.items]
+    assert [i.id for i in first + rest] == sorted(leased)
+    assert all(i.lease_deadline == NOW + LEASE for i in first + rest)

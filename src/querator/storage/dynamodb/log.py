@@ -56,13 +56,13 @@ from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 from querator.storage.dynamodb.store import (
     BATCH_GET_LIMIT,
-    BATCH_WRITE_LIMIT,
     CONDITION_FAILED,
     WRITE_CONCURRENCY,
+    write_batches,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from datetime import datetime
 
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -610,25 +610,13 @@ class DynamoDBClaimLog:
         return found
 
     def _batch_delete(self, keys: list[AttributeMap], operation: str) -> None:
-        for start in range(0, len(keys), BATCH_WRITE_LIMIT):
-            pending: list[Any] = [
-                {"DeleteRequest": {"Key": k}} for k in keys[start : start + BATCH_WRITE_LIMIT]
-            ]
-            for attempt in range(_RETRIES + 1):
-                try:
-                    reply = self._client.batch_write_item(RequestItems={self._table: pending})
-                except ClientError as exc:
-                    raise translate(exc, operation) from exc
-                pending = codec.table_part(reply, "UnprocessedItems", self._table)
-                if not pending:
-                    break
-                if attempt == _RETRIES:
-                    raise StoreThrottledError(
-                        f"the store left {len(pending)} deletes of {operation} unprocessed"
-                    )
-                self._backoff(attempt)
-
-    # -- rows ---------------------------------------------------------------------------------------
+        write_batches(
+            self._client,
+            self._table,
+            [{"DeleteRequest": {"Key": k}} for k in keys],
+            operation,
+            sleep=self._sleep,
+        )
 
     def _rows_back(
         self, key: LogKey, first: int, last: int, operation: str, *, consistent: bool = True
@@ -1115,6 +1103,11 @@ class DynamoDBClaimLog:
     def _spilled_by_token(self, key: LogKey, token: str) -> _Record | None:
         """A spilled record by its token alone: reads every spilled record (only ``collect`` of a
         record spilled before its holes were known comes here)."""
+        return next((r for r in self._every_spilled(key, "collect") if r.token == token), None)
+
+    def _every_spilled(self, key: LogKey, operation: str) -> Iterator[_Record]:
+        """Every spilled record of the log, a page of ``P`` rows at a time: O(leases spilled), for
+        the rare calls that cannot name the one they need."""
         start_key: AttributeMap | None = None
         while True:
             kwargs: dict[str, Any] = {
@@ -1124,12 +1117,10 @@ class DynamoDBClaimLog:
             }
             if start_key is not None:
                 kwargs["ExclusiveStartKey"] = start_key
-            rows, start_key = self._query("collect", **kwargs)
-            for row in rows:
-                if row[schema.LOG_TOKEN]["S"] == token:
-                    return _decode_spilled(row)
+            rows, start_key = self._query(operation, **kwargs)
+            yield from (_decode_spilled(row) for row in rows)
             if start_key is None:
-                return None
+                return
 
     def _locate(
         self, key: LogKey, head: _Head, positions: Iterable[int], operation: str
@@ -1868,19 +1859,7 @@ class DynamoDBClaimLog:
             head = self._head(key, "list")
             records = list(head.records.values())
             if head.spilled:
-                start_key: AttributeMap | None = None
-                while True:
-                    kwargs: dict[str, Any] = {
-                        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :p)",
-                        "ExpressionAttributeNames": {"#pk": schema.PK, "#sk": schema.SK},
-                        "ExpressionAttributeValues": {":pk": _pk(key), ":p": {"S": schema.LOG_RECORD_PREFIX}},
-                    }
-                    if start_key is not None:
-                        kwargs["ExclusiveStartKey"] = start_key
-                    rows, start_key = self._query("list", **kwargs)
-                    records += [_decode_spilled(r) for r in rows]
-                    if start_key is None:
-                        break
+                records += self._every_spilled(key, "list")
             held = {p: r for r in records for p in r.open()}
             parsed = parse_position_id(after) if after >= position_floor else None
             first = parsed[1] + 1 if parsed is not None and parsed[0] == key.lane else 0

@@ -135,6 +135,34 @@ def _add_clauses(counts: CounterDeltas) -> tuple[list[str], dict[str, str], dict
     return parts, names, values
 
 
+def write_batches(
+    client: DynamoDBClient,
+    table: str,
+    requests: list[dict[str, Any]],
+    operation: str,
+    *,
+    sleep: Callable[[float], None],
+) -> None:
+    """``BatchWriteItem`` of ``requests`` (puts or deletes) in batches of 25, sending what the store
+    left unprocessed again with full jitter, as AWS recommends; raises ``StoreThrottledError`` when
+    some are still left after ``_UNPROCESSED_RETRIES`` tries (engine v2's produce, a log's purge)."""
+    for start in range(0, len(requests), BATCH_WRITE_LIMIT):
+        pending: list[Any] = requests[start : start + BATCH_WRITE_LIMIT]
+        for attempt in range(_UNPROCESSED_RETRIES + 1):
+            try:
+                reply = client.batch_write_item(RequestItems={table: pending})
+            except ClientError as exc:
+                raise translate(exc, operation) from exc
+            pending = codec.table_part(reply, "UnprocessedItems", table)
+            if not pending:
+                break
+            if attempt == _UNPROCESSED_RETRIES:
+                raise StoreThrottledError(
+                    f"the store left {len(pending)} writes of {operation} unprocessed; retry"
+                )
+            sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))  # noqa: S311
+
+
 class DynamoDBItemStore:
     """Items of every queue in one table, a queue partition per partition key."""
 
@@ -483,22 +511,7 @@ class DynamoDBItemStore:
         return True
 
     def _batch_write(self, requests: list[dict[str, Any]], operation: str) -> None:
-        for start in range(0, len(requests), BATCH_WRITE_LIMIT):
-            pending: list[Any] = requests[start : start + BATCH_WRITE_LIMIT]
-            for attempt in range(_UNPROCESSED_RETRIES + 1):
-                try:
-                    reply = self._client.batch_write_item(RequestItems={self._table: pending})
-                except ClientError as exc:
-                    raise translate(exc, operation) from exc
-                pending = codec.table_part(reply, "UnprocessedItems", self._table)
-                if not pending:
-                    break
-                if attempt == _UNPROCESSED_RETRIES:
-                    raise StoreThrottledError(
-                        f"the store left {len(pending)} writes of {operation} unprocessed; retry"
-                    )
-                # Full jitter, as AWS recommends for UnprocessedItems.
-                self._sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))  # noqa: S311
+        write_batches(self._client, self._table, requests, operation, sleep=self._sleep)
 
     # -- reads -----------------------------------------------------------------------------------
 
