@@ -1696,13 +1696,16 @@ TARGETS = (
 # -- command line -------------------------------------------------------------------------------
 
 
-def format_report(report: Report) -> str:
+def figures_table(report: Report, *, title: str, column: str, width: int) -> list[str]:
+    """The per-workload table of ``report`` (one line per candidate, workloads apart) and its
+    legend; ``column`` names the candidate column, ``width`` wide (``benchmarks.cost_v3`` prints
+    stores)."""
     header = (
-        f"{'workload':<26} {'candidate':<6} | {'req/item':>8} {'WCU/item':>8} {'RCU/item':>8}"
+        f"{'workload':<26} {column:<{width}} | {'req/item':>8} {'WCU/item':>8} {'RCU/item':>8}"
         f" {'failed/leased':>13} | {'ceiling/s':>9} {'$/M':>6} | {'once':>4}"
     )
     lines = [
-        f"Engine v3 candidates, one partition: produce -> lease -> complete per delivered item"
+        f"{title}, one partition: produce -> lease -> complete per delivered item"
         f" (N={report.count}; {report.contention_count} with several consumers)",
         header,
         "-" * len(header),
@@ -1713,18 +1716,23 @@ def format_report(report: Report) -> str:
             lines.append("")
         previous = f.workload
         lines.append(
-            f"{f.workload.name:<26} {f.candidate:<6} | {f.requests_per_item:>8.2f}"
+            f"{f.workload.name:<26} {f.candidate:<{width}} | {f.requests_per_item:>8.2f}"
             f" {f.write_units_per_item:>8.2f} {f.read_units_per_item:>8.2f} {f.failed_per_leased:>13.3f} |"
             f" {f.ceiling:>9,.0f} {f.dollars:>6.2f} | {'yes' if f.exactly_once else 'NO':>4}"
         )
-    lines += [
+    return [
+        *lines,
         "",
         "req, WCU, RCU per delivered item, produce included; failed/leased = failed conditional writes",
         "(charged) per leased item; ceiling = items/s of one partition key, min(1,000 WCU/s / WCU,",
         "3,000 RCU/s / RCU); $/M = USD per million delivered items: WCU x $0.625 + RCU x $0.125 + 3 REST",
         "calls per batch x $3.50 (Lambda left out); once = every item delivered exactly once.",
-        "v2 leaves out its catalog reads (one per service call, any model pays them).",
     ]
+
+
+def format_report(report: Report) -> str:
+    lines = figures_table(report, title="Engine v3 candidates", column="candidate", width=6)
+    lines.append("v2 leaves out its catalog reads (one per service call, any model pays them).")
     if report.episodes:
         header = (
             f"{'case':<14} {'candidate':<6} | {'WCU':>6} {'RCU':>6} {'requests':>8} {'failed':>6} |"

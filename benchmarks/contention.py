@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from benchmarks.candidates import drain_in_threads
-from benchmarks.cost import metered_service, payload_of, use_fake_credentials
+from benchmarks.cost import add_engine_argument, metered_service, payload_of, use_fake_credentials
 from querator.domain.model import NewItem, QueueInfo
 from querator.testing import moto_server_process
 
@@ -114,13 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_COUNT} items per case")
     parser.add_argument("--consumers", type=int, nargs="*", default=list(CONSUMERS))
     parser.add_argument("--partitions", type=int, nargs="*", default=list(PARTITIONS))
-    parser.add_argument(
-        "--engine",
-        type=int,
-        choices=(2, 3),
-        default=2,
-        help="3: the service with engine v3's claim log (docs/adr/0100; not the product's engine yet)",
-    )
+    add_engine_argument(parser)
     args = parser.parse_args(argv)
     use_fake_credentials()
     count = QUICK_COUNT if args.quick else COUNT

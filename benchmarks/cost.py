@@ -408,6 +408,17 @@ def use_fake_credentials() -> None:
         os.environ.pop(name, None)
 
 
+def add_engine_argument(parser: argparse.ArgumentParser) -> None:
+    """``--engine 3``: measure the service with engine v3's claim log (``metered_service``)."""
+    parser.add_argument(
+        "--engine",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="3: the service with engine v3's claim log (docs/adr/0100; not the product's engine yet)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -416,13 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help=f"{QUICK_COUNT} items per case instead of {COUNT}"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH")
-    parser.add_argument(
-        "--engine",
-        type=int,
-        choices=(2, 3),
-        default=2,
-        help="3: the service with engine v3's claim log (docs/adr/0100; not the product's engine yet)",
-    )
+    add_engine_argument(parser)
     args = parser.parse_args(argv)
     count = QUICK_COUNT if args.quick else COUNT
     use_fake_credentials()

@@ -39,6 +39,7 @@ from benchmarks.candidates_v3 import (
     Workload,
     depth_v2,
     figures_of,
+    figures_table,
     identity,
     run_v2,
     tagged_payload,
@@ -198,33 +199,7 @@ def measure(
 
 
 def format_report(report: Report) -> str:
-    header = (
-        f"{'workload':<26} {'store':<5} | {'req/item':>8} {'WCU/item':>8} {'RCU/item':>8}"
-        f" {'failed/leased':>13} | {'ceiling/s':>9} {'$/M':>6} | {'once':>4}"
-    )
-    lines = [
-        "Engine v3 (DynamoDBClaimLog) against v2, one partition: produce -> lease -> complete per delivered"
-        f" item (N={report.count}; {report.contention_count} with several consumers)",
-        header,
-        "-" * len(header),
-    ]
-    previous = None
-    for f in report.figures:
-        if previous is not None and f.workload != previous:
-            lines.append("")
-        previous = f.workload
-        lines.append(
-            f"{f.workload.name:<26} {f.candidate:<5} | {f.requests_per_item:>8.2f}"
-            f" {f.write_units_per_item:>8.2f} {f.read_units_per_item:>8.2f} {f.failed_per_leased:>13.3f} |"
-            f" {f.ceiling:>9,.0f} {f.dollars:>6.2f} | {'yes' if f.exactly_once else 'NO':>4}"
-        )
-    lines += [
-        "",
-        "req, WCU, RCU per delivered item, produce included; failed/leased = failed conditional writes",
-        "(charged) per leased item; ceiling = items/s of one partition key, min(1,000 WCU/s / WCU,",
-        "3,000 RCU/s / RCU); $/M = USD per million delivered items: WCU x $0.625 + RCU x $0.125 + 3 REST",
-        "calls per batch x $3.50 (Lambda left out); once = every item delivered exactly once.",
-    ]
+    lines = figures_table(report, title="Engine v3 (DynamoDBClaimLog) against v2", column="store", width=5)
     if report.depth:
         lines += [
             "",
