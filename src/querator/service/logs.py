@@ -113,7 +113,7 @@ class Logs:
         """Append ``items`` (as the producer built them; their v2 ids say only their lane) to their
         logs, and return them as stored, in the order given. One append per lane they span."""
         by_lane = _by_lane(queue, partition, items)
-        self._register(queue, partition, by_lane)
+        self._register(queue, partition, by_lane, now)
         stored: dict[int, Item] = {}
         for key, entries in by_lane.items():
             written = self.log.append(key, [_for_schedule(item, now) for _, item in entries], now=now)
@@ -124,7 +124,7 @@ class Logs:
         """The positions an idempotent produce records before it writes (scheduled items have
         none: ``""``), in the order of ``items``."""
         by_lane = _by_lane(queue, partition, items)
-        self._register(queue, partition, by_lane)
+        self._register(queue, partition, by_lane, now)
         ids = [""] * len(items)
         for key, entries in by_lane.items():
             ready = [(n, item) for n, item in entries if not _scheduled(item, now)]
@@ -171,13 +171,13 @@ class Logs:
         return self.log.settle(key, settlements, guard=guard, now=now, completed=completed)
 
     def _register(
-        self, queue: QueueInfo, partition: int, by_lane: dict[LogKey, list[tuple[int, Item]]]
+        self, queue: QueueInfo, partition: int, by_lane: dict[LogKey, list[tuple[int, Item]]], now: datetime
     ) -> None:
         # A lease reads the bands the partition's head row names (engine v2's registration, which
         # v3 shares), so a band is named before its first item is written.
         lanes = [key.lane + "0" * 30 for key in by_lane if key.lane]
         if lanes:
-            self._store.register_bands(queue.name, partition, lanes, now=self._clock.now())
+            self._store.register_bands(queue.name, partition, lanes, now=now)
 
     # -- lease --------------------------------------------------------------------------------------
 
