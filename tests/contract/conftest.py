@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 #: Every store the suite runs on; ``metered`` tests (DynamoDB's units) run on the DynamoDB ones only.
 STORES = ["memory", "sqlite", "moto", "moto_server"]
-#: An experiment while engine v3 is wired: QUERATOR_TEST_ENGINE=3 runs the suite on it.
+#: The engine the suite runs on (every store): QUERATOR_TEST_ENGINE=3 runs it on engine v3's logs.
 ENGINE = int(os.environ.get("QUERATOR_TEST_ENGINE", "2"))
 
 
@@ -41,10 +41,10 @@ def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueS
         yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock, engine=ENGINE)
     elif request.param == "moto":
         with mock_aws():
-            yield build_service(dynamodb_client(), clock=clock)
+            yield build_service(dynamodb_client(), clock=clock, engine=ENGINE)
     else:
         endpoint = request.getfixturevalue("moto_server")
-        yield build_service(dynamodb_client(endpoint), clock=clock)
+        yield build_service(dynamodb_client(endpoint), clock=clock, engine=ENGINE)
 
 
 #: The stores that keep items in sorted rows in this process (``storage.engine``): for behaviours
@@ -82,13 +82,13 @@ def metered(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Metere
             client, raw = dynamodb_client(), dynamodb_client()
             meter = CostMeter(raw)
             meter.attach(client)
-            yield Metered(build_service(client, clock=clock), meter, client)
+            yield Metered(build_service(client, clock=clock, engine=ENGINE), meter, client)
     else:
         endpoint = request.getfixturevalue("moto_server")
         client, raw = dynamodb_client(endpoint, max_pool=32), dynamodb_client(endpoint)
         meter = CostMeter(raw)
         meter.attach(client)
-        yield Metered(build_service(client, clock=clock), meter, client)
+        yield Metered(build_service(client, clock=clock, engine=ENGINE), meter, client)
 
 
 @pytest.fixture(params=STORES)
