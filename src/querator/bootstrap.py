@@ -17,9 +17,17 @@ import botocore.session
 from botocore.config import Config
 
 from querator.clock import SystemClock
-from querator.config import ConfigurationError, StoreKind, load_settings, parse_store, sqlite_sync
+from querator.config import (
+    ConfigurationError,
+    StoreKind,
+    engine_setting,
+    load_settings,
+    parse_store,
+    sqlite_sync,
+)
 from querator.service import QueueService
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.log import DynamoDBClaimLog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 
 if TYPE_CHECKING:
@@ -30,6 +38,10 @@ if TYPE_CHECKING:
 
     from querator.config import Settings
     from querator.ports import ItemStore, QueueCatalog
+    from querator.ports.log import ClaimLog
+
+#: The engine whose stores include a claim log (``querator.config.ENGINES``).
+ENGINE_V3 = 3
 
 #: Standard retry mode backs off on throttling; a Lambda serves one request at a time, but the local
 #: server runs requests on threads that share this client, hence the larger pool.
@@ -78,10 +90,13 @@ class Stores:
     catalog: QueueCatalog
     store: ItemStore
     close: Callable[[], None] = lambda: None
+    #: Engine v3's claim log over the same backing store (``None``: engine v2 alone).
+    log: ClaimLog | None = None
 
 
-def open_stores(url: str, settings: Settings | None = None) -> Stores:
-    """The catalog and item store a store URL names (``querator.config.parse_store``).
+def open_stores(url: str, settings: Settings | None = None, *, engine: int | None = None) -> Stores:
+    """The catalog, item store and (engine v3) claim log a store URL names
+    (``querator.config.parse_store``); ``engine``: ``settings.engine`` when not given.
 
     ``memory`` is new and empty on every call; ``sqlite:PATH`` opens (or creates) the file;
     ``dynamodb`` uses the tables of ``settings`` (default: the environment's).
@@ -93,13 +108,22 @@ def open_stores(url: str, settings: Settings | None = None) -> Stores:
         writable); the message is one line and the file was not changed.
     """
     kind, path = parse_store(url)
+    if engine is None:
+        # Not ``load_settings()``: a local store needs no table names, which it would ask for.
+        engine = settings.engine if settings is not None else engine_setting()
+    logged = engine == ENGINE_V3
     if kind == StoreKind.MEMORY:
-        from querator.storage.memory import InMemoryItemStore, InMemoryQueueCatalog  # noqa: PLC0415
+        from querator.storage.memory import (  # noqa: PLC0415
+            InMemoryClaimLog,
+            InMemoryItemStore,
+            InMemoryQueueCatalog,
+        )
 
-        return Stores(InMemoryQueueCatalog(), InMemoryItemStore())
+        return Stores(InMemoryQueueCatalog(), InMemoryItemStore(), log=InMemoryClaimLog() if logged else None)
     if kind == StoreKind.SQLITE:
         from querator.storage.sqlite import (  # noqa: PLC0415 - only the local server and embedded use it
             DatabaseFileError,
+            SQLiteClaimLog,
             SQLiteDatabase,
             SQLiteItemStore,
             SQLiteQueueCatalog,
@@ -109,14 +133,23 @@ def open_stores(url: str, settings: Settings | None = None) -> Stores:
             database = SQLiteDatabase(path, sync=sqlite_sync(url))
         except DatabaseFileError as exc:
             raise ConfigurationError(str(exc)) from exc
-        return Stores(SQLiteQueueCatalog(database), SQLiteItemStore(database), database.close)
+        return Stores(
+            SQLiteQueueCatalog(database),
+            SQLiteItemStore(database),
+            database.close,
+            log=SQLiteClaimLog(database) if logged else None,
+        )
     settings = settings or load_settings()
     client = get_client()
     catalog = DynamoDBQueueCatalog(
         settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
     )
     catalog.share_loader(botocore_session())
-    return Stores(catalog, DynamoDBItemStore(client, settings.items_table))
+    return Stores(
+        catalog,
+        DynamoDBItemStore(client, settings.items_table),
+        log=DynamoDBClaimLog(client, settings.items_table) if logged else None,
+    )
 
 
 @functools.cache
@@ -126,7 +159,11 @@ def get_service() -> QueueService:
     stores = open_stores(settings.store, settings)
     _opened.append(stores.close)
     return QueueService(
-        catalog=stores.catalog, store=stores.store, clock=SystemClock(), queue_cache_ttl=settings.queue_cache
+        catalog=stores.catalog,
+        store=stores.store,
+        clock=SystemClock(),
+        queue_cache_ttl=settings.queue_cache,
+        log=stores.log,
     )
 
 

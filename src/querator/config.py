@@ -41,6 +41,10 @@ class EnvVar:
     #: DynamoDB-compatible store that is slow to answer (moto, LocalStack on a loaded machine) needs
     #: more, or requests it applied are sent again (docs/adr/0040-reliability-suites.md).
     STORE_READ_TIMEOUT: Final = "QUERATOR_STORE_READ_TIMEOUT_SECONDS"
+    #: The storage engine: ``3`` (claim logs, docs/adr/0100-engine-v3-candidates.md), which writes
+    #: new items to logs and still serves what engine v2 wrote, or ``2`` (one row per item,
+    #: docs/adr/0050-engine-v2.md) alone, which does not see items in logs.
+    ENGINE: Final = "QUERATOR_ENGINE"
     #: The deployed stage (``dev``, ``prod`` ...): a dimension of every metric, so one stage's
     #: datapoints never feed another's alarms. Unset locally.
     STAGE: Final = "QUERATOR_STAGE"
@@ -106,6 +110,10 @@ DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
 DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
 DEFAULT_QUEUE_CACHE: Final = timedelta(seconds=1)
 DEFAULT_STORE_READ_TIMEOUT: Final = timedelta(seconds=5)
+#: The engine new items go to unless ``EnvVar.ENGINE`` says otherwise.
+DEFAULT_ENGINE: Final = 2
+#: The engines there are.
+ENGINES: Final = (2, 3)
 #: Lambda's longest timeout bounds it: a wait past the function's end is never used.
 MAX_STORE_READ_TIMEOUT: Final = timedelta(minutes=15)
 
@@ -192,6 +200,8 @@ class Settings:
     queue_cache: timedelta = DEFAULT_QUEUE_CACHE
     #: Above zero, at most ``MAX_STORE_READ_TIMEOUT``.
     store_read_timeout: timedelta = DEFAULT_STORE_READ_TIMEOUT
+    #: One of ``ENGINES``.
+    engine: int = DEFAULT_ENGINE
 
 
 #: Each duration setting: its field, its variable, whether zero is allowed, and its upper bound.
@@ -236,6 +246,7 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
             raise ConfigurationError(f"{name}={raw!r} must be at most {most.total_seconds():g}")
         durations[field] = value
     return Settings(
+        engine=engine_from(environ.get(EnvVar.ENGINE, "")),
         store=store,
         items_table=environ.get(EnvVar.ITEMS_TABLE, ""),
         catalog_table=environ.get(EnvVar.CATALOG_TABLE, ""),
@@ -245,6 +256,26 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         region=environ.get(EnvVar.REGION) or None,
         **durations,
     )
+
+
+def engine_from(raw: str) -> int:
+    """The engine ``raw`` names (``EnvVar.ENGINE``; empty: ``DEFAULT_ENGINE``).
+
+    Raises
+    ------
+    ConfigurationError
+        Anything but one of ``ENGINES``.
+    """
+    if not raw.strip():
+        return DEFAULT_ENGINE
+    if raw.strip() not in {str(engine) for engine in ENGINES}:
+        raise ConfigurationError(f"{EnvVar.ENGINE}={raw!r} must be one of {', '.join(map(str, ENGINES))}")
+    return int(raw)
+
+
+def engine_setting() -> int:
+    """The engine this process's environment names (``EnvVar.ENGINE``)."""
+    return engine_from(os.environ.get(EnvVar.ENGINE, ""))
 
 
 @functools.cache

@@ -136,6 +136,9 @@ class Embedded(Client):
     metrics
         Write the API's CloudWatch metrics (EMF JSON, one line per call that counted something) to
         stdout, as a Lambda function does; off by default, so the host program's stdout stays its own.
+    engine
+        The storage engine (``querator.config.ENGINES``); default: ``QUERATOR_ENGINE``, else
+        ``querator.config.DEFAULT_ENGINE``.
     client_options
         Passed to ``Client`` (``max_retries``, ``client_id`` ...).
 
@@ -152,13 +155,14 @@ class Embedded(Client):
         reaper_interval: float = 1.0,
         lease_wait_cap: timedelta = DEFAULT_LEASE_WAIT_CAP,
         metrics: bool = False,
+        engine: int | None = None,
         **client_options: Any,
     ) -> None:
         # First: a bad store URL or file raises before anything else is made.
-        self._stores = open_stores(store)
+        self._stores = open_stores(store, engine=engine)
         super().__init__(f"embedded:{store}", **client_options)
         self.service = QueueService(
-            catalog=self._stores.catalog, store=self._stores.store, clock=SystemClock()
+            catalog=self._stores.catalog, store=self._stores.store, clock=SystemClock(), log=self._stores.log
         )
         self._transport.close()
         self._transport = _InProcessTransport(self.service, lease_wait_cap, metrics=metrics)

@@ -20,6 +20,7 @@ import boto3
 from botocore.config import Config
 
 from querator.clock import SystemClock
+from querator.config import DEFAULT_ENGINE
 from querator.service import QueueService
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
@@ -106,7 +107,7 @@ def build_service(
     prefix: str | None = None,
     ids: IdFactory | None = None,
     concurrency: int | None = None,
-    engine: int = 2,
+    engine: int = DEFAULT_ENGINE,
 ) -> QueueService:
     """Create fresh tables (named with ``prefix``) and a service over them.
 
@@ -129,7 +130,7 @@ def build_service(
     )
 
 
-def memory_service(*, clock: Any, ids: IdFactory | None = None, engine: int = 2) -> QueueService:
+def memory_service(*, clock: Any, ids: IdFactory | None = None, engine: int = DEFAULT_ENGINE) -> QueueService:
     """A service over a fresh in-memory store and catalog: no moto, no sockets. ``engine=3``: with
     engine v3's claim log (docs/adr/0100)."""
     return QueueService(
@@ -142,7 +143,7 @@ def memory_service(*, clock: Any, ids: IdFactory | None = None, engine: int = 2)
 
 
 def sqlite_service(
-    path: str | Path, *, clock: Any, ids: IdFactory | None = None, engine: int = 2
+    path: str | Path, *, clock: Any, ids: IdFactory | None = None, engine: int = DEFAULT_ENGINE
 ) -> QueueService:
     """A service over the SQLite database at ``path`` (created when missing); ``engine=3``: with
     engine v3's claim log in the same file."""

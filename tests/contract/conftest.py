@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 
 from benchmarks.meter import CostMeter
+from querator.config import DEFAULT_ENGINE
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.log import DynamoDBClaimLog
 from querator.storage.memory import InMemoryClaimLog
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 #: Every store the suite runs on; ``metered`` tests (DynamoDB's units) run on the DynamoDB ones only.
 STORES = ["memory", "sqlite", "moto", "moto_server"]
 #: The engine the suite runs on (every store): QUERATOR_TEST_ENGINE=3 runs it on engine v3's logs.
-ENGINE = int(os.environ.get("QUERATOR_TEST_ENGINE", "2"))
+ENGINE = int(os.environ.get("QUERATOR_TEST_ENGINE", str(DEFAULT_ENGINE)))
 
 
 @pytest.fixture(params=STORES)

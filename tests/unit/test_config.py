@@ -6,7 +6,9 @@ from datetime import timedelta
 
 import pytest
 
+from querator.bootstrap import open_stores
 from querator.config import (
+    DEFAULT_ENGINE,
     DEFAULT_LEASE_WAIT_CAP,
     ConfigurationError,
     EnvVar,
@@ -46,6 +48,31 @@ def test_tunables_have_defaults_and_parse_seconds():
 def test_a_bad_wait_cap_is_refused(raw):
     with pytest.raises(ConfigurationError, match=r"LEASE_WAIT_CAP|lease_wait_cap"):
         settings_from({**TABLES, EnvVar.LEASE_WAIT_CAP: raw})
+
+
+def test_the_engine_defaults_and_only_a_known_one_is_taken():
+    assert settings_from(TABLES).engine == DEFAULT_ENGINE
+    assert settings_from({**TABLES, EnvVar.ENGINE: "3"}).engine == 3
+    assert settings_from({**TABLES, EnvVar.ENGINE: " 2 "}).engine == 2
+    for bad in ("4", "v3", "3.0"):
+        with pytest.raises(ConfigurationError, match=EnvVar.ENGINE):
+            settings_from({**TABLES, EnvVar.ENGINE: bad})
+
+
+@pytest.mark.parametrize("url", ["memory", "sqlite"])
+def test_engine_v3_stores_hold_a_claim_log_and_engine_v2_stores_none(url, tmp_path, monkeypatch):
+    monkeypatch.delenv(EnvVar.ENGINE, raising=False)
+    url = f"sqlite:{tmp_path / 'q.db'}" if url == "sqlite" else url
+    v3 = open_stores(url, engine=3)
+    v2 = open_stores(url, engine=2)
+    monkeypatch.setenv(EnvVar.ENGINE, "3")
+    from_environment = open_stores(url)
+    try:
+        assert v3.log is not None and from_environment.log is not None
+        assert v2.log is None
+    finally:
+        for stores in (v3, v2, from_environment):
+            stores.close()
 
 
 def test_a_store_url_is_parsed_and_other_stores_need_no_table_names():
