@@ -98,10 +98,12 @@ MAX_TRIES = 32
 ROW_PAGE = 2
 BATCH_WRITE_LIMIT = 25
 
-#: DynamoDB on demand and API Gateway REST, USD per million (the issue; docs/capacity.md).
+#: DynamoDB on demand and API Gateway (REST; HTTP, the flavour of stage prod: ADR 0094), USD per
+#: million (the issue; docs/capacity.md).
 PRICE_WRITE_UNIT = 0.625
 PRICE_READ_UNIT = 0.125
 PRICE_REST_CALL = 3.50
+PRICE_HTTP_CALL = 1.00
 #: Produce, lease and complete: the API calls of one batch.
 CALLS_PER_BATCH = 3
 #: One partition key's throughput (AWS: 1,000 WCU and 3,000 RCU per partition; benchmarks.capacity).
@@ -135,12 +137,36 @@ WORKLOADS = (
 )
 
 
-def dollars_per_million(write_units: float, read_units: float, batch: int) -> float:
-    """USD per million delivered items: DynamoDB units plus three REST calls per batch."""
+def dollars_per_million(
+    write_units: float, read_units: float, batch: int, *, call_price: float = PRICE_REST_CALL
+) -> float:
+    """USD per million delivered items: DynamoDB units plus three API calls per batch (REST unless
+    ``call_price`` says); Lambda left out (``all_services_per_million`` adds it)."""
     return (
-        write_units * PRICE_WRITE_UNIT
-        + read_units * PRICE_READ_UNIT
-        + CALLS_PER_BATCH * PRICE_REST_CALL / batch
+        write_units * PRICE_WRITE_UNIT + read_units * PRICE_READ_UNIT + CALLS_PER_BATCH * call_price / batch
+    )
+
+
+def lambda_per_million(batch: int) -> float:
+    """Lambda's USD per million delivered items at ``batch``, as docs/capacity.md prints it from
+    ``benchmarks.flavour``'s measurement (engine v2's functions: v3's make fewer store round trips,
+    so this is an upper bound for it); a batch between two measured ones takes the smaller one's."""
+    from benchmarks.flavour import DOCUMENTS, generated_block, parse_inputs  # noqa: PLC0415
+
+    measured = sorted(
+        parse_inputs(generated_block(DOCUMENTS[0].read_text(encoding="utf-8"))), key=lambda r: r.batch
+    )
+    return [row for row in measured if row.batch <= batch][-1].lambda_per_million
+
+
+def all_services_per_million(
+    write_units: float, read_units: float, batch: int, *, call_price: float = PRICE_HTTP_CALL
+) -> float:
+    """USD per million delivered items on AWS, all services (issue 35's "$ per million ... all
+    services"): DynamoDB, API Gateway (the HTTP API of stage prod unless ``call_price`` says) and
+    Lambda."""
+    return dollars_per_million(write_units, read_units, batch, call_price=call_price) + lambda_per_million(
+        batch
     )
 
 
@@ -195,7 +221,20 @@ class Figures:
 
     @property
     def dollars(self) -> float:
-        return dollars_per_million(self.write_units_per_item, self.read_units_per_item, self.workload.batch)
+        """All services, on the HTTP API (stage prod)."""
+        return all_services_per_million(
+            self.write_units_per_item, self.read_units_per_item, self.workload.batch
+        )
+
+    @property
+    def dollars_rest(self) -> float:
+        """All services, on the REST API (stages dev, test, local)."""
+        return all_services_per_million(
+            self.write_units_per_item,
+            self.read_units_per_item,
+            self.workload.batch,
+            call_price=PRICE_REST_CALL,
+        )
 
     @property
     def exactly_once(self) -> bool:
@@ -1687,8 +1726,8 @@ TARGETS = (
     Target("RCU/item 1,000 B x1 <= 4", _units(Workload(1000, 1), 4.0, "read_units_per_item")),
     Target("RCU/item other rows <= v2's (worst ratio)", _reads_no_higher),
     Target("ceiling 100 B x10 >= 3,000 items/s", _ceiling),
-    Target("$/M 100 B x100 <= 0.5", _units(Workload(100, 100), 0.5, "dollars")),
-    Target("$/M 100 B x10 <= 1.0", _units(Workload(100, 10), 1.0, "dollars")),
+    Target("$/M all services, HTTP API, 100 B x100 <= 0.5", _units(Workload(100, 100), 0.5, "dollars")),
+    Target("$/M all services, HTTP API, 100 B x10 <= 1.0", _units(Workload(100, 10), 1.0, "dollars")),
     Target("failed CW/leased, 16 consumers < 0.1", _contention),
 )
 
@@ -1702,7 +1741,7 @@ def figures_table(report: Report, *, title: str, column: str, width: int) -> lis
     stores)."""
     header = (
         f"{'workload':<26} {column:<{width}} | {'req/item':>8} {'WCU/item':>8} {'RCU/item':>8}"
-        f" {'failed/leased':>13} | {'ceiling/s':>9} {'$/M':>6} | {'once':>4}"
+        f" {'failed/leased':>13} | {'ceiling/s':>9} {'$/M HTTP':>8} {'REST':>5} | {'once':>4}"
     )
     lines = [
         f"{title}, one partition: produce -> lease -> complete per delivered item"
@@ -1718,15 +1757,17 @@ def figures_table(report: Report, *, title: str, column: str, width: int) -> lis
         lines.append(
             f"{f.workload.name:<26} {f.candidate:<{width}} | {f.requests_per_item:>8.2f}"
             f" {f.write_units_per_item:>8.2f} {f.read_units_per_item:>8.2f} {f.failed_per_leased:>13.3f} |"
-            f" {f.ceiling:>9,.0f} {f.dollars:>6.2f} | {'yes' if f.exactly_once else 'NO':>4}"
+            f" {f.ceiling:>9,.0f} {f.dollars:>8.2f} {f.dollars_rest:>5.2f} |"
+            f" {'yes' if f.exactly_once else 'NO':>4}"
         )
     return [
         *lines,
         "",
         "req, WCU, RCU per delivered item, produce included; failed/leased = failed conditional writes",
         "(charged) per leased item; ceiling = items/s of one partition key, min(1,000 WCU/s / WCU,",
-        "3,000 RCU/s / RCU); $/M = USD per million delivered items: WCU x $0.625 + RCU x $0.125 + 3 REST",
-        "calls per batch x $3.50 (Lambda left out); once = every item delivered exactly once.",
+        "3,000 RCU/s / RCU); $/M = USD per million delivered items, all services: WCU x $0.625 + RCU x",
+        "$0.125 + 3 API calls per batch (HTTP API of stage prod $1.00, REST $3.50 per million) + Lambda as",
+        "docs/capacity.md measured it; once = every item delivered exactly once.",
     ]
 
 
@@ -1826,6 +1867,7 @@ def main(argv: list[str] | None = None) -> int:
                     "failed_per_leased": f.failed_per_leased,
                     "ceiling": f.ceiling,
                     "dollars_per_million": f.dollars,
+                    "dollars_per_million_rest": f.dollars_rest,
                 }
                 for f in report.figures
             ],

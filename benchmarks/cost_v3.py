@@ -266,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                     "failed_per_leased": f.failed_per_leased,
                     "ceiling": f.ceiling,
                     "dollars_per_million": f.dollars,
+                    "dollars_per_million_rest": f.dollars_rest,
                 }
                 for f in report.figures
             ],

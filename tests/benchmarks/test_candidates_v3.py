@@ -27,6 +27,7 @@ from benchmarks.candidates_v3 import (
     Report,
     StaleLeaseError,
     Workload,
+    all_services_per_million,
     dollars_per_million,
     drain,
     identity,
@@ -34,6 +35,7 @@ from benchmarks.candidates_v3 import (
     partition_ceiling,
     tagged_payload,
 )
+from benchmarks.flavour import DOCUMENTS, generated_block, parse_inputs
 from benchmarks.meter import item_size, write_units
 
 if TYPE_CHECKING:
@@ -74,6 +76,18 @@ def test_dollars_are_units_at_on_demand_prices_plus_three_rest_calls_per_batch()
     assert dollars_per_million(0.0, 2.0, batch=100) == pytest.approx(0.25 + 0.105)
     # At batch 10 the REST calls alone pass issue 35's $1.00 target: no data model meets it there.
     assert dollars_per_million(0.0, 0.0, batch=10) > 1.0
+    assert dollars_per_million(0.0, 0.0, batch=10, call_price=1.00) == pytest.approx(0.30)
+
+
+def test_all_services_add_lambda_as_docs_capacity_measured_it_to_the_flavours_calls() -> None:
+    measured = {
+        r.batch: r.lambda_per_million for r in parse_inputs(generated_block(DOCUMENTS[0].read_text()))
+    }
+    assert all_services_per_million(1.0, 0.0, batch=10) == pytest.approx(0.625 + 0.30 + measured[10])
+    rest = all_services_per_million(1.0, 0.0, batch=10, call_price=3.50)
+    assert rest == pytest.approx(0.625 + 1.05 + measured[10])
+    # A batch between two measured ones is priced at the smaller one's Lambda cost (an upper bound).
+    assert all_services_per_million(0.0, 0.0, batch=50) == pytest.approx(0.06 + measured[10])
 
 
 def test_the_ceiling_is_the_tighter_of_the_partitions_write_and_read_limits() -> None:
