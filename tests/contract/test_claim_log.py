@@ -25,7 +25,7 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import Guard
-from querator.ports.log import LogKey, Settlement
+from querator.ports.log import LogAges, LogKey, Settlement
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -432,6 +432,69 @@ def test_produced_and_completed_count_produce_and_complete_only(claim_log: Claim
 
 
 # --- expiry and renewal ------------------------------------------------------------------------------
+
+
+def _seconds(*times: datetime) -> int:
+    return sum(int(t.timestamp()) for t in times)
+
+
+def test_ages_sum_the_creation_times_of_waiting_and_leased_items(claim_log: ClaimLog) -> None:
+    early, late = NOW - timedelta(seconds=40), NOW - timedelta(seconds=10)
+    claim_log.append(KEY, _items("a", "b", "c", at=early), now=NOW)
+    claim_log.append(KEY, _items("d", "e", at=late), now=NOW)
+    claim_log.append(KEY, _items("later", at=late, enqueue_at=NOW + timedelta(hours=1)), now=NOW)
+    assert claim_log.ages(KEY) == LogAges(waiting_created=_seconds(*[early] * 3, late, late))
+
+    # A claim of part of the first row, then of the rest of it and part of the second.
+    a, b = _claim(claim_log, 2).items
+    c, d = _claim(claim_log, 2).items
+    assert claim_log.ages(KEY) == LogAges(
+        waiting_created=_seconds(late), leased_created=_seconds(*[early] * 3, late)
+    )
+
+    # A subset completes; another goes to the tail (waiting again, as old as it was); one is deleted
+    # while waiting; a renew splits a record, which moves nothing between the sums.
+    assert _complete(claim_log, [a.id]).applied == [a.id]
+    assert claim_log.settle(
+        KEY, [Settlement(id=c.id, to=KEY, item=c)], guard=Guard.LEASE_VALID, now=NOW
+    ).applied
+    assert claim_log.renew(KEY, [d.id], deadline=NOW + timedelta(minutes=5), now=NOW).applied == [d.id]
+    assert claim_log.ages(KEY) == LogAges(
+        waiting_created=_seconds(late, early), leased_created=_seconds(early, late)
+    )
+    (e,) = [i for i in claim_log.list_items(KEY, after="", limit=10, now=NOW) if i.payload == b"e"]
+    assert claim_log.delete(KEY, [e.id], now=NOW).applied == [e.id]
+    assert claim_log.ages(KEY) == LogAges(
+        waiting_created=_seconds(early), leased_created=_seconds(early, late)
+    )
+
+    # Everything settled: nothing left to age but the scheduled item, which counts in neither sum.
+    assert _complete(claim_log, [b.id, d.id]).applied == [b.id, d.id]
+    _drain(claim_log)
+    assert claim_log.ages(KEY) == LogAges()
+
+
+def test_ages_follow_an_expired_lease_to_the_tail_and_a_slow_writer_into_its_lease(
+    claim_log: ClaimLog,
+) -> None:
+    created = NOW - timedelta(seconds=5)
+    claim_log.append(KEY, _items("a", at=created), now=NOW)
+    claim = _claim(claim_log, 1)
+    for run in claim_log.expired(KEY, now=NOW + LEASE, limit=10):
+        moves = [Settlement(id=i.id, to=KEY, item=i) for i in run.items]
+        claim_log.settle(KEY, moves, guard=Guard.LEASE_EXPIRED, now=NOW + LEASE)
+    assert claim_log.ages(KEY) == LogAges(waiting_created=_seconds(created))
+    assert claim.items and _claim(claim_log, 1, now=NOW + LEASE).items
+
+    # A writer between its two steps: its items count once they are written, leased by the claim
+    # that waited for them.
+    ids = claim_log.take_positions(KEY, 1, now=NOW, created=_seconds(created))
+    holed = _claim(claim_log, 1, now=NOW + LEASE)
+    assert holed.holes == ids
+    claim_log.write_taken(KEY, ids, _items("slow", at=created), now=NOW + LEASE)
+    found = claim_log.collect(KEY, holed.token, now=NOW + LEASE)
+    assert _payloads(found.items) == [b"slow"]
+    assert claim_log.ages(KEY) == LogAges(leased_created=_seconds(created, created))
 
 
 def test_an_expired_lease_of_part_of_a_row_goes_back_to_the_tail(claim_log: ClaimLog) -> None:

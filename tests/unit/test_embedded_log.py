@@ -314,7 +314,9 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
 
     upgraded = sqlite_service(path, clock=clock)
     with contextlib.closing(sqlite3.connect(path)) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        columns = {row[1] for row in check.execute("PRAGMA table_info(log_rows)")}
+        assert "created" in columns  # schema 8: the rows' sums of creation times
         assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == v2_rows
         assert check.execute("SELECT * FROM heads").fetchall() == v2_heads
     # v2 goes on: its lease honoured, its waiting items leased in order.

@@ -92,6 +92,17 @@ class LogHead:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LogAges:
+    """Sums of ``Item.created_at`` (whole seconds since the epoch) of a log's items, for the ages
+    ``queue.stats`` reports: of the waiting ones, and of the leased ones not settled yet. Scheduled
+    items count in neither. With ``LogHead.waiting`` and ``LogHead.leased`` they give the average
+    ages to the second."""
+
+    waiting_created: int = 0
+    leased_created: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Claim:
     """A run of positions one ``claim`` took, filed as one lease record under ``token``.
 
@@ -162,11 +173,13 @@ class ClaimLog(Protocol):
         """
         ...
 
-    def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
+    def take_positions(self, key: LogKey, count: int, *, now: datetime, created: int = 0) -> list[str]:
         """The first half of ``append``: take ``count`` positions at the tail with one sequencer
         write and return their ids; nothing is written at them yet (they are holes until
         ``write_taken``). An idempotent produce records these ids before it writes, so a retry after
-        a crash writes the same positions instead of new ones."""
+        a crash writes the same positions instead of new ones. ``created``: the sum of the
+        ``created_at`` seconds of the items to be written there (``LogAges``; a store that counts
+        waiting items' ages from the take, as DynamoDB's does, needs it then)."""
         ...
 
     def write_taken(
@@ -181,6 +194,12 @@ class ClaimLog(Protocol):
 
     def head(self, key: LogKey) -> LogHead:
         """The log's head (one strong read)."""
+        ...
+
+    def ages(self, key: LogKey) -> LogAges:
+        """What the log's waiting and leased items' ages sum to (``queue.stats``; not on the hot
+        path). Exact, but for one case a store may document: a position taken by a writer that died
+        before writing it may count its items as waiting until the log is next empty."""
         ...
 
     def claim(
@@ -283,4 +302,4 @@ class ClaimLog(Protocol):
         ...
 
 
-__all__ = ["Claim", "ClaimLog", "ClaimReadError", "LeaseRun", "LogHead", "LogKey", "Settlement"]
+__all__ = ["Claim", "ClaimLog", "ClaimReadError", "LeaseRun", "LogAges", "LogHead", "LogKey", "Settlement"]

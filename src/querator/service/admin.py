@@ -192,18 +192,39 @@ class QueueAdmin:
             return stats
         # Engine v3's logs count what they hold in their heads (a read per band in use).
         return [
-            self._with_logs(queue.name, partition_stats_, head)
+            self._with_logs(queue.name, partition_stats_, head, now)
             for partition_stats_, head in zip(stats, heads, strict=True)
         ]
 
-    def _with_logs(self, queue: str, stats: PartitionStats, head: PartitionHead) -> PartitionStats:
+    def _with_logs(
+        self, queue: str, stats: PartitionStats, head: PartitionHead, now: datetime
+    ) -> PartitionStats:
         assert self._logs is not None  # noqa: S101 - only called with logs
         counts = self._logs.counts(queue, stats.partition, head.leasable_bands())
+        if not counts.total:
+            return replace(
+                stats,
+                scheduled=stats.scheduled + counts.scheduled,
+                produced=stats.produced + counts.produced,
+                completed=stats.completed + counts.completed,
+            )
+        # The averages of both engines' items together: each engine's sum of ages, then one mean.
+        now_s = timestamp_us(now) // 1_000_000
+        total = stats.total + counts.total
+        leased = stats.total_leased + counts.leased
+        age = stats.average_age.total_seconds() * stats.total + now_s * counts.total - counts.total_created
+        leased_age = (
+            stats.average_leased_age.total_seconds() * stats.total_leased
+            + now_s * counts.leased
+            - counts.leased_created
+        )
         return replace(
             stats,
-            total=stats.total + counts.total,
-            total_leased=stats.total_leased + counts.leased,
+            total=total,
+            total_leased=leased,
             scheduled=stats.scheduled + counts.scheduled,
+            average_age=_mean_seconds(age, total),
+            average_leased_age=_mean_seconds(leased_age, leased),
             produced=stats.produced + counts.produced,
             completed=stats.completed + counts.completed,
         )
@@ -265,6 +286,11 @@ class QueueAdmin:
             if self._logs is not None:
                 removed += self._logs.clear(queue, partition, head.leasable_bands(), scope, now, stop_at)
         return removed
+
+
+def _mean_seconds(total_seconds: float, count: int) -> timedelta:
+    """A mean age from a sum of ages; never negative (a clock behind an item's creation)."""
+    return timedelta(seconds=max(total_seconds, 0) / count) if count else timedelta(0)
 
 
 def partition_stats(partition: int, head: PartitionHead, now: datetime) -> PartitionStats:

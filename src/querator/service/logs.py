@@ -96,6 +96,9 @@ class LogCounts:
     scheduled: int = 0
     produced: int = 0
     completed: int = 0
+    #: Sums of ``created_at`` seconds of the ``total`` and of the ``leased`` items (``LogAges``).
+    total_created: int = 0
+    leased_created: int = 0
 
 
 class Logs:
@@ -520,15 +523,21 @@ class Logs:
         return found
 
     def counts(self, queue: str, partition: int, bands: Iterable[str]) -> LogCounts:
-        """What the partition's logs of ``bands`` hold and did, from their heads."""
+        """What the partition's logs of ``bands`` hold and did, from their heads, with the sums
+        their ages come from (a log that holds nothing is not asked for them)."""
         counts = LogCounts()
         for band_key in bands:
-            head = self.log.head(LogKey(queue, partition, band_key))
+            key = LogKey(queue, partition, band_key)
+            head = self.log.head(key)
             counts.total += max(head.waiting, 0) + head.leased
             counts.leased += head.leased
             counts.scheduled += head.scheduled
             counts.produced += head.produced
             counts.completed += head.completed
+            if head.waiting > 0 or head.leased > 0:
+                ages = self.log.ages(key)
+                counts.total_created += ages.waiting_created + ages.leased_created
+                counts.leased_created += ages.leased_created
         return counts
 
     def clear(

@@ -43,7 +43,7 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import BatchResult, Guard
-from querator.ports.log import Claim, LeaseRun, LogHead, Settlement
+from querator.ports.log import Claim, LeaseRun, LogAges, LogHead, Settlement
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -217,6 +217,8 @@ class PackedRow:
     blob: bytes | None
     #: The largest ``Item.reply_size`` in the row.
     largest: int = 0
+    #: The sum of its items' ``created_at`` in whole seconds (``LogAges``; 0 for a filler).
+    created: int = 0
 
     @property
     def end(self) -> int:
@@ -235,6 +237,9 @@ class RunRecord:
     pending: tuple[tuple[int, int], ...]
     #: Pending positions not written when claimed (and not found written since).
     holes: tuple[int, ...] = ()
+    #: The sum of the pending items' ``created_at`` in whole seconds (``LogAges``; holes add nothing
+    #: until they are found written).
+    created: int = 0
 
     def positions(self) -> list[int]:
         return [p for start, end in self.pending for p in range(start, end)]
@@ -361,6 +366,11 @@ class LogRows(Protocol):
         """Delete up to ``limit`` rows of the log (rows, records, schedule, then the head)."""
         ...
 
+    def created_sums(self, key: LogKey, start: int) -> tuple[int, int]:
+        """``LogAges``' parts the store sums: the ``created`` of the rows starting at or after
+        ``start``, and of every lease record."""
+        ...
+
 
 # -- the engine ---------------------------------------------------------------------------------------
 
@@ -381,24 +391,37 @@ def _guard_admits(guard: Guard, deadline_us: int, now_us: int) -> bool:
     return False  # NEVER_LEASED
 
 
+def created_of(data: bytes) -> int:
+    """An encoded item's ``created_at`` in whole seconds (the first field of ``encode_item``'s)."""
+    return _CREATED.unpack_from(data)[0] // 1_000_000
+
+
+_CREATED = struct.Struct("<q")
+
+
 def _pack(positions: Sequence[int], encoded: Sequence[tuple[bytes, int]]) -> list[PackedRow]:
     """Rows of consecutive positions holding up to ``ROW_BYTES`` of items each, in order;
     ``encoded``: each item's bytes and reply size (``encode_item``)."""
     rows: list[PackedRow] = []
-    first = size = largest = 0
+    first = size = largest = created = 0
     batch: list[bytes] = []
     for position, (data, reply) in zip(positions, encoded, strict=True):
         if batch and (size + len(data) > ROW_BYTES or position != first + len(batch)):
-            rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
-            batch, size, largest = [], 0, 0
+            rows.append(PackedRow(first, len(batch), pack_row(batch), largest, created))
+            batch, size, largest, created = [], 0, 0, 0
         if not batch:
             first = position
         batch.append(data)
         size += len(data)
         largest = max(largest, reply)
+        created += _CREATED.unpack_from(data)[0] // 1_000_000
     if batch:
-        rows.append(PackedRow(first, len(batch), pack_row(batch), largest))
+        rows.append(PackedRow(first, len(batch), pack_row(batch), largest, created))
     return rows
+
+
+def _created(items: Iterable[Item]) -> int:
+    return sum(timestamp_us(item.created_at) // 1_000_000 for item in items)
 
 
 def with_id(item: Item, item_id: str) -> Item:
@@ -437,7 +460,8 @@ class ClaimLogEngine:
         with self._write() as rows:
             return self._append_in(rows, key, items, now, produced=True)
 
-    def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
+    def take_positions(self, key: LogKey, count: int, *, now: datetime, created: int = 0) -> list[str]:
+        # ``created`` is not needed here: a row keeps its items' sum when it is written (``ages``).
         with self._write() as rows:
             first = rows.take(key, count, start=timestamp_us(now), produce=False)
         return [position_id(key.lane, p) for p in range(first, first + count)]
@@ -586,6 +610,25 @@ class ClaimLogEngine:
             produced=head.produced,
             completed=head.completed,
         )
+
+    def ages(self, key: LogKey) -> LogAges:
+        # Waiting: the rows from the cursor on (a sum the store keeps per row), less the part of the
+        # row holding the cursor before it and the positions deleted while waiting; leased: the
+        # records' sums. A stats call's read, O(rows waiting) in the store's own sum, not decoded.
+        with self._read() as rows:
+            head = rows.head(key)
+            if head is None:
+                return LogAges()
+            waiting, leased = rows.created_sums(key, head.cursor)
+            holding = rows.rows(key, head.cursor, head.cursor + 1, 1)
+            if holding and holding[0].first < head.cursor < holding[0].end:
+                row = holding[0]
+                found, _ = self._items_at(rows, key, range(head.cursor, row.end), deadline=None, bump=0)
+                waiting += _created(found.values())
+            if head.tombstones:
+                buried, _ = self._items_at(rows, key, list(head.tombstones), deadline=None, bump=0)
+                waiting -= _created(buried.values())
+        return LogAges(waiting_created=waiting, leased_created=leased)
 
     @staticmethod
     def _items_at(
@@ -762,6 +805,7 @@ class ClaimLogEngine:
                     claimed_us=timestamp_us(now),
                     pending=((start, end),) if held is wanted and not skipped else ranges(held),
                     holes=holes,
+                    created=_created(items.values()),
                 )
                 rows.put_record(key, record)
         return Claim(
@@ -803,13 +847,20 @@ class ClaimLogEngine:
             pending = ranges(p for p in record.positions() if p not in done)
             still = ()
             if pending:
-                rows.put_record(key, replace(record, pending=pending, holes=()))
+                rows.put_record(
+                    key,
+                    replace(
+                        record, pending=pending, holes=(), created=record.created + _created(items.values())
+                    ),
+                )
                 rows.add_counts(key, leased=-len(done))
             else:
                 rows.drop_record(key, record.token)
                 rows.add_counts(key, leases=-1, leased=-len(done))
         elif still != holes:
-            rows.put_record(key, replace(record, holes=still))
+            rows.put_record(
+                key, replace(record, holes=still, created=record.created + _created(items.values()))
+            )
         return [items[p] for p in holes if p in items], still
 
     def expired(self, key: LogKey, *, now: datetime, limit: int) -> list[LeaseRun]:
@@ -965,8 +1016,16 @@ class ClaimLogEngine:
                 leases -= 1
                 continue
             pending = ranges(p for p in record.positions() if p not in done)
+            # A part of the record settles: what its items' ages added goes (a read of their rows).
+            gone, _ = ClaimLogEngine._items_at(rows, key, sorted(done), deadline=None, bump=0)
             rows.put_record(
-                key, replace(record, pending=pending, holes=tuple(p for p in record.holes if p not in done))
+                key,
+                replace(
+                    record,
+                    pending=pending,
+                    holes=tuple(p for p in record.holes if p not in done),
+                    created=record.created - _created(gone.values()),
+                ),
             )
         if leases or leased or completed:
             rows.add_counts(key, leases=leases, leased=leased, completed=completed)
@@ -991,13 +1050,17 @@ class ClaimLogEngine:
                 if len(positions) == record.size:
                     rows.put_record(key, replace(record, deadline_us=deadline_us))
                     continue
-                # A part of the record: it moves to a record of its own (the same run).
+                # A part of the record: it moves to a record of its own (the same run), with what
+                # its items' ages add.
+                moved, _ = self._items_at(rows, key, sorted(positions), deadline=None, bump=0)
+                moved_created = _created(moved.values())
                 rows.put_record(
                     key,
                     replace(
                         record,
                         pending=ranges(p for p in record.positions() if p not in positions),
                         holes=tuple(p for p in record.holes if p not in positions),
+                        created=record.created - moved_created,
                     ),
                 )
                 rows.put_record(
@@ -1008,6 +1071,7 @@ class ClaimLogEngine:
                         deadline_us=deadline_us,
                         pending=ranges(sorted(positions)),
                         holes=tuple(p for p in record.holes if p in positions),
+                        created=moved_created,
                     ),
                 )
                 split += 1

@@ -415,6 +415,16 @@ class _MemoryLogRows:
         self.undo.append(undo)
         return True
 
+    def created_sums(self, key: LogKey, start: int) -> tuple[int, int]:
+        log = self._log(key)
+        if log is None:
+            return 0, 0
+        at = bisect.bisect_left(log.firsts, start)
+        return (
+            sum(log.rows[f].created for f in log.firsts[at:]),
+            sum(record.created for record in log.records.values()),
+        )
+
     def purge(self, key: LogKey, limit: int) -> int:
         log = self._logs.get(key)
         if log is None:

@@ -84,6 +84,7 @@ from querator.storage.log_engine import (
     HeadRow,
     PackedRow,
     RunRecord,
+    created_of,
     encode_item,
     pack_row,
     with_id,
@@ -98,7 +99,7 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: Lease rate-limit buckets: a bucket's ``tat`` (``querator.domain.ratelimit``), one row per queue
 #: and per group that leased under a limit, dropped with the queue.
 _RATE_BUCKETS = (
@@ -138,6 +139,12 @@ _CLAIM_LOGS = (
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, id TEXT NOT NULL, item BLOB NOT NULL,"
     " PRIMARY KEY (queue, part, lane, id)) WITHOUT ROWID",
 )
+#: The sums of ``created_at`` seconds a row's items and a record's pending items add (``LogAges``):
+#: ``queue.stats`` sums the rows from the cursor on and the records, in SQL, without decoding them.
+_CLAIM_LOG_AGES = (
+    "ALTER TABLE log_rows ADD COLUMN created INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE log_leases ADD COLUMN created INTEGER NOT NULL DEFAULT 0",
+)
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: the queue a dead letter came from, for queue.redrive.
@@ -163,6 +170,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 7: engine v3's claim logs, new tables only: v2's items, heads and records stay as they were.
     7: _CLAIM_LOGS,
+    # 8: the claim logs' sums of their items' creation times, for queue.stats' ages.
+    8: _CLAIM_LOG_AGES,
 }
 #: Pages the write-ahead log takes before a commit copies them back into the file (SQLite's default
 #: is 1,000). A checkpoint flushes the log and the file to disk, the one flush ``synchronous=NORMAL``
@@ -379,7 +388,7 @@ class SQLiteDatabase:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         connection.execute(statement)
-                for statement in _CLAIM_LOGS:
+                for statement in (*_CLAIM_LOGS, *_CLAIM_LOG_AGES):
                     connection.execute(statement)
                 connection.execute(
                     "INSERT INTO querator_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -1091,14 +1100,14 @@ _HEAD_TAIL = (
 #: end); where the head has no tail for it (``_HEAD_TAIL``) the position is NULL, and the insert fails
 #: with nothing written.
 _LOG_APPEND_ROW = (
-    f"INSERT INTO log_rows VALUES (?1, ?2, ?3, max({_HEAD_TAIL}, {_ROWS_END}), ?4, ?5, ?6)"  # noqa: S608
+    f"INSERT INTO log_rows VALUES (?1, ?2, ?3, max({_HEAD_TAIL}, {_ROWS_END}), ?4, ?5, ?6, ?7)"  # noqa: S608
     " RETURNING first"
 )
 #: The same at the position the caller expects the tail at (?6), NULL when the tail is elsewhere.
 #: Without RETURNING it costs a third less.
 _LOG_APPEND_AT = (
     f"INSERT INTO log_rows VALUES (?1, ?2, ?3, CASE WHEN ?6 = max({_HEAD_TAIL}, {_ROWS_END})"  # noqa: S608
-    " THEN ?6 END, ?4, ?5, ?7)"
+    " THEN ?6 END, ?4, ?5, ?7, ?8)"
 )
 #: A claim's fetch-and-add on the cursor, up to the tail, counting the run as one lease of it all.
 _LOG_TAIL = f"max(tail, {_ROWS_END})"
@@ -1132,8 +1141,8 @@ _LOG_ROWS_BACK = (
     f"SELECT first, count, items FROM log_rows WHERE {_LOG_KEY} AND first < ?"  # noqa: S608
     " ORDER BY first DESC LIMIT ?"
 )
-_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?)"
-_LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes"
+_LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes, created"
 _LOG_RECORD = f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
 #: The records of runs that started at or before a position, latest first (tokens sort by run): the
 #: caller reads them while they belong to the first one's run.
@@ -1148,7 +1157,11 @@ _LOG_RECORDS_DUE = (
     f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND deadline_us <= ?"  # noqa: S608
     " ORDER BY deadline_us LIMIT ?"
 )
-_LOG_PUT_RECORD = "INSERT OR REPLACE INTO log_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_LOG_PUT_RECORD = "INSERT OR REPLACE INTO log_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_LOG_CREATED_SUMS = (
+    f"SELECT (SELECT coalesce(sum(created), 0) FROM log_rows WHERE {_LOG_KEY} AND first >= ?),"  # noqa: S608
+    f" (SELECT coalesce(sum(created), 0) FROM log_leases WHERE {_LOG_KEY})"
+)
 _LOG_DROP_RECORD = f"DELETE FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
 _LOG_SCHEDULED = (
     f"SELECT id, item FROM log_schedule WHERE {_LOG_KEY} AND id > ? AND id <= ? ORDER BY id LIMIT ?"  # noqa: S608
@@ -1173,13 +1186,15 @@ _RANGE = struct.Struct("<qq")
 
 
 def _run_record(row: Any) -> RunRecord:
-    token, run_end, deadline_us, claimed_us, pending, holes = row
+    token, run_end, deadline_us, claimed_us, pending, holes, created = row
     if len(pending) == _RANGE.size:  # one range: most records
         ranges: tuple[tuple[int, int], ...] = (_RANGE.unpack(pending),)
     else:
         flat = array("q", pending)
         ranges = tuple(zip(flat[::2], flat[1::2], strict=True))
-    return RunRecord(token, int(token[:16], 16), run_end, deadline_us, claimed_us, ranges, _ints(holes))
+    return RunRecord(
+        token, int(token[:16], 16), run_end, deadline_us, claimed_us, ranges, _ints(holes), created
+    )
 
 
 def _pending_blob(record: RunRecord) -> bytes:
@@ -1283,10 +1298,10 @@ class _SQLiteLogRows:
         log = (key.queue, key.partition, key.lane)
         if len(rows) == 1:
             row = rows[0]
-            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.largest, row.blob))
+            self._c.execute(_LOG_PUT_ROW, (*log, row.first, row.count, row.largest, row.blob, row.created))
             return
         self._c.executemany(
-            _LOG_PUT_ROW, [(*log, row.first, row.count, row.largest, row.blob) for row in rows]
+            _LOG_PUT_ROW, [(*log, row.first, row.count, row.largest, row.blob, row.created) for row in rows]
         )
 
     def record(self, key: LogKey, token: str) -> RunRecord | None:
@@ -1327,6 +1342,7 @@ class _SQLiteLogRows:
                 record.claimed_us,
                 _pending_blob(record),
                 _int_blob(record.holes),
+                record.created,
             ),
         )
 
@@ -1344,6 +1360,11 @@ class _SQLiteLogRows:
         return bool(
             self._c.execute(_LOG_DROP_SCHEDULED, (key.queue, key.partition, key.lane, item_id)).rowcount
         )
+
+    def created_sums(self, key: LogKey, start: int) -> tuple[int, int]:
+        log = (key.queue, key.partition, key.lane)
+        waiting, leased = self._c.execute(_LOG_CREATED_SUMS, (*log, start, *log)).fetchone()
+        return int(waiting), int(leased)
 
     def purge(self, key: LogKey, limit: int) -> int:
         log = (key.queue, key.partition, key.lane)
@@ -1397,7 +1418,7 @@ class SQLiteClaimLog(ClaimLogEngine):
         if not items or len(items) > _ONE_ROW_ITEMS:
             return super().append(key, items, now=now)
         encoded = []
-        size = largest = 0
+        size = largest = created = 0
         for item in items:
             if item.enqueue_at is not None and item.enqueue_at > now:
                 return super().append(key, items, now=now)
@@ -1405,6 +1426,7 @@ class SQLiteClaimLog(ClaimLogEngine):
             encoded.append(data)
             size += len(data)
             largest = max(largest, reply)
+            created += created_of(data)
         if size > ROW_BYTES:
             return super().append(key, items, now=now)
         blob = pack_row(encoded)
@@ -1420,13 +1442,15 @@ class SQLiteClaimLog(ClaimLogEngine):
                 try:
                     connection.execute(
                         _LOG_APPEND_AT,
-                        (*log, len(items), largest, expected, blob),
+                        (*log, len(items), largest, expected, blob, created),
                     )
                     first = expected
                 except sqlite3.IntegrityError:
                     pass  # another writer moved the tail since: where it is now
             if first is None:
-                first = connection.execute(_LOG_APPEND_ROW, (*log, len(items), largest, blob)).fetchone()[0]
+                first = connection.execute(
+                    _LOG_APPEND_ROW, (*log, len(items), largest, blob, created)
+                ).fetchone()[0]
         except sqlite3.IntegrityError:
             # No tail for it (NOT NULL failed; nothing written): the log's first write, or an item
             # larger than any before, which the head must learn of.
