@@ -50,7 +50,7 @@ from querator.domain.model import Item
 from querator.ports import Guard
 from querator.ports.log import Claim, LogKey, Settlement
 from querator.storage.dynamodb import schema
-from querator.storage.dynamodb.log import DynamoDBClaimLog
+from querator.storage.dynamodb.log import DynamoDBClaimLog, _Found
 from querator.testing import dynamodb_client, moto_server_process
 
 if TYPE_CHECKING:
@@ -87,8 +87,18 @@ class _Holder(DynamoDBClaimLog):
     """Claims that do not read their rows: the depth case's filling only needs the leases held
     (moto serializes a row of 100 items slowly enough to make a 4,000-item fill take minutes)."""
 
+    def _guess(self, key: LogKey, head: Any, taken: int) -> Any:
+        return _Found(), 0
+
     def _finish_claim(
-        self, key: LogKey, record: Any, tombstones: Any, deadline: datetime, now: datetime
+        self,
+        key: LogKey,
+        record: Any,
+        tombstones: Any,
+        deadline: datetime,
+        now: datetime,
+        *,
+        read: Any = None,
     ) -> Claim:
         return Claim(token=record.token, deadline=deadline)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from benchmarks.meter import CostMeter, item_size
 from querator.domain.model import Item
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_position_id
 from querator.ports import Guard
-from querator.ports.log import LogKey, Settlement
+from querator.ports.log import LogAges, LogKey, Settlement
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.log import HEAD_RECORDS, DynamoDBClaimLog
 from querator.testing import dynamodb_client
@@ -305,3 +306,42 @@ def test_a_listing_shows_the_items_of_spilled_records_as_leased(logged: Logged) 
     leased = [i.id for c in claims for i in c.items]
     assert [i.id for i in first + rest] == sorted(leased)
     assert all(i.lease_deadline == NOW + LEASE for i in first + rest)
+
+
+def test_a_claim_writes_its_items_ages_in_its_own_write_and_corrects_a_guess_another_claim_beat(
+    logged: Logged,
+) -> None:
+    """A claim reads the rows it expects before its write and notes their ages in it; when another
+    claim took those rows in between, the ages of the run it got are corrected after it."""
+    early, late = NOW - timedelta(seconds=60), NOW - timedelta(seconds=5)
+    log = logged.log
+    log.append(KEY, [replace(item(n), created_at=early) for n in range(2)], now=NOW)
+    log.append(KEY, [replace(item(n), created_at=late) for n in range(2, 4)], now=NOW)
+    seconds = {t: int(t.timestamp()) for t in (early, late)}
+
+    logged.meter.reset()
+    first = log.claim(KEY, count=1, deadline=NOW + LEASE, now=NOW)
+    by_operation = logged.meter.snapshot().requests_by_operation
+    writes = sum(by_operation.get(op, 0) for op in ("UpdateItem", "PutItem", "TransactWriteItems"))
+    assert [number(i) for i in first.items] == [0] and writes == 1  # the claim alone
+    assert log.ages(KEY) == LogAges(
+        waiting_created=seconds[early] + 2 * seconds[late], leased_created=seconds[early]
+    )
+
+    class Overtaken(DynamoDBClaimLog):
+        """Another consumer claims the expected run between this one's read and its write."""
+
+        def _guess(self, key: LogKey, head: Any, taken: int) -> Any:
+            guess = super()._guess(key, head, taken)
+            log.claim(KEY, count=1, deadline=NOW + LEASE, now=NOW)
+            return guess
+
+    overtaken = Overtaken(logged.log._client, TABLE, concurrency=1)
+    second = overtaken.claim(KEY, count=2, deadline=NOW + LEASE, now=NOW)
+    assert [number(i) for i in second.items] == [2, 3]
+    assert log.ages(KEY) == LogAges(leased_created=2 * seconds[early] + 2 * seconds[late])
+    # The corrected record gives back what its items added: completing them leaves the others'.
+    assert log.settle(
+        KEY, [Settlement(id=i.id) for i in second.items], guard=Guard.LEASE_VALID, now=NOW
+    ).applied
+    assert log.ages(KEY) == LogAges(leased_created=2 * seconds[early])

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from querator.domain import lifecycle
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError, RetryLaterError
 from querator.domain.lifecycle import Action
-from querator.domain.model import REPLY_SIZE_THRESHOLD, ClearScope, Item
+from querator.domain.model import REPLY_SIZE_THRESHOLD, ClearScope, Item, timestamp_us
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
     SCHEDULED_MARK,
@@ -132,7 +132,8 @@ class Logs:
         for key, entries in by_lane.items():
             ready = [(n, item) for n, item in entries if not _scheduled(item, now)]
             if ready:
-                taken = self.log.take_positions(key, len(ready), now=now)
+                created = sum(timestamp_us(item.created_at) // 1_000_000 for _, item in ready)
+                taken = self.log.take_positions(key, len(ready), now=now, created=created)
                 for (n, _), taken_id in zip(ready, taken, strict=True):
                     ids[n] = taken_id
         return ids

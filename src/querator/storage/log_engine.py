@@ -393,7 +393,8 @@ def _guard_admits(guard: Guard, deadline_us: int, now_us: int) -> bool:
 
 def created_of(data: bytes) -> int:
     """An encoded item's ``created_at`` in whole seconds (the first field of ``encode_item``'s)."""
-    return _CREATED.unpack_from(data)[0] // 1_000_000
+    created: int = _CREATED.unpack_from(data)[0]
+    return created // 1_000_000
 
 
 _CREATED = struct.Struct("<q")

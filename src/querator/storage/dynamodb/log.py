@@ -51,7 +51,7 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import BatchResult, Guard
-from querator.ports.log import Claim, ClaimReadError, LeaseRun, LogHead, LogKey, Settlement
+from querator.ports.log import Claim, ClaimReadError, LeaseRun, LogAges, LogHead, LogKey, Settlement
 from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 from querator.storage.dynamodb.store import (
@@ -86,6 +86,8 @@ _US = 1_000_000
 _HOLE_TIMEOUT_US = int(HOLE_TIMEOUT_S * _US)
 _ROW_TTL = timedelta(days=1)
 _UNIQUE = 16**10
+#: Waiting positions one head write deletes (each a condition of it: DynamoDB takes 4 KB of them).
+_TOMBSTONES_PER_WRITE = 40
 #: Records one instance remembers having claimed (``_settle_mine``); the oldest are forgotten.
 _REMEMBERED = 4096
 
@@ -206,6 +208,24 @@ def _leased(
     ]
 
 
+def _seconds(items: Iterable[Item]) -> int:
+    """The sum of ``items``' ``created_at`` in whole seconds (``LogAges``)."""
+    return sum(timestamp_us(item.created_at) // _US for item in items)
+
+
+def _entry_seconds(entries: Iterable[AttributeMap]) -> int:
+    """``_seconds`` of items as rows hold them (``_entry``), without decoding them."""
+    return sum(int(entry[schema.CREATED_AT]["N"]) // _US for entry in entries)
+
+
+def _add_created(change: _Change, *, waiting: int = 0, leased: int = 0) -> None:
+    """Add to a head's sums of creation times (``LogAges``) in ``change``."""
+    if waiting:
+        change.adds.append(f"{change.name(schema.LOG_WAITING_CREATED)} {change.value(_num(waiting))}")
+    if leased:
+        change.adds.append(f"{change.name(schema.LOG_LEASED_CREATED)} {change.value(_num(leased))}")
+
+
 def _item(entry: AttributeMap, item_id: str) -> Item:
     return codec.decode_item({**entry, schema.SK: {"S": item_id}})
 
@@ -267,6 +287,9 @@ class _Record:
     holes: set[int] = field(default_factory=set)
     #: The ``P`` row's sort key of a spilled record; ``""``: in the head.
     spilled: str = ""
+    #: The sum of its unsettled items' ``created_at`` seconds (``LogAges``), written once the claim
+    #: has read them.
+    created: int = 0
 
     def positions(self) -> list[int]:
         if self.explicit is not None:
@@ -297,6 +320,8 @@ class _Record:
             attrs[schema.LOG_POSITIONS] = _numbers(self.explicit)
         if self.holes:
             attrs[schema.LOG_HOLES] = _numbers(self.holes)
+        if self.created:
+            attrs[schema.LOG_RECORD_CREATED] = _num(self.created)
         return attrs
 
 
@@ -313,6 +338,7 @@ def _decode_record(token: str, start: int, attrs: AttributeMap, spilled: str = "
         explicit=_decoded_numbers(explicit) if explicit else None,
         holes=_decoded_numbers(attrs.get(schema.LOG_HOLES)),
         spilled=spilled,
+        created=_int(attrs, schema.LOG_RECORD_CREATED),
     )
 
 
@@ -339,6 +365,8 @@ class _Head:
     first: int = 0
     produced: int = 0
     completed: int = 0
+    waiting_created: int = 0
+    leased_created: int = 0
 
     def find(self, position: int) -> _Record | None:
         for record in self.records.values():
@@ -377,6 +405,8 @@ def _decode_head(attrs: AttributeMap | None) -> _Head:
         first=_int(attrs, schema.LOG_FIRST),
         produced=_int(attrs, schema.LOG_PRODUCED),
         completed=_int(attrs, schema.LOG_COMPLETED),
+        waiting_created=_int(attrs, schema.LOG_WAITING_CREATED),
+        leased_created=_int(attrs, schema.LOG_LEASED_CREATED),
     )
 
 
@@ -737,7 +767,9 @@ class DynamoDBClaimLog:
         stored: list[Item | None] = [None] * len(items)
         if ready_at:
             ready = [items[n] for n in ready_at]
-            ids = self._take(key, len(ready), now_us, max(i.reply_size() for i in ready))
+            ids = self._take(
+                key, len(ready), now_us, max(i.reply_size() for i in ready), created=_seconds(ready)
+            )
             for n, item in zip(ready_at, self.write_taken(key, ids, ready, now=now), strict=True):
                 stored[n] = item
         if later_at:
@@ -745,14 +777,16 @@ class DynamoDBClaimLog:
                 stored[n] = item
         return [item for item in stored if item is not None]
 
-    def take_positions(self, key: LogKey, count: int, *, now: datetime) -> list[str]:
-        return self._take(key, count, timestamp_us(now), 0)
+    def take_positions(self, key: LogKey, count: int, *, now: datetime, created: int = 0) -> list[str]:
+        return self._take(key, count, timestamp_us(now), 0, created=created)
 
     def _take(
-        self, key: LogKey, count: int, now_us: int, largest: int, *, produced: bool = True
+        self, key: LogKey, count: int, now_us: int, largest: int, *, produced: bool = True, created: int = 0
     ) -> list[str]:
         """The sequencer write; it also counts the items as produced (``produced``: not for a late
-        writer's second positions), so counting costs no write of its own."""
+        writer's second positions) and adds their ``created`` seconds to the waiting items' (a late
+        writer's second positions add none: its first take did), so counting costs no write of its
+        own."""
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         tail, cur = change.name(schema.LOG_TAIL), change.name(schema.LOG_CURSOR)
         records, starts = change.name(schema.LOG_RECORDS), change.name(schema.LOG_STARTS)
@@ -768,6 +802,7 @@ class DynamoDBClaimLog:
         ]
         if produced:
             change.adds.append(f"{change.name(schema.LOG_PRODUCED)} {change.value(_num(count))}")
+        _add_created(change, waiting=created)
         head = _decode_head(self._update(change, "produce", returns="ALL_NEW"))
         if largest > head.largest:
             raise_largest = _Change(_key(key, schema.LOG_HEAD_SK))
@@ -861,6 +896,35 @@ class DynamoDBClaimLog:
 
     # -- head ---------------------------------------------------------------------------------------
 
+    def ages(self, key: LogKey) -> LogAges:
+        head = self._head(key, "stats")
+        waiting = head.tail - head.cursor - len(head.tombstones)
+        # A writer that took positions and died left its items' ages in the waiting sum: once
+        # nothing waits (or is leased) the sum is zero, whatever it says. Said, and written back
+        # when the log is idle, conditional on the head as read, so a take or claim since wins.
+        stale = (waiting <= 0 and head.waiting_created != 0) or (
+            head.leased <= 0 and not head.records and not head.spilled and head.leased_created != 0
+        )
+        ages = LogAges(
+            waiting_created=head.waiting_created if waiting > 0 else 0,
+            leased_created=head.leased_created if head.leased > 0 else 0,
+        )
+        if stale and head.exists:
+            change = _Change(_key(key, schema.LOG_HEAD_SK))
+            tail, cur = change.name(schema.LOG_TAIL), change.name(schema.LOG_CURSOR)
+            change.conditions += [
+                f"{tail} = {change.value(_num(head.tail))}",
+                f"{cur} = {change.value(_num(head.cursor))}",
+            ]
+            if waiting <= 0:
+                change.sets.append(f"{change.name(schema.LOG_WAITING_CREATED)} = {change.value(_num(0))}")
+            if head.leased <= 0 and not head.records and not head.spilled:
+                nl = change.name(schema.LOG_LEASED)
+                change.sets.append(f"{change.name(schema.LOG_LEASED_CREATED)} = {change.value(_num(0))}")
+                change.conditions.append(f"attribute_not_exists({nl}) OR {nl} <= {change.value(_num(0))}")
+            self._update(change, "stats")
+        return ages
+
     def head(self, key: LogKey) -> LogHead:
         head = self._head(key, "stats")
         expiries = [r.deadline for r in head.records.values()]
@@ -906,8 +970,15 @@ class DynamoDBClaimLog:
                 return empty
             token = secrets.token_hex(6)
             taken = min(count, waiting)
-            record = _Record(token=token, start=0, count=taken, deadline=deadline_us, claimed_at=now_us)
+            # The rows this claim will take unless another claim comes first, read before it: their
+            # ages go into the claim's own write (LogAges), so a claim that meets no competitor
+            # writes once, and reads no more than after it would have.
+            before, guess = self._guess(key, head, taken)
+            record = _Record(
+                token=token, start=0, count=taken, deadline=deadline_us, claimed_at=now_us, created=guess
+            )
             change = _Change(_key(key, schema.LOG_HEAD_SK))
+            _add_created(change, waiting=-guess, leased=guess)
             cur = change.name(schema.LOG_CURSOR)
             start_path = change.name(schema.LOG_STARTS, token)
             change.sets.append(
@@ -961,7 +1032,14 @@ class DynamoDBClaimLog:
                     fix.sets.append(f"{fix.name(schema.LOG_STARTS, token)} = {fix.value(_num(start))}")
                     self._update(fix, "lease")
                 self._spill(key, after, now_us, keep=token)
-                claim = self._finish_claim(key, record, after.tombstones, deadline, now)
+                claim = self._finish_claim(
+                    key,
+                    record,
+                    after.tombstones,
+                    deadline,
+                    now,
+                    read=before if start == head.cursor else None,
+                )
             except QueratorError as exc:
                 # The run is this caller's now: say which, so it can be given back at once rather
                 # than wait for its deadline (a failed lease holds nothing it did not return).
@@ -972,25 +1050,46 @@ class DynamoDBClaimLog:
                 return claim
         return empty
 
+    def _guess(self, key: LogKey, head: _Head, taken: int) -> tuple[_Found, int]:
+        """The rows of the ``taken`` positions after the cursor ``head`` read, and their items'
+        ``created`` seconds (tombstoned ones already left the waiting sum)."""
+        found = self._read_positions(key, range(head.cursor, head.cursor + taken), "lease", consistent=False)
+        return found, _entry_seconds(v for p, v in found.items.items() if p not in head.tombstones)
+
     def _finish_claim(
-        self, key: LogKey, record: _Record, tombstones: set[int], deadline: datetime, now: datetime
+        self,
+        key: LogKey,
+        record: _Record,
+        tombstones: set[int],
+        deadline: datetime,
+        now: datetime,
+        *,
+        read: _Found | None = None,
     ) -> Claim | None:
-        """Read the run's rows; skip what was filled or deleted while waiting (settled in the record
-        with one more write, only then); ``None`` when nothing of it was left to hand out."""
+        """Read the run's rows (``read``: read before the claim, when its run is the one guessed);
+        skip what was filled or deleted while waiting (settled in the record with one more write,
+        only then); ``None`` when nothing of it was left to hand out."""
         positions = record.positions()
         # Rows are written once: an eventually consistent read (half the units) is right unless it
         # misses a row written a moment ago, so a run that seems to have a hole is read again, strongly.
-        found = self._read_positions(key, positions, "lease", consistent=False)
+        found = read if read is not None else self._read_positions(key, positions, "lease", consistent=False)
         if any(p not in found.items and p not in found.filled for p in positions):
             found = self._read_positions(key, positions, "lease")
         done = found.filled | (tombstones & set(positions))
         for position in done:
             found.items.pop(position, None)
         holes = {p for p in positions if p not in found.items and p not in done}
+        # The claim's write moved the ages of the items it guessed from the waiting sum to the record
+        # and the leased sum; another claim in between (or a row written since the guess) makes the
+        # run's own differ: the difference goes in the write that settles what it skipped when there
+        # is one, else in one of its own (a stats figure: its failure fails nothing).
+        guessed, record.created = record.created, _entry_seconds(found.items.values())
         if done or holes:
             record.settled |= done
             record.holes = holes
-            self._rewrite_claimed(key, record, len(done), done & tombstones)
+            self._rewrite_claimed(key, record, len(done), done & tombstones, guessed=guessed)
+        elif record.created != guessed:
+            self._note_claimed(key, record, guessed=guessed)
         if not found.items and not holes:
             return None
         items = _leased(key, found.items, positions, deadline)
@@ -1001,7 +1100,32 @@ class DynamoDBClaimLog:
             holes=[position_id(key.lane, p) for p in sorted(holes)],
         )
 
-    def _rewrite_claimed(self, key: LogKey, record: _Record, settled: int, tombstones: set[int]) -> None:
+    def _note_claimed(self, key: LogKey, record: _Record, *, guessed: int) -> None:
+        change = _Change(_key(key, schema.LOG_HEAD_SK))
+        path = change.name(schema.LOG_RECORDS, record.token)
+        change.sets.append(
+            f"{change.name(schema.LOG_RECORDS, record.token, schema.LOG_RECORD_CREATED)}"
+            f" = {change.value(_num(record.created))}"
+        )
+        change.conditions.append(f"attribute_exists({path})")
+        delta = record.created - guessed
+        _add_created(change, waiting=-delta, leased=delta)
+        if self._update(change, "lease") is None:
+            self._left_waiting(key, record, guessed=guessed)
+
+    def _left_waiting(self, key: LogKey, record: _Record, *, guessed: int) -> None:
+        """A claim's record that moved out of the head before its ages were corrected in it
+        (spilled by a concurrent claim, which is rare): the waiting sum is corrected; the record
+        keeps the guess the leased sum holds for it."""
+        claimed, record.created = record.created, guessed
+        if claimed != guessed:
+            left = _Change(_key(key, schema.LOG_HEAD_SK))
+            _add_created(left, waiting=guessed - claimed)
+            self._update(left, "lease")
+
+    def _rewrite_claimed(
+        self, key: LogKey, record: _Record, settled: int, tombstones: set[int], *, guessed: int
+    ) -> None:
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         path = change.name(schema.LOG_RECORDS, record.token)
         if record.open():
@@ -1015,10 +1139,13 @@ class DynamoDBClaimLog:
             change.deletes.append(
                 f"{change.name(schema.LOG_TOMBSTONES)} {change.value(_numbers(tombstones))}"
             )
+        delta = record.created - guessed
+        _add_created(change, waiting=-delta, leased=delta)
         if self._update(change, "lease") is None:
             # Spilled in between (only the oldest are, so this is rare): the next settle or expiry
             # reads the rows again and finds the same.
             log.info("claim %s of %s moved out of the head before its rows were read", record.token, key)
+            self._left_waiting(key, record, guessed=guessed)
 
     def _spill(self, key: LogKey, head: _Head, now_us: int, *, keep: str) -> None:
         """At ``HEAD_RECORDS`` records, move the ``SPILL`` oldest to ``P``/``L`` rows in one transaction,
@@ -1151,9 +1278,11 @@ class DynamoDBClaimLog:
         settled: set[int],
         deadline: int | None = None,
         count: bool = True,
-    ) -> None:
+    ) -> int:
         """The parts that settle ``settled`` of ``record`` (or move its deadline), conditional on its
-        version: in ``head_change`` for a record in the head, else as actions on its rows."""
+        version: in ``head_change`` for a record in the head, else as actions on its rows. Returns
+        the ``created`` seconds that left the record with ``settled`` (``count``: the leased sum's
+        too; else they move to another record, a renew's split)."""
         leased = head_change.name(schema.LOG_LEASED)
         updated = replace(
             record, settled=record.settled | settled, holes=record.holes - settled, version=record.version + 1
@@ -1161,8 +1290,14 @@ class DynamoDBClaimLog:
         if deadline is not None:
             updated.deadline = deadline
         gone = not updated.open()
+        # What their items' ages added: all of the record's when nothing is left of it, else read
+        # from their rows (holes have no item yet).
+        written = settled - record.holes
+        dropped = record.created if gone else (self._created_at(key, written) if written else 0)
+        updated.created = record.created - dropped
         if settled and count:
             head_change.adds.append(f"{leased} {head_change.value(_num(-len(settled)))}")
+            _add_created(head_change, leased=-dropped)
         if not record.spilled:
             path = head_change.name(schema.LOG_RECORDS, record.token)
             version = head_change.name(schema.LOG_RECORDS, record.token, schema.LOG_VERSION)
@@ -1171,7 +1306,7 @@ class DynamoDBClaimLog:
                 head_change.removes += [path, head_change.name(schema.LOG_STARTS, record.token)]
             else:
                 head_change.sets.append(f"{path} = {head_change.value({'M': updated.fields()})}")
-            return
+            return dropped
         version_condition = {
             "ConditionExpression": "#v = :v",
             "ExpressionAttributeNames": {"#v": schema.LOG_VERSION},
@@ -1184,7 +1319,7 @@ class DynamoDBClaimLog:
             )
             actions.append({"Delete": {"TableName": self._table, "Key": old_expiry}})
             head_change.adds.append(f"{head_change.name(schema.LOG_SPILLED)} {head_change.value(_num(-1))}")
-            return
+            return dropped
         row = {**self._spilled_row(key, updated, record.spilled)}
         actions.append({"Put": {"TableName": self._table, "Item": row, **version_condition}})
         if updated.deadline != record.deadline:
@@ -1192,6 +1327,13 @@ class DynamoDBClaimLog:
             actions.append(
                 {"Put": {"TableName": self._table, "Item": self._expiry_row(key, updated, record.spilled)}}
             )
+        return dropped
+
+    def _created_at(self, key: LogKey, positions: Iterable[int]) -> int:
+        """The ``created`` seconds of the items at ``positions`` (rows are written once: an
+        eventually consistent read)."""
+        found = self._read_positions(key, sorted(positions), "settle", consistent=False)
+        return _entry_seconds(found.items.values())
 
     def _appends(
         self,
@@ -1228,6 +1370,7 @@ class DynamoDBClaimLog:
                         f"{change.name(schema.LOG_STARTS)} = {empty}",
                     ]
                 change.sets.append(f"{tail} = {change.value(_num(first + len(ready)))}")
+                _add_created(change, waiting=_seconds(ready))
                 entries = [_entry(i) for i in ready]
                 for span in _pack(entries):
                     row = _row(
@@ -1362,11 +1505,13 @@ class DynamoDBClaimLog:
         later claim skips, written only while the position still waits. False: nothing stored there."""
         if position >= head.tail or position in head.tombstones:
             return False
-        if position not in self._read_positions(key, [position], "settle").items:
+        there = self._read_positions(key, [position], "settle").items.get(position)
+        if there is None:
             return False
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         tb, p = change.name(schema.LOG_TOMBSTONES), change.value(_numbers([position]))
         change.adds.append(f"{tb} {p}")
+        _add_created(change, waiting=-_entry_seconds([there]))
         single = change.value(_num(position))
         change.conditions.append(f"{change.name(schema.LOG_CURSOR)} <= {single}")
         change.conditions.append(f"NOT contains({tb}, {single})")
@@ -1454,7 +1599,7 @@ class DynamoDBClaimLog:
             if not positions <= set(record.open()):
                 continue
             change = _Change(_key(key, schema.LOG_HEAD_SK))
-            self._record_change(key, record, change, [], settled=positions)
+            dropped = self._record_change(key, record, change, [], settled=positions)
             if completed:
                 change.adds.append(
                     f"{change.name(schema.LOG_COMPLETED)} {change.value(_num(len(positions)))}"
@@ -1464,7 +1609,12 @@ class DynamoDBClaimLog:
             except _ConflictError:
                 self._forget(key, record)  # read below
                 continue
-            updated = replace(record, settled=record.settled | positions, version=record.version + 1)
+            updated = replace(
+                record,
+                settled=record.settled | positions,
+                version=record.version + 1,
+                created=record.created - dropped,
+            )
             self._forget(key, record)
             if updated.open():
                 self._remember(key, updated)
@@ -1559,7 +1709,7 @@ class DynamoDBClaimLog:
         else:
             # Part of a run: those positions move to a record of their own (in the head), the rest
             # keep their deadline. Moved is not settled: the leased count stays.
-            self._record_change(key, record, head_change, actions, settled=positions, count=False)
+            moved = self._record_change(key, record, head_change, actions, settled=positions, count=False)
             split = _Record(
                 token=secrets.token_hex(6),
                 start=min(positions),
@@ -1568,6 +1718,7 @@ class DynamoDBClaimLog:
                 claimed_at=record.claimed_at,
                 explicit=set(positions),
                 holes=record.holes & positions,
+                created=moved,
             )
             split_path = head_change.name(schema.LOG_RECORDS, split.token)
             split_start = head_change.name(schema.LOG_STARTS, split.token)
@@ -1601,8 +1752,11 @@ class DynamoDBClaimLog:
                 return Claim(token=token, deadline=deadline, holes=[position_id(key.lane, p) for p in still])
             head_change = _Change(_key(key, schema.LOG_HEAD_SK))
             actions: list[AttributeMap] = []
-            # Filled positions are done; the written ones are delivered now and leave the holes.
-            updated = replace(record, holes=set(still))
+            # Filled positions are done; the written ones are delivered now and leave the holes, and
+            # their ages the waiting sum for the record's and the leased one.
+            arrived = _entry_seconds(found.items.values())
+            updated = replace(record, holes=set(still), created=record.created + arrived)
+            _add_created(head_change, waiting=-arrived, leased=arrived)
             self._record_change(key, updated, head_change, actions, settled=set(found.filled))
             self._forget(key, record)
             try:
@@ -1782,15 +1936,22 @@ class DynamoDBClaimLog:
             waiting = [p for p in waiting if p in found.items]
             if not waiting:
                 continue
-            change = _Change(_key(key, schema.LOG_HEAD_SK))
-            change.adds.append(f"{change.name(schema.LOG_TOMBSTONES)} {change.value(_numbers(waiting))}")
-            # Still waiting: a claim that took them meanwhile makes this a settle of leased ones.
-            change.conditions.append(f"{change.name(schema.LOG_CURSOR)} <= {change.value(_num(waiting[0]))}")
-            if self._update(change, "delete") is None:
-                self._backoff(attempt)
-                continue
-            for p in waiting:
-                result.applied.append(positions.pop(p))
+            for at in range(0, len(waiting), _TOMBSTONES_PER_WRITE):
+                chunk = waiting[at : at + _TOMBSTONES_PER_WRITE]
+                change = _Change(_key(key, schema.LOG_HEAD_SK))
+                tb = change.name(schema.LOG_TOMBSTONES)
+                change.adds.append(f"{tb} {change.value(_numbers(chunk))}")
+                # Still waiting: a claim that took them meanwhile makes this a settle of leased ones;
+                # and not deleted by another call meanwhile, whose tombstone took their ages already.
+                cursor_bound = change.value(_num(chunk[0]))
+                change.conditions.append(f"{change.name(schema.LOG_CURSOR)} <= {cursor_bound}")
+                change.conditions += [f"NOT contains({tb}, {change.value(_num(p))})" for p in chunk]
+                _add_created(change, waiting=-_entry_seconds(found.items[p] for p in chunk))
+                if self._update(change, "delete") is None:
+                    self._backoff(attempt)
+                    break  # read the head again for the rest
+                for p in chunk:
+                    result.applied.append(positions.pop(p))
         if positions:
             raise StoreThrottledError("delete kept losing to concurrent claims; retry")
         return _ordered(result, ids)
@@ -1940,6 +2101,9 @@ class DynamoDBClaimLog:
             cur = change.name(schema.LOG_CURSOR)
             change.sets.append(f"{cur} = {change.value(_num(head.tail))}")
             change.conditions.append(f"{cur} = {change.value(_num(head.cursor))}")
+            # The waiting items' ages go with them; a take since the read added its own, which stay
+            # (its positions are at or after the tail read, so they still wait).
+            _add_created(change, waiting=-head.waiting_created)
             if dropped:
                 change.deletes.append(
                     f"{change.name(schema.LOG_TOMBSTONES)} {change.value(_numbers(dropped))}"

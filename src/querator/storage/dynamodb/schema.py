@@ -180,6 +180,12 @@ LOG_FIRST = "fs"
 #: Items produced and positions completed, ever (``LogHead.produced``, ``completed``).
 LOG_PRODUCED = "tp"
 LOG_COMPLETED = "tc"
+#: Sums of ``created_at`` seconds (``ports.log.LogAges``): of the waiting items (added by the take,
+#: so a writer that died between its two steps leaves its items' until the log is next empty), of
+#: the leased ones; and a record's, of its unsettled items.
+LOG_WAITING_CREATED = "wc"
+LOG_LEASED_CREATED = "lc"
+LOG_RECORD_CREATED = "cs"
 # A packed row: its items; a filler's flag.
 LOG_ITEMS = "it"
 LOG_FILLER = "f"
