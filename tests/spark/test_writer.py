@@ -561,7 +561,8 @@ def test_v3_a_fresh_chunk_is_packed_into_its_partitions_logs_and_leased_once_by_
 @pytest.mark.parametrize(
     "dies_before",
     [
-        "the positions are noted",  # taken, not noted: the retry takes others (these are holes)
+        # Taken, not noted: the retry takes others; these are holes, filled one row each (slow)
+        pytest.param("the positions are noted", marks=pytest.mark.slow),
         "the first row is written",  # noted, nothing written
         "the third row is written",  # noted, two of ten rows written
         "the record is finished",  # everything written
