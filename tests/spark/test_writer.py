@@ -669,13 +669,23 @@ def test_v3_scheduled_items_go_to_the_schedule_once_across_a_resume(moto_server)
 
 
 @pytest.mark.server
-def test_v3_a_chunk_begun_on_engine_v2_is_resumed_on_v2_by_a_v3_writer(moto_server):
+@pytest.mark.parametrize("named", [True, False], ids=["record names engine 2", "record from before v3"])
+def test_v3_a_chunk_begun_on_engine_v2_is_resumed_on_v2_by_a_v3_writer(moto_server, named):
     # GIVEN a chunk an engine v2 writer began (2 of its 8 batches) and died in
     rig = chunk_rig(moto_server, engine=2, die_after=2)
     recs = [item for _, item in records(200)]
     with pytest.raises(RuntimeError, match="injected"):
         rig.writer.write("q", recs, chunk_key="c1", owner="task-1")
     rig.client._die_after = None
+    if not named:
+        # A record written before engine v3 names no engine
+        pages = rig.raw.get_paginator("scan").paginate(TableName=rig.items_table)
+        (record,) = [row for page in pages for row in page["Items"] if "eng" in row]
+        rig.raw.update_item(
+            TableName=rig.items_table,
+            Key={"pk": record["pk"], "sk": record["sk"]},
+            UpdateExpression="REMOVE eng",
+        )
 
     # WHEN a writer of engine v3 resumes it: it stays engine v2's, every item once
     rig.writer.engine = 3
@@ -683,6 +693,7 @@ def test_v3_a_chunk_begun_on_engine_v2_is_resumed_on_v2_by_a_v3_writer(moto_serv
     assert outcome.replayed is False
     rows = log_rows(rig)
     assert (rows["v2 items"], rows["packed items"]) == (200, 0)
+    assert len(rig.stored()) == 200
 
 
 def test_the_engine_is_the_configured_default_unless_the_cli_says():
