@@ -732,3 +732,26 @@ def test_v3_a_chunk_of_1000_items_of_100_bytes_costs_a_fifth_of_v2s_write_units(
     assert units[3] <= 0.2 * units[2]
     assert requests[3] < requests[2]
     print(f"write units per item: v2 {units[2] / 1000:.3f}, v3 {units[3] / 1000:.3f}; requests {requests}")
+
+
+@pytest.mark.server
+def test_v3_a_fair_queues_chunk_stays_on_engine_v2_as_the_services_produce_keeps_it(moto_server):
+    rig = chunk_rig(moto_server, engine=3)
+    now = rig.clock.now()
+    rig.service.create_queue(
+        QueueInfo(
+            name="fair",
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(days=7),
+            partitions=1,
+            delivery="fair",
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    recs = [item for _, item in records(50, groups=True)]
+
+    assert rig.writer.write("fair", recs, chunk_key="c1", owner="task-1").written == 50
+
+    rows = log_rows(rig)
+    assert (rows["v2 items"], rows["packed items"]) == (50, 0)
