@@ -110,10 +110,11 @@ DEFAULT_LEASE_WAIT_CAP: Final = timedelta(seconds=20)
 DEFAULT_REAPER_MARGIN: Final = timedelta(seconds=5)
 DEFAULT_QUEUE_CACHE: Final = timedelta(seconds=1)
 DEFAULT_STORE_READ_TIMEOUT: Final = timedelta(seconds=5)
-#: The engine new items go to unless ``EnvVar.ENGINE`` says otherwise.
-DEFAULT_ENGINE: Final = 2
-#: The engines there are.
+#: The storage engines: 2, one row per item (docs/adr/0050-engine-v2.md), and 3, claim logs of
+#: packed rows (docs/adr/0100-engine-v3-candidates.md).
 ENGINES: Final = (2, 3)
+#: The engine new items go to unless told (``EnvVar.ENGINE``; the Spark bulk producer's ``--engine``).
+DEFAULT_ENGINE: Final = 2
 #: Lambda's longest timeout bounds it: a wait past the function's end is never used.
 MAX_STORE_READ_TIMEOUT: Final = timedelta(minutes=15)
 

@@ -15,17 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
+from moto import mock_aws
 from moto.apigatewaymanagementapi.models import apigatewaymanagementapi_backends
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from querator import bootstrap
 from querator.client.stream import _Assembler
 from querator.config import EnvVar, load_settings
+from querator.domain.model import NewItem, QueueInfo
 from querator.localserver import LocalContext
 from querator.storage.dynamodb.connections import DynamoDBConnections, connections_table_definition
 from querator.stream import aws as stream_aws
 from querator.stream import protocol
 from querator.stream.dispatch import MAX_FRAME_BYTES, Dispatcher, lease_frames
+from querator.testing import FakeClock, build_service, dynamodb_client
 from tests.functions.conftest import EVENTS, scheduled_event
 
 if TYPE_CHECKING:
@@ -438,3 +441,88 @@ def test_without_the_requirement_a_ticket_sent_is_still_checked(api: Api, stream
     [frame] = streams.frames(streams.connect(queue_name=emails, credit=1, ticket=ticket))
     assert (frame["type"], frame["code"]) == ("error", 403)
     assert f"for queue '{orders}', not '{emails}'" in frame["message"]
+
+
+def _inserts(keys: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """DynamoDB Streams records (``KEYS_ONLY``) of rows inserted under ``keys``."""
+    return [
+        {"eventName": "INSERT", "dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": sk}}}} for pk, sk in keys
+    ]
+
+
+def test_engine_v3_packed_rows_name_their_queue_and_no_other_row_of_a_log_does() -> None:
+    with mock_aws():
+        client = dynamodb_client()
+        clock = FakeClock()
+        service = build_service(client, clock=clock, prefix="v3stream", engine=3)
+        service.create_queue(
+            QueueInfo(
+                name="jobs",
+                lease_timeout=timedelta(seconds=30),
+                expire_timeout=timedelta(days=1),
+                partitions=1,
+                created_at=clock.now(),
+                updated_at=clock.now(),
+            )
+        )
+        seen: set[tuple[str, str]] = set()
+
+        def written() -> set[tuple[str, str]]:
+            pages = client.get_paginator("scan").paginate(TableName="v3stream-items")
+            keys = {(row["pk"]["S"], row["sk"]["S"]) for page in pages for row in page["Items"]}
+            fresh = keys - seen
+            seen.update(keys)
+            return fresh
+
+        def log_rows(keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
+            return {(pk, sk) for pk, sk in keys if "~v" in pk and sk.startswith("D")}
+
+        now = clock.now()
+        # A scheduled item (of another band): its schedule row, the log's head, the band's
+        # registration; nothing ready, so nothing to wake (the sweep finds it when due)
+        service.produce("jobs", [NewItem(payload=b"later", priority=2, enqueue_in=timedelta(hours=1))])
+        scheduled = written()
+        assert scheduled and not log_rows(scheduled)
+        assert stream_aws.written_queues(_inserts(scheduled), now) == set()
+
+        # A produce: a packed row (and a head) -> the queue, by the packed row alone
+        service.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
+        produced = written()
+        assert len(log_rows(produced)) == 1
+        assert stream_aws.written_queues(_inserts(produced), now) == {"jobs"}
+        assert stream_aws.written_queues(_inserts(produced - log_rows(produced)), now) == set()
+
+        # A lease writes its record in the head: nothing inserted that wakes anyone
+        assert len(service.lease("jobs", batch_size=10, client_id="c").items) == 2
+        assert stream_aws.written_queues(_inserts(written()), now) == set()
+
+        # The lease runs out: the next lease appends its items at the tail, a packed row again
+        clock.advance(timedelta(minutes=1))
+        service.lease("jobs", batch_size=10, client_id="c")
+        returned = written()
+        assert len(log_rows(returned)) == 1
+        assert stream_aws.written_queues(_inserts(returned), clock.now()) == {"jobs"}
+
+
+def test_a_filler_row_names_no_queue_when_its_image_says_so() -> None:
+    now = datetime.now(UTC)
+    row = {"pk": {"S": "jobs~0~vp3"}, "sk": {"S": "D00062b1c3e5f1a20"}}
+
+    def record(image: dict[str, Any] | None) -> dict[str, Any]:
+        change: dict[str, Any] = {"Keys": row}
+        if image is not None:
+            change["NewImage"] = {**row, **image}
+        return {"eventName": "INSERT", "dynamodb": change}
+
+    assert stream_aws.written_queues([record({"f": {"BOOL": True}})], now) == set()
+    assert stream_aws.written_queues([record({"it": {"L": []}})], now) == {"jobs"}
+    # Keys only (the stack's stream view): a packed row's key, which a filler's also is
+    assert stream_aws.written_queues([record(None)], now) == {"jobs"}
+    # Not a log's row: a head, a spilled record, its deadline index, a schedule row, a bad position
+    others = ["H", "P00062b1c3e5f1a20tok", "L0000000000000100062b1c3e5f1a20tok", "S0123456789abcd0123456789"]
+    others += ["D00062b1c3e5f1a2", "D00062b1c3e5f1a2z"]
+    records = [{"eventName": "INSERT", "dynamodb": {"Keys": {**row, "sk": {"S": sk}}}} for sk in others]
+    assert stream_aws.written_queues(records, now) == set()
+    # Nor an update or a removal of a packed row
+    changed = [{**record(None), "eventName": event} for event in ("MODIFY", "REMOVE")]
+    assert stream_aws.written_queues(changed, now) == set()

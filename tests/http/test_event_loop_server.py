@@ -20,7 +20,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from querator import bootstrap
-from querator.client.stream import stream_url
+from querator.client.stream import Stream, stream_url
+from querator.service import QueueService
+from querator.service.logs import is_log_id
+from querator.storage.memory import InMemoryClaimLog
 from querator.testing import serve_process
 from tests.http.conftest import Http, eventually, in_process_server
 
@@ -223,3 +226,30 @@ def test_sigterm_closes_every_open_stream_with_1001() -> None:
                 ws.recv(timeout=DEADLINE)
             codes.append(closed.value.rcvd.code if closed.value.rcvd is not None else None)
     assert codes == [1001, 1001, 1001]
+
+
+def test_a_produce_on_engine_v3_wakes_a_waiting_stream_with_the_logs_items() -> None:
+    # A server whose service writes FIFO queues to engine v3's claim logs (``querator serve`` builds
+    # none yet): the stream is woken by the produce call, whatever engine stores its items.
+    def v3_service(**parts: Any) -> QueueService:
+        return QueueService(**parts, log=InMemoryClaimLog())
+
+    with mock.patch.object(bootstrap, "QueueService", v3_service), in_process_server() as server:
+        http = Http(server.url)
+        _create(http)
+        woken: list[tuple[str, int]] = []
+        waiters = server._loop.waiters  # type: ignore[union-attr]
+        notify = waiters.notify
+
+        def spied(queue_name: str, count: int) -> None:
+            woken.append((queue_name, count))
+            notify(queue_name, count)
+
+        with Stream(server.url, "jobs", credit=5) as stream, mock.patch.object(waiters, "notify", spied):
+            eventually(lambda: server.waiting == 1)
+            http.ok("/v1/queue.produce", {"queue_name": "jobs", "items": [{"utf8": "a"}, {"utf8": "b"}]})
+            lease = next(stream.leases(timeout=DEADLINE))
+            assert [item.payload for item in lease.items] == [b"a", b"b"]
+            assert all(is_log_id(item.id) for item in lease.items)
+            assert ("jobs", 2) in woken
+            stream.complete(lease.partition, lease.ids)

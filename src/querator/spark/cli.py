@@ -16,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from querator.config import EnvVar, settings_from
+from querator.config import DEFAULT_ENGINE, ENGINES, EnvVar, settings_from
 from querator.spark.export import export_queue
 from querator.spark.job import MAX_BUCKETS, ProduceFailedError, produce_dataframe
 from querator.spark.mapping import MAX_CHUNK_ITEMS, ColumnMap
@@ -126,6 +126,14 @@ def produce_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--write-path", choices=("direct", "http"), default="direct")
     _add_store_arguments(parser)
+    parser.add_argument(
+        "--engine",
+        type=int,
+        choices=ENGINES,
+        default=DEFAULT_ENGINE,
+        help="direct path: the storage engine new chunks are written for: 2, a row per item; 3, the "
+        "queue partitions' claim logs, packed (default: %(default)s, the product's)",
+    )
     http = parser.add_argument_group("http write path (the queue's API)")
     http.add_argument(
         "--base-url", help="the API's URL, e.g. https://abc.execute-api.eu-west-1.amazonaws.com/prod"
@@ -190,7 +198,11 @@ def direct_target(args: argparse.Namespace) -> DirectTarget:
         EnvVar.CATALOG_TABLE: args.catalog_table or "",
         EnvVar.REGION: args.region or "",
     }
-    return DirectTarget(settings=settings_from(environ), endpoint_url=args.endpoint_url or None)
+    return DirectTarget(
+        settings=settings_from(environ),
+        endpoint_url=args.endpoint_url or None,
+        engine=getattr(args, "engine", DEFAULT_ENGINE),
+    )
 
 
 def column_map(args: argparse.Namespace) -> ColumnMap:

@@ -19,6 +19,7 @@ from querator.client import Client, QueratorClientError
 from querator.client import NewItem as ClientItem
 from querator.client import errors as client_errors
 from querator.clock import SystemClock
+from querator.config import DEFAULT_ENGINE
 from querator.domain.errors import (
     InvalidRequestError,
     PayloadTooLargeError,
@@ -99,10 +100,14 @@ class DirectTarget:
     endpoint_url
         A DynamoDB endpoint other than AWS's (a local store); ``None`` leaves it to boto3, which
         honours ``AWS_ENDPOINT_URL_DYNAMODB`` in the executor's environment.
+    engine
+        The storage engine new chunks are written for (``querator.config.ENGINES``): 2, a row per
+        item; 3, the partitions' claim logs, packed (a chunk once begun keeps its engine).
     """
 
     settings: Settings
     endpoint_url: str | None = None
+    engine: int = DEFAULT_ENGINE
 
     def connect(self) -> DirectProducer:
         return DirectProducer(self.service(), _chunk_writer(self))
@@ -128,6 +133,7 @@ def _chunk_writer(target: DirectTarget) -> ChunkWriter:
             target.settings.catalog_table, host=client.meta.endpoint_url, region=client.meta.region_name
         ),
         clock=SystemClock(),
+        engine=target.engine,
     )
 
 

@@ -29,28 +29,60 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
 _GONE: Final = "GoneException"
+#: A packed row's position, after ``schema.LOG_ROW_PREFIX`` (``querator.domain.positions``).
+_POSITION_DIGITS: Final = 16
+_HEX: Final = frozenset("0123456789abcdef")
 
 
 def written_queues(records: Iterable[dict[str, Any]], now: datetime) -> set[str]:
     """The queues that got an item ready to lease, from DynamoDB Streams records of the items table.
 
-    Only inserts of item rows count (an item's sort key is its id, of any priority); head rows, lease records,
-    idempotency records, updates (claims, renewals) and removals do not make anything leasable. An
-    item scheduled for later is left to the sweep, which runs when it may be due.
+    Only inserts of rows that hold items count: engine v2's item rows (the sort key is the item's
+    id, of any priority) and engine v3's packed rows (a claim log's ``D<position>`` rows, under
+    ``<queue>~<partition>~v<lane>``: a produce, and an expired lease or a retry appended at the
+    tail). Head rows, lease records (in the head or spilled), idempotency and chunk records,
+    updates (claims, renewals) and removals do not make anything leasable. An item scheduled for
+    later is left to the sweep, which runs when it may be due: a v2 row visible later, and every
+    row of a v3 schedule (``S…``; when due it moves to the tail, a packed row again).
+
+    The stream sends keys only (``KEYS_ONLY``): a filler row (a hole a lease filled) has a packed
+    row's key and wakes the queue for nothing, unless the record carries its image (``NewImage``),
+    which says it is one. Fillers are rare (a writer taken for dead), and a wake costs one lease.
     """
     queues: set[str] = set()
     for record in records:
         if record.get("eventName") != "INSERT":
             continue
-        keys = (record.get("dynamodb") or {}).get("Keys") or {}
+        change = record.get("dynamodb") or {}
+        keys = change.get("Keys") or {}
         pk = str((keys.get(schema.PK) or {}).get("S", ""))
         sk = str((keys.get(schema.SK) or {}).get("S", ""))
+        queue = _log_row_queue(pk, sk, change.get("NewImage"))
+        if queue is not None:
+            queues.add(queue)
+            continue
         if not is_item_id(sk) or schema.SEPARATOR not in pk:
             continue
         if visible_at_of(sk) > now:
             continue
         queues.add(pk.rsplit(schema.SEPARATOR, 1)[0])
     return queues
+
+
+def _log_row_queue(pk: str, sk: str, image: dict[str, Any] | None) -> str | None:
+    """The queue of an engine v3 packed row's key (``None`` for any other key, or a filler's
+    image): ``<queue>~<partition>~v<lane>`` and ``D`` + 16 hex digits of position."""
+    queue, _, rest = pk.partition(schema.SEPARATOR)
+    partition, _, lane = rest.partition(schema.SEPARATOR)
+    # Queue names and lanes hold no separator (``validate_queue_name``, ``lane_of``).
+    if not partition.isdigit() or not lane.startswith(schema.LOG_MARK) or schema.SEPARATOR in lane:
+        return None
+    position = sk[len(schema.LOG_ROW_PREFIX) :]
+    if not sk.startswith(schema.LOG_ROW_PREFIX) or len(position) != _POSITION_DIGITS:
+        return None
+    if not _HEX.issuperset(position) or (image is not None and schema.LOG_FILLER in image):
+        return None
+    return queue
 
 
 class InProcessApi:
