@@ -540,6 +540,10 @@ def test_v3_a_fresh_chunk_is_packed_into_its_partitions_logs_and_leased_once_by_
     rows = log_rows(rig)
     # One packed row per band (10 lanes of 20 items of ~100 B), no v2 row, one head per band
     assert (rows["packed"], rows["packed items"], rows["v2 items"], rows["head"]) == (10, 200, 0, 10)
+    # Waiting, as old as they are (stats' ages count them from the take, as a produce's)
+    rig.clock.advance(timedelta(seconds=30))
+    (stats,) = [s for s in rig.service.stats("q") if s.total]
+    assert (stats.total, stats.average_age) == (200, timedelta(seconds=30))
     leased = rig.lease_all()
     assert all(parse_position_id(item.id) is not None for item in leased)
     # By priority, then the chunk's order

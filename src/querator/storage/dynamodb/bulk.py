@@ -341,9 +341,13 @@ class ChunkWriter:
                     self._schedule(log, later, plan.minted_at, resumed=resumed, now=now)
             taken: list[tuple[str, int, int]] = []
             for lane, lane_items in by_lane.items():
-                ready = sum(1 for item in lane_items if item.enqueue_at is None)
+                ready = [item for item in lane_items if item.enqueue_at is None]
                 if ready:
-                    ids = self._log.take_positions(LogKey(queue.name, plan.partition, lane), ready, now=now)
+                    # Their ages count as waiting from the take (``LogAges``), as a produce's do.
+                    created = sum(timestamp_us(item.created_at) // 1_000_000 for item in ready)
+                    ids = self._log.take_positions(
+                        LogKey(queue.name, plan.partition, lane), len(ready), now=now, created=created
+                    )
                     taken.append((lane, _position(ids[0]), len(ids)))
             positions = self._record_positions(queue.name, key, owner, tuple(taken))
         for lane, first, count in positions:
