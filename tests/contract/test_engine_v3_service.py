@@ -26,6 +26,7 @@ from querator.domain.priority import lane_of
 from querator.ports.log import LogKey
 from querator.service import QueueService
 from querator.service.logs import is_log_id
+from querator.service.tuning import BAND_IDLE
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.log import DynamoDBClaimLog
@@ -533,3 +534,26 @@ def test_a_competitors_claim_between_a_lanes_read_and_its_claim_cannot_pass_the_
     assert _lease(service, batch=10) == []
     assert raced == [2]
     assert service.log.head(LogKey("jobs", 0, group_lane("A"))).leased == 2
+
+
+def test_a_group_lanes_log_is_dropped_from_the_registry_when_empty_and_idle(
+    service: QueueService, clock: FakeClock
+) -> None:
+    """The lane registry of engine v2 serves the logs: a produce names a group's lane before it
+    writes it, and the reaper drops a lane whose log is empty and idle, and keeps one that holds."""
+    make_queue(service, delivery="fair", expire_timeout=BAND_IDLE * 3)
+    service.produce("jobs", [*items("a", group="A"), *items("b", group="B")])
+    lanes = {lane.lane for lane in service.store.lanes("jobs", 0, "", after="", limit=10)}
+    assert lanes == {group_lane("A"), group_lane("B")}
+    (held,) = _lease(service, batch=1)
+    service.complete("jobs", 0, [held.id])
+    clock.advance(BAND_IDLE + timedelta(seconds=1))
+
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.bands_dropped == 1
+    left = {lane.lane for lane in service.store.lanes("jobs", 0, "", after="", limit=10)}
+    assert left == lanes - {lane_of(held.id)}
+    service.produce("jobs", items("again", group=held.group))
+    other = b"b" if held.payload == b"a" else b"a"
+    assert sorted(payloads(_lease(service))) == sorted([b"again", other])
