@@ -557,3 +557,35 @@ def test_a_group_lanes_log_is_dropped_from_the_registry_when_empty_and_idle(
     service.produce("jobs", items("again", group=held.group))
     other = b"b" if held.payload == b"a" else b"a"
     assert sorted(payloads(_lease(service))) == sorted([b"again", other])
+
+
+def test_a_fair_lease_that_fails_at_a_lanes_claim_frees_the_groups_it_took(
+    service: QueueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fair lease claims lane by lane; when a later lane's claim fails, what the earlier ones took
+    goes back at once, its attempt not spent, and its group's slots are free again."""
+    make_queue(service, delivery="fair", max_leased_per_group=2)
+    for group in ("a", "b"):
+        service.produce("jobs", items(*(f"{group}{n}" for n in range(3)), group=group))
+    assert service.log is not None
+    claim = service.log.claim
+    calls: list[str] = []
+
+    def failing_claim(key: LogKey, **kwargs: Any) -> Any:
+        calls.append(key.lane)
+        if len(calls) == 2:
+            raise StoreUnavailableError("the store went away")
+        return claim(key, **kwargs)
+
+    monkeypatch.setattr(service.log, "claim", failing_claim)
+    with pytest.raises(StoreUnavailableError):
+        service.lease("jobs", batch_size=4, client_id="doomed")
+    monkeypatch.undo()
+
+    listed = service.list_items("jobs", 0)
+    assert [i for i in listed if i.lease_deadline is not None] == []
+    assert {i.attempts for i in listed} == {0}
+    again = _lease(service, batch=6)
+    # Two of each group (the cap, every slot free again); what went back is at its lane's tail.
+    assert sorted(i.group for i in again) == ["a", "a", "b", "b"]
+    assert {i.attempts for i in again} == {1}
