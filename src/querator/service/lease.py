@@ -427,7 +427,7 @@ class Leaser:
             wanted = batch_size - len(claimed)
             if fair:
                 won, reply_bytes, drained = self._lease_log_lanes(
-                    queue, partition, head, band, wanted, reply_bytes, now
+                    queue, partition, head, band, wanted, reply_bytes, now, stop_at
                 )
             else:
                 won, reply_bytes, drained = self._logs.lease_band(
@@ -450,6 +450,7 @@ class Leaser:
         wanted: int,
         reply_bytes: int,
         now: datetime,
+        stop_at: datetime,
     ) -> tuple[list[Item], int, bool]:
         """A fair lease of one band's logs (engine v3): its lanes (the band's own log, items without
         a group, and a log per group) in ``_rotation``'s order, one item of each lane per turn;
@@ -475,7 +476,12 @@ class Leaser:
         lanes: list[_LogLane] = []
         offering = 0
         came_round = False
-        while offering < wanted and len(lanes) < MAX_LANES_PER_LEASE:
+        while (
+            offering < wanted
+            and len(lanes) < MAX_LANES_PER_LEASE
+            # The first lane is read whatever the budget says, as a band's first page is.
+            and (not lanes or self._clock.now() < stop_at)
+        ):
             following = next(rotation, None)
             if following is None:
                 came_round = True
