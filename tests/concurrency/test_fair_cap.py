@@ -30,15 +30,21 @@ CAP = 3
 BATCH = 4
 
 
+@pytest.fixture(params=[2, 3], ids=["engine-v2", "engine-v3"])
+def engine(request: pytest.FixtureRequest) -> int:
+    """Engine v3 keeps a fair queue's groups in lane logs, the cap checked in each claim's write."""
+    return int(request.param)
+
+
 @pytest.fixture(params=["memory", "sqlite", "moto_server"])
-def service(request: pytest.FixtureRequest, tmp_path):
+def service(request: pytest.FixtureRequest, tmp_path, engine):
     clock = SystemClock()
     if request.param == "memory":
-        return memory_service(clock=clock)
+        return memory_service(clock=clock, engine=engine)
     if request.param == "sqlite":
-        return sqlite_service(tmp_path / "querator.db", clock=clock)
+        return sqlite_service(tmp_path / "querator.db", clock=clock, engine=engine)
     endpoint = request.getfixturevalue("moto_server")
-    return build_service(dynamodb_client(endpoint, max_pool=CONSUMERS + 2), clock=clock)
+    return build_service(dynamodb_client(endpoint, max_pool=CONSUMERS + 2), clock=clock, engine=engine)
 
 
 def test_no_group_holds_more_than_its_cap_under_eight_consumers(service):

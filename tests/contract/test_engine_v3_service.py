@@ -11,17 +11,22 @@ left (docs/adr/0100-engine-v3-candidates.md, "Where the build stands").
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from moto import mock_aws
 
 from querator.domain.errors import NothingToLeaseError, StoreUnavailableError
+from querator.domain.groups import group_lane
 from querator.domain.model import ClearScope, RetryRequest
 from querator.domain.positions import POSITION_MARK, SCHEDULED_MARK
 from querator.domain.priority import lane_of
+from querator.ports.log import LogKey
 from querator.service import QueueService
+from querator.service.logs import is_log_id
+from querator.service.tuning import BAND_IDLE
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.log import DynamoDBClaimLog
@@ -32,7 +37,6 @@ from tests.contract.helpers import items, make_queue, payloads
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from querator.ports.log import LogKey
     from querator.testing import FakeClock
 
 
@@ -409,3 +413,179 @@ def test_a_clear_of_leased_and_scheduled_items_reads_them_not_the_backlog(
     assert sum(read) <= 4  # the two leased and the one scheduled (a page each, as the head counts)
     stats = service.stats("jobs")[0]
     assert (stats.total, stats.total_leased, stats.scheduled) == (298, 0, 0)
+
+
+def test_a_fair_queues_items_go_into_their_groups_logs(services: tuple[QueueService, QueueService]) -> None:
+    """Fair queues live in logs too: a log per group's lane, leased round the groups, with every
+    count, listing and upkeep seeing them; what engine v2 stored of the queue is served first."""
+    v2, service = services
+    make_queue(service, delivery="fair")
+    v2.produce("jobs", items("old", group="A"))
+    receipt = service.produce("jobs", [*items("a0", "a1", group="A"), *items("b0", group="B"), *items("-")])
+
+    assert all(is_log_id(i) for i in receipt.ids)
+    assert {lane_of(i) for i in receipt.ids} == {group_lane("A"), group_lane("B"), ""}
+    listed = service.list_items("jobs", 0)
+    assert sorted(payloads(listed)) == [b"-", b"a0", b"a1", b"b0", b"old"]
+    assert [i.id for i in listed] == sorted(i.id for i in listed)  # key order, so a pivot pages on
+    assert service.stats("jobs")[0].total == 5
+    leased = _lease(service, batch=10)
+    # v2's item first (it is older), then one turn over the logs' lanes, then A's second item.
+    assert payloads(leased)[0] == b"old" and sorted(payloads(leased)[1:4]) == [b"-", b"a0", b"b0"]
+    assert payloads(leased)[4] == b"a1"
+    assert all(is_log_id(i.id) for i in leased[1:])
+    assert {i.group for i in leased} == {"A", "B", ""}
+    assert service.stats("jobs")[0].total_leased == 5
+
+
+# In-process moto is not safe for threads; DynamoDB's condition is the claim log's, which
+# test_claim_log.py holds to the cap on every store.
+@pytest.mark.parametrize("store_name", ["memory", "sqlite"])
+def test_sixteen_consumers_never_hold_more_than_the_cap_of_a_group(service: QueueService) -> None:
+    """``max_leased_per_group`` is checked in the claim's own write: consumers racing for a group's
+    lane cannot pass it between their reads and their claims."""
+    make_queue(service, delivery="fair", max_leased_per_group=2)
+    groups = ["A", "B", "C"]
+    per_group = 16
+    for group in groups:
+        service.produce("jobs", items(*(f"{group}{n}" for n in range(per_group)), group=group))
+    held: dict[str, set[str]] = {group: set() for group in groups}
+    most = dict.fromkeys(groups, 0)
+    delivered: list[bytes] = []
+    lock = threading.Lock()
+    start = threading.Barrier(16)
+    errors: list[BaseException] = []
+
+    def release(batch: list) -> None:  # type: ignore[type-arg]
+        # Out of the tally before the complete: the tally never counts a lease the store ended.
+        with lock:
+            for item in batch:
+                held[item.group].discard(item.id)
+        service.complete("jobs", 0, [item.id for item in batch])
+
+    def consume() -> None:
+        # Each consumer holds its last two batches while it leases again, so leases overlap.
+        holding: list[list] = []  # type: ignore[type-arg]
+        start.wait()
+        for _ in range(400):  # bounded: far more turns than items
+            with lock:
+                if len(delivered) >= len(groups) * per_group:
+                    break
+            try:
+                leased = service.lease("jobs", batch_size=3, client_id=threading.current_thread().name).items
+            except NothingToLeaseError:
+                leased = []
+            except BaseException as exc:  # reported by the test thread
+                errors.append(exc)
+                return
+            with lock:
+                for item in leased:
+                    held[item.group].add(item.id)
+                    most[item.group] = max(most[item.group], len(held[item.group]))
+                delivered.extend(item.payload for item in leased)
+            if leased:
+                holding.append(leased)
+            if holding and (len(holding) > 2 or not leased):
+                release(holding.pop(0))
+        for batch in holding:
+            release(batch)
+
+    threads = [threading.Thread(target=consume, name=f"c{n}") for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert not errors and not any(thread.is_alive() for thread in threads)
+    assert sorted(delivered) == sorted(f"{g}{n}".encode() for g in groups for n in range(per_group))
+    assert max(most.values()) <= 2, most
+
+
+def test_the_cap_counts_a_groups_leases_in_every_band(service: QueueService) -> None:
+    make_queue(service, delivery="fair", max_leased_per_group=2)
+    service.produce("jobs", items("hi", group="A", priority=3))
+    service.produce("jobs", items("lo0", "lo1", group="A"))
+
+    leased = _lease(service, batch=10)
+
+    assert payloads(leased) == [b"hi", b"lo0"]
+    assert _lease(service, batch=10) == []
+
+
+def test_a_competitors_claim_between_a_lanes_read_and_its_claim_cannot_pass_the_cap(
+    service: QueueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease reads a lane's head (room for two of A), then another consumer takes two, then the
+    lease claims: the claim's own write sees the cap reached and takes none."""
+    make_queue(service, delivery="fair", max_leased_per_group=2)
+    service.produce("jobs", items("a0", "a1", "a2", "a3", group="A"))
+    assert service.log is not None
+    claim = service.log.claim
+    raced: list[int] = []
+
+    def outraced(key: LogKey, **kwargs: Any) -> Any:
+        if not raced:  # a competitor's claim lands first, the cap in its own write too
+            competitor = claim(key, count=2, deadline=kwargs["deadline"], now=kwargs["now"], max_leased=2)
+            raced.append(len(competitor.items))
+        return claim(key, **kwargs)
+
+    monkeypatch.setattr(service.log, "claim", outraced)
+
+    assert _lease(service, batch=10) == []
+    assert raced == [2]
+    assert service.log.head(LogKey("jobs", 0, group_lane("A"))).leased == 2
+
+
+def test_a_group_lanes_log_is_dropped_from_the_registry_when_empty_and_idle(
+    service: QueueService, clock: FakeClock
+) -> None:
+    """The lane registry of engine v2 serves the logs: a produce names a group's lane before it
+    writes it, and the reaper drops a lane whose log is empty and idle, and keeps one that holds."""
+    make_queue(service, delivery="fair", expire_timeout=BAND_IDLE * 3)
+    service.produce("jobs", [*items("a", group="A"), *items("b", group="B")])
+    lanes = {lane.lane for lane in service.store.lanes("jobs", 0, "", after="", limit=10)}
+    assert lanes == {group_lane("A"), group_lane("B")}
+    (held,) = _lease(service, batch=1)
+    service.complete("jobs", 0, [held.id])
+    clock.advance(BAND_IDLE + timedelta(seconds=1))
+
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.bands_dropped == 1
+    left = {lane.lane for lane in service.store.lanes("jobs", 0, "", after="", limit=10)}
+    assert left == lanes - {lane_of(held.id)}
+    service.produce("jobs", items("again", group=held.group))
+    other = b"b" if held.payload == b"a" else b"a"
+    assert sorted(payloads(_lease(service))) == sorted([b"again", other])
+
+
+def test_a_fair_lease_that_fails_at_a_lanes_claim_frees_the_groups_it_took(
+    service: QueueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fair lease claims lane by lane; when a later lane's claim fails, what the earlier ones took
+    goes back at once, its attempt not spent, and its group's slots are free again."""
+    make_queue(service, delivery="fair", max_leased_per_group=2)
+    for group in ("a", "b"):
+        service.produce("jobs", items(*(f"{group}{n}" for n in range(3)), group=group))
+    assert service.log is not None
+    claim = service.log.claim
+    calls: list[str] = []
+
+    def failing_claim(key: LogKey, **kwargs: Any) -> Any:
+        calls.append(key.lane)
+        if len(calls) == 2:
+            raise StoreUnavailableError("the store went away")
+        return claim(key, **kwargs)
+
+    monkeypatch.setattr(service.log, "claim", failing_claim)
+    with pytest.raises(StoreUnavailableError):
+        service.lease("jobs", batch_size=4, client_id="doomed")
+    monkeypatch.undo()
+
+    listed = service.list_items("jobs", 0)
+    assert [i for i in listed if i.lease_deadline is not None] == []
+    assert {i.attempts for i in listed} == {0}
+    again = _lease(service, batch=6)
+    # Two of each group (the cap, every slot free again); what went back is at its lane's tail.
+    assert sorted(i.group for i in again) == ["a", "a", "b", "b"]
+    assert {i.attempts for i in again} == {1}

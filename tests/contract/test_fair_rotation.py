@@ -19,10 +19,14 @@ from querator.domain.errors import NothingToLeaseError
 from querator.domain.groups import group_lane
 from querator.domain.model import NewItem
 from querator.service.tuning import MAX_LANES_PER_LEASE
+from querator.testing import memory_service, sqlite_service
 from tests.contract.helpers import make_queue
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from querator.service import QueueService
+    from querator.testing import FakeClock
 
 
 class RoundRobin:
@@ -116,6 +120,22 @@ def test_every_lease_is_the_next_stretch_of_one_round_robin(
     assert run_rotation(service, groups, batch) > 1
 
 
+@pytest.fixture(params=["memory", "sqlite"])
+def logged(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> QueueService:
+    """An embedded store's service with engine v3's logs: each group's lane is a log."""
+    if request.param == "memory":
+        return memory_service(clock=clock, engine=3)
+    return sqlite_service(tmp_path / "querator.db", clock=clock, engine=3)
+
+
+@pytest.mark.parametrize("batch", range(1, 8))
+@pytest.mark.parametrize("groups", range(2, 8))
+def test_every_lease_is_the_next_stretch_of_one_round_robin_over_logs(
+    logged: QueueService, groups: int, batch: int
+) -> None:
+    assert run_rotation(logged, groups, batch) > 1
+
+
 @pytest.mark.parametrize(("groups", "batch"), [(3, 3), (4, 6), (5, 2)])
 def test_the_round_robin_on_every_store(service: QueueService, groups: int, batch: int) -> None:
     assert run_rotation(service, groups, batch) > 1
@@ -174,3 +194,18 @@ def test_a_band_of_exactly_the_most_lanes_a_lease_reads_still_gets_further_turns
         produce(service, model, f"T{n:03d}", 3)
 
     assert lease(service, 250) == model.lease(250)
+
+
+# The lane limits above, over engine v3's lane logs.
+
+
+def test_a_deep_lanes_items_are_dealt_in_turn_over_logs(logged: QueueService) -> None:
+    test_a_batch_larger_than_a_lanes_first_read_reads_the_lane_on_in_turn(logged)
+
+
+def test_a_lease_over_logs_that_finds_its_most_lanes_empty_moves_the_ring(logged: QueueService) -> None:
+    test_a_lease_that_finds_its_most_lanes_empty_moves_the_ring_past_them(logged)
+
+
+def test_a_band_of_exactly_the_most_lanes_gets_further_turns_over_logs(logged: QueueService) -> None:
+    test_a_band_of_exactly_the_most_lanes_a_lease_reads_still_gets_further_turns(logged)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from querator.domain.model import QueueInfo, QueueUpdate
     from querator.ports import Clock, ItemStore, PartitionHead
-    from querator.service.logs import Logs
+    from querator.service.logs import LogCounts, Logs
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
 
@@ -117,6 +117,11 @@ class QueueAdmin:
         shaped ids, and a queue holding both would serve neither as asked."""
         heads = self._store.heads(queue.name, list(range(queue.partitions)))
         held = sum(max(head.items, 0) for head in heads)
+        if self._logs is not None:
+            # Engine v3's logs hold items too, counted in their heads.
+            for partition, head in enumerate(heads):
+                counts = self._log_counts(queue.name, partition, head)
+                held += counts.total + counts.scheduled
         if held:
             raise InvalidRequestError(
                 f"delivery can change only while '{queue.name}' is empty; it holds {held} item(s)",
@@ -147,8 +152,13 @@ class QueueAdmin:
         """
         for partition in range(info.partitions):
             if self._logs is not None:
-                # Engine v3's logs first: the partition's head row, gone last, names their bands.
-                while self._logs.purge(info.name, partition, ALL_BANDS, limit=PAGE_MAX):
+                # Engine v3's logs first: the partition's head row, gone last, names their bands,
+                # and its lane registry (rows of their own on DynamoDB) a fair queue's group lanes.
+                head, _ = self._store.head(info.name, partition, now=self._clock.now())
+                if head.has_lanes:
+                    head = self._store.with_lanes(info.name, partition, head)
+                lanes = [lane for lane in head.leasable_lanes() if lane not in ALL_BANDS]
+                while self._logs.purge(info.name, partition, [*ALL_BANDS, *lanes], limit=PAGE_MAX):
                     if self._clock.now() >= stop_at:
                         return False
             while self._store.purge_page(info.name, partition, limit=PAGE_MAX):
@@ -199,8 +209,7 @@ class QueueAdmin:
     def _with_logs(
         self, queue: str, stats: PartitionStats, head: PartitionHead, now: datetime
     ) -> PartitionStats:
-        assert self._logs is not None  # noqa: S101 - only called with logs
-        counts = self._logs.counts(queue, stats.partition, head.leasable_bands())
+        counts = self._log_counts(queue, stats.partition, head)
         if not counts.total:
             return replace(
                 stats,
@@ -228,6 +237,14 @@ class QueueAdmin:
             produced=stats.produced + counts.produced,
             completed=stats.completed + counts.completed,
         )
+
+    def _log_counts(self, queue: str, partition: int, head: PartitionHead) -> LogCounts:
+        """What the partition's logs hold, from their heads: a read per band in use and, in a fair
+        queue, per group lane registered."""
+        assert self._logs is not None  # noqa: S101 - only called with logs
+        if head.has_lanes:
+            head = self._store.with_lanes(queue, partition, head)
+        return self._logs.counts(queue, partition, head.leasable_lanes())
 
     def clear(self, queue_name: str, scope: ClearScope) -> int:
         """Remove un-leased items (``QUEUE``), scheduled ones (``SCHEDULED``), leased ones too
@@ -284,7 +301,7 @@ class QueueAdmin:
                             " call it again to continue"
                         )
             if self._logs is not None:
-                removed += self._logs.clear(queue, partition, head.leasable_bands(), scope, now, stop_at)
+                removed += self._logs.clear(queue, partition, head.leasable_lanes(), scope, now, stop_at)
         return removed
 
 

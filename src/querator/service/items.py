@@ -21,7 +21,8 @@ from querator.domain.model import (
     check_aware,
     resolve_time,
 )
-from querator.domain.priority import BANDS, band_end, band_start, validate_priority
+from querator.domain.positions import POSITION_MARK
+from querator.domain.priority import band_end, band_start, priority_of, validate_priority
 from querator.ports import Guard, Move
 from querator.service.logs import is_log_id, log_end
 from querator.service.queues import check_partition
@@ -323,11 +324,19 @@ class ItemCalls:
         found: list[Item] = []
         budget = MAX_REPLY_BYTES
         # Bands and group lanes in key order (a fair queue: each band's items without a group, then
-        # each group's), so ``pivot`` pages through them.
+        # each group's), so ``pivot`` pages through them; with logs, each lane's log after its v2
+        # range, in key order too (a group lane's log sorts before its band's own).
         now = self._clock.now()
-        for band in head.leasable_lanes():
-            lower, upper = key_range(band)
-            if max(pivot, lower) < upper:
+        lanes = head.leasable_lanes()
+        steps = [(lane, lane, False) for lane in lanes]
+        if self._logs is not None:
+            steps += [(lane + POSITION_MARK, lane, True) for lane in lanes]
+        steps.sort(key=lambda step: (priority_of(step[1] + "0" * 30), step[0]))
+        for _, band, in_log in steps:
+            if not in_log:
+                lower, upper = key_range(band)
+                if max(pivot, lower) >= upper:
+                    continue
                 page = self._store.list_items(
                     queue.name,
                     partition,
@@ -337,11 +346,7 @@ class ItemCalls:
                     upper=upper,
                     max_bytes=budget,
                 )
-                found += page
-                budget -= sum(len(item.payload) for item in page)
-                if len(found) >= limit or budget <= 0:
-                    break
-            if self._logs is not None and band in BANDS and pivot < log_end(band):
+            elif self._logs is not None and pivot < log_end(band):
                 page = self._logs.list_band(
                     queue.name,
                     partition,
@@ -352,10 +357,12 @@ class ItemCalls:
                     max_bytes=budget,
                     now=now,
                 )
-                found += page
-                budget -= sum(len(item.payload) for item in page)
-                if len(found) >= limit or budget <= 0:
-                    break
+            else:
+                continue
+            found += page
+            budget -= sum(len(item.payload) for item in page)
+            if len(found) >= limit or budget <= 0:
+                break
         return found
 
     def _listable(self, queue_name: str, partition: int, limit: int) -> QueueInfo:

@@ -412,8 +412,11 @@ class Leaser:
         there reads no v2 band."""
         assert self._logs is not None  # noqa: S101 - only called with logs
         claimed: list[Item] = []
-        if head.items > 0 or queue.fair or head.has_lanes:
-            if queue.fair or head.has_lanes:
+        # A fair queue's lanes are registered for its logs too: the v2 counters, not the registry,
+        # say whether v2 rows are left to serve.
+        fair = queue.fair or head.has_lanes
+        if head.items > 0:
+            if fair:
                 claimed = self._lease_fair(queue, partition, head, batch_size, now, stop_at)
             else:
                 claimed = self._lease_bands(queue, partition, head, batch_size, now, stop_at)
@@ -421,16 +424,147 @@ class Leaser:
         for band in head.leasable_bands():
             if len(claimed) >= batch_size or (claimed and self._clock.now() >= stop_at):
                 break
-            won, reply_bytes, drained = self._logs.lease_band(
-                queue, partition, band, batch_size - len(claimed), reply_bytes, self._gate, now
-            )
-            if won:
-                self._holdings.logged.setdefault(partition, []).extend(won)
+            wanted = batch_size - len(claimed)
+            if fair:
+                won, reply_bytes, drained = self._lease_log_lanes(
+                    queue, partition, head, band, wanted, reply_bytes, now, stop_at
+                )
+            else:
+                won, reply_bytes, drained = self._logs.lease_band(
+                    queue, partition, band, wanted, reply_bytes, self._gate, now
+                )
+                if won:
+                    self._holdings.logged.setdefault(partition, []).extend(won)
             claimed += won
             # A lower priority only once this one has nothing more to give.
             if not drained:
                 break
         return claimed
+
+    def _lease_log_lanes(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        head: PartitionHead,
+        band: str,
+        wanted: int,
+        reply_bytes: int,
+        now: datetime,
+        stop_at: datetime,
+    ) -> tuple[list[Item], int, bool]:
+        """A fair lease of one band's logs (engine v3): its lanes (the band's own log, items without
+        a group, and a log per group) in ``_rotation``'s order, one item of each lane per turn;
+        returns the items in that order, the reply's bytes so far, and whether every lane has
+        nothing leasable left (so a lower priority may be read).
+
+        The first turn reads the lanes' heads along the rotation until as many lanes have items
+        as are wanted, each then giving one. Only once the rotation came round (every lane of the
+        band read) are further turns dealt, over the lanes read, by their heads' counts: a second
+        item of a lane never comes before the first item of a lane not yet read, as in
+        ``_lease_lanes``. Each lane's share is then claimed at once: one claim, one head write per
+        lane taken from, with a group's ``max_leased_per_group`` checked in that write
+        (``ClaimLog.claim(max_leased=...)``), so consumers racing for a group never pass it. The
+        ring (the lane served last) goes to the partition's head, so the turn carries over.
+
+        Reads: a head read per lane looked at (at most ``MAX_LANES_PER_LEASE``, O(lanes touched),
+        from the partition's lane registry a page at a time), and with a cap and several bands in
+        use, the group's heads in the other bands. Writes: a claim per lane taken from, and one
+        head write of the partition for the ring.
+        """
+        assert self._logs is not None  # noqa: S101 - only called with logs
+        rotation = self._rotation(queue, partition, head, band)
+        lanes: list[_LogLane] = []
+        offering = 0
+        came_round = False
+        while (
+            offering < wanted
+            and len(lanes) < MAX_LANES_PER_LEASE
+            # The first lane is read whatever the budget says, as a band's first page is.
+            and (not lanes or self._clock.now() < stop_at)
+        ):
+            following = next(rotation, None)
+            if following is None:
+                came_round = True
+                break
+            lanes.append(self._log_lane(queue, partition, head, band, following[0], now))
+            offering += lanes[-1].room > 0
+        if not came_round and offering < wanted and len(lanes) >= MAX_LANES_PER_LEASE:
+            # Read its most lanes: when they were all of the band's, further turns may serve them.
+            came_round = next(rotation, None) is None
+        turns = _deal_turns(lanes, wanted, came_round)
+        # Groups whose rate limit has nothing left sit this call out; the rotation goes on past them.
+        turns = self._gate.within_groups(queue, turns, wanted, now)
+        turns = turns[: self._gate.allow(queue, len(turns), len(turns), now)] if turns else []
+        # The reply cap, by each lane's largest item ever (a claim cannot see sizes before it
+        # writes): the first turn is taken whatever its size, a lease returns at least one item.
+        first = turns[0].per_item if turns else 0
+        room = MAX_REPLY_BYTES - reply_bytes if reply_bytes else max(MAX_REPLY_BYTES, first)
+        fitting = 0
+        for turn in turns:
+            if turn.per_item > room:
+                break
+            room -= turn.per_item
+            fitting += 1
+        full = fitting < len(turns)
+        shares: dict[str, int] = {}
+        for turn in turns[:fitting]:
+            shares[turn.lane] = shares.get(turn.lane, 0) + 1
+        by_lane = {lane.lane: lane for lane in lanes}
+        won: dict[str, list[Item]] = {}
+        short = False
+        for lane_name, share in shares.items():
+            lane = by_lane[lane_name]
+            items = self._logs.claim_lane(queue, partition, lane_name, share, now, max_leased=lane.cap)
+            # Held at once: a later claim that fails gives these back with it.
+            self._holdings.logged.setdefault(partition, []).extend(items)
+            self._gate.spend(items)
+            lane.taken = len(items)
+            won[lane_name] = items
+            # Fewer than dealt: other consumers claimed them (or the group's cap) first.
+            short = short or len(items) < share
+        # The reply in turn order: each turn's items in rotation order, turn after turn.
+        claimed: list[Item] = []
+        served = {lane: iter(items) for lane, items in won.items()}
+        last = None
+        for turn in turns[:fitting]:
+            item = next(served[turn.lane], None)
+            if item is not None:
+                claimed.append(item)
+                last = turn.lane
+        reply_bytes += sum(reply_bytes_at_most(item.reply_size()) for item in claimed)
+        if shares and not claimed:
+            self._holdings.outraced = True  # items were there; others won every claim on them
+        drained = all(lane.waiting <= lane.taken or self._gate.held_back(lane.lane) for lane in lanes)
+        ring = last
+        if ring is None and len(lanes) >= MAX_LANES_PER_LEASE and drained:
+            # A call that read its most lanes and found them all empty moves the ring past them, so
+            # the next call reads the lanes after them rather than the same empty ones again.
+            ring = lanes[-1].lane
+        if ring is not None:
+            self._store.note_leased(queue.name, partition, [], cursor=None, ring=(band, ring))
+        stopped = short or full or self._gate.exhausted(queue)
+        return claimed, reply_bytes, came_round and not stopped and drained
+
+    def _log_lane(
+        self, queue: QueueInfo, partition: int, head: PartitionHead, band: str, lane: str, now: datetime
+    ) -> _LogLane:
+        """What a fair lease may take from one lane's log: its head's waiting items, under its
+        group's ``max_leased_per_group``. The cap is one per group across priorities: the group's
+        leases in the other bands in use count against it (read from their heads; a claim racing in
+        another band at the same moment is not seen, the one gap the claim's own check leaves)."""
+        assert self._logs is not None  # noqa: S101 - only called with logs
+        seen = self._logs.lane_head(queue, partition, lane, now)
+        waiting = max(seen.waiting, 0)
+        cap: int | None = None
+        room = waiting
+        if queue.max_leased_per_group and is_group_lane(lane):
+            group = ledger_group(lane)
+            others = [b + group for b in head.leasable_bands() if b != band]
+            cap = max(queue.max_leased_per_group - self._logs.leased_in(queue, partition, others), 0)
+            room = max(min(waiting, cap - seen.leased), 0)
+        return _LogLane(
+            lane=lane, waiting=waiting, room=room, cap=cap, per_item=reply_bytes_at_most(seen.largest)
+        )
 
     def _lease_bands(
         self,
@@ -1019,6 +1153,42 @@ class _LaneRead:
         self.candidates += more.candidates
         self.read_to, self.skipped, self.done = more.read_to, more.skipped, more.done
         self.evaluated += more.evaluated
+
+
+@dataclass(slots=True)
+class _LogLane:
+    """What a fair lease of engine v3's logs saw of one lane's head: its waiting items, how many
+    of them it may claim (``room``: under the group's cap), the ``max_leased`` its claim passes
+    (``None``: no cap), what its largest item adds to a reply, and how many it took."""
+
+    lane: str
+    waiting: int
+    room: int
+    cap: int | None
+    per_item: int
+    taken: int = 0
+
+    @property
+    def id(self) -> str:
+        """Where the rate gate finds the lane's group (``ratelimit.group_bucket``)."""
+        return self.lane
+
+
+def _deal_turns(lanes: list[_LogLane], wanted: int, came_round: bool) -> list[_LogLane]:
+    """Up to ``wanted`` turns over ``lanes`` (in rotation order), one per lane with room per turn:
+    a single turn until the rotation came round, then as many as their rooms allow."""
+    live = [lane for lane in lanes if lane.room > 0]
+    turns: list[_LogLane] = []
+    depth = 0
+    while live and len(turns) < wanted:
+        for lane in live:
+            if len(turns) < wanted:
+                turns.append(lane)
+        depth += 1
+        if not came_round:
+            break
+        live = [lane for lane in live if lane.room > depth]
+    return turns
 
 
 def reply_size(state: ItemState) -> int:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from querator.domain.model import QueueInfo, RetryRequest
     from querator.ports import BatchResult, Clock, ItemStore
-    from querator.ports.log import ClaimLog
+    from querator.ports.log import ClaimLog, LogHead
     from querator.service.queues import QueueDirectory
     from querator.service.ratelimit import RateGate
 
@@ -233,6 +233,53 @@ class Logs:
         reply_bytes += sum(reply_bytes_at_most(item.reply_size()) for item in leased)
         taken = len(claim.items) + len(claim.holes)
         return leased, reply_bytes, taken < count
+
+    def lane_head(self, queue: QueueInfo, partition: int, lane: str, now: datetime) -> LogHead:
+        """A fair lease's look at one lane's log (a band, or a band and a group): its head, after
+        its expired leases and due scheduled items went back to its tail (as ``lease_band`` does
+        for a band). One strong read of a small row when there is no upkeep to do."""
+        key = LogKey(queue.name, partition, lane)
+        head = self.log.head(key)
+        upkeep = False
+        if head.next_expiry is not None and head.next_expiry <= now:
+            upkeep = self._recover_quietly(queue, key, now)
+        if head.next_due is not None and head.next_due <= now:
+            upkeep = bool(self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE)) or upkeep
+        return self.log.head(key) if upkeep else head
+
+    def leased_in(self, queue: QueueInfo, partition: int, lanes: Iterable[str]) -> int:
+        """The leased positions of ``lanes``' logs, from their heads (a group's leases in other
+        bands, for its ``max_leased_per_group``)."""
+        return sum(max(self.log.head(LogKey(queue.name, partition, lane)).leased, 0) for lane in lanes)
+
+    def claim_lane(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        lane: str,
+        count: int,
+        now: datetime,
+        *,
+        max_leased: int | None = None,
+    ) -> list[Item]:
+        """Lease up to ``count`` items of one lane's log, oldest first, with one claim (one head
+        write), never leaving more than ``max_leased`` of its positions leased (a group's
+        ``max_leased_per_group``, checked in the claim's own write: concurrent consumers cannot
+        pass it). Returns the items a consumer may have (expired ones are dead-lettered)."""
+        key = LogKey(queue.name, partition, lane)
+        try:
+            claim = self.log.claim(
+                key, count=count, deadline=now + queue.lease_timeout, now=now, max_leased=max_leased
+            )
+        except ClaimReadError as exc:
+            self._give_back_ids_quietly(queue, key, exc.ids)
+            raise exc.cause from exc
+        try:
+            items = self._collect(key, claim.token, claim.items, claim.holes)
+            return self._sort_claimed(queue, key, items, now)
+        except BaseException:
+            self._give_back_quietly(queue, key, claim.items)
+            raise
 
     def _collect(self, key: LogKey, token: str, items: list[Item], holes: list[str]) -> list[Item]:
         """``items`` with the claim's holes read again until written or filled (a writer between its

@@ -62,7 +62,10 @@ class Producer:
         now = self._clock.now()
         partition = self._choose_partition(queue, len(items))
         stored = [self._new_item(queue, item, now) for item in items]
-        logs = self._logs_for(queue)
+        # With engine v3's logs every queue's items go there: a FIFO queue's to its band's log, a
+        # fair queue's to its group's lane (``service.logs.lane_key``), registered in the
+        # partition's lane registry before the write, as engine v2 registers its lanes.
+        logs = self._logs
         if idempotency_key is None:
             if logs is not None:
                 stored = logs.write(queue, partition, stored, now)
@@ -71,11 +74,6 @@ class Producer:
             return ProduceReceipt(queue_name=queue.name, partition=partition, ids=[i.id for i in stored])
         return self._produce_once(queue, partition, stored, idempotency_key, now)
 
-    def _logs_for(self, queue: QueueInfo) -> Logs | None:
-        """Engine v3's logs when the service has them and the queue is a FIFO one (fair delivery is
-        still engine v2's)."""
-        return self._logs if self._logs is not None and not queue.fair else None
-
     def _produce_once(
         self, queue: QueueInfo, partition: int, stored: list[Item], key: str, now: datetime
     ) -> ProduceReceipt:
@@ -83,7 +81,7 @@ class Producer:
         record = IdempotencyRecord(
             key=digest,
             partition=partition,
-            ids=[] if self._logs_for(queue) is not None else [i.id for i in stored],
+            ids=[] if self._logs is not None else [i.id for i in stored],
             done=False,
             started_at=now,
             queue_created_at=queue.created_at,
@@ -104,7 +102,7 @@ class Producer:
             and previous.queue_created_at == queue.created_at
             and len(previous.ids) == len(stored)
         )
-        logs = self._logs_for(queue)
+        logs = self._logs
         if resumed and previous is not None:
             # The first writer died mid-way: write its ids where missing, so nothing lands twice.
             partition = previous.partition

@@ -18,7 +18,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from querator.domain.model import timestamp_us, utc_from_timestamp_us
 from querator.domain.priority import is_group_lane, ledger_group
@@ -27,11 +27,22 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from querator.domain.model import Item, ItemState, QueueInfo
+    from querator.domain.model import Item, QueueInfo
     from querator.domain.ratelimit import RateLimit
     from querator.ports import ItemStore
 
 log = logging.getLogger("querator.service")
+
+
+class _Keyed(Protocol):
+    """What ``RateGate.within_groups`` offers: an item read (engine v2) or a lane about to be
+    claimed (engine v3's logs), whose id or lane names its group."""
+
+    @property
+    def id(self) -> str: ...
+
+
+_Offered = TypeVar("_Offered", bound=_Keyed)
 
 #: The queue's own bucket; a group's is its ledger group (``g`` and 16 hex digits).
 QUEUE_BUCKET = ""
@@ -105,8 +116,8 @@ class RateGate:
         return bucket is not None and bucket.empty and bucket.used >= bucket.taken
 
     def within_groups(
-        self, queue: QueueInfo, pool: list[ItemState], wanted: int, now: datetime
-    ) -> list[ItemState]:
+        self, queue: QueueInfo, pool: list[_Offered], wanted: int, now: datetime
+    ) -> list[_Offered]:
         """``pool`` (in its order) without the items their groups' limits do not let this call
         claim now: a bucket per group offered, asked once for as many as the group has in the
         first ``wanted`` of the pool (its turns), not again while it has tokens left."""

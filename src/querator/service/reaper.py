@@ -158,7 +158,8 @@ class Reaper:
             self._reap_head(queue, partition, head, band, now, report, stop_at, is_dead_queue=is_dead_queue)
             self._sweep(queue, partition, head, band, now, report, stop_at)
         if self._logs is not None:
-            for band in head.leasable_bands():
+            # A fair queue's group lanes are logs of their own (``with_lanes`` named them above).
+            for band in head.leasable_lanes():
                 self._reap_log(queue, partition, band, now, report, stop_at, is_dead_queue=is_dead_queue)
         self._drop_idle_bands(queue, partition, head, now, report)
         if head.recount is not None or (

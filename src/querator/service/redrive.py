@@ -130,8 +130,10 @@ class Redriver:
         heads = self._store.heads(source.name, list(range(source.partitions)))
         held = sum(head.items for head in heads)
         if self._logs is not None:
-            for partition, head in enumerate(heads):
-                for band in head.leasable_bands():
+            for partition, listed in enumerate(heads):
+                # A fair dead-letter queue's dead letters sit in its groups' lanes, logs of their own.
+                head = self._store.with_lanes(source.name, partition, listed) if listed.has_lanes else listed
+                for band in head.leasable_lanes():
                     after: str | None = ""
                     while after is not None and moved < limit and self._clock.now() < stop_at:
                         done, left, after = self._logs.redrive_page(
@@ -145,7 +147,7 @@ class Redriver:
                         )
                         moved += done
                         stranded += left
-                counts = self._logs.counts(source.name, partition, head.leasable_bands())
+                counts = self._logs.counts(source.name, partition, head.leasable_lanes())
                 held += counts.total + counts.scheduled
         remaining = max(held - stranded, 0)
         return RedriveOutcome(moved=moved, remaining=remaining, stranded=stranded)
