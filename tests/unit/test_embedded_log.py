@@ -283,6 +283,34 @@ def test_sqlite_keeps_every_part_of_a_log_across_closing_and_reopening_the_file(
     database.close()
 
 
+def test_the_migration_from_schema_7_keeps_leases_in_flight_and_gives_them_coming_priorities(tmp_path):
+    path = tmp_path / "q.db"
+    log, database = sqlite_log(path)
+    log.append(KEY, [item(n) for n in range(3)], now=NOW)
+    claim = log.claim(KEY, count=3, deadline=NOW + timedelta(minutes=1), now=NOW)
+    database.close()
+    # The file as schema 7 left it: lease records without their coming priorities.
+    old = sqlite3.connect(path)
+    old.execute("ALTER TABLE log_leases DROP COLUMN priorities")
+    old.execute("UPDATE querator_meta SET value = '7' WHERE key = 'schema_version'")
+    old.execute("PRAGMA user_version = 7")
+    old.commit()
+    old.close()
+
+    log, database = sqlite_log(path)
+
+    with contextlib.closing(sqlite3.connect(path)) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    ids = [i.id for i in claim.items]
+    assert [i.next_priority for i in log.get(KEY, ids, now=NOW).values()] == [None] * 3
+    assert log.set_next_priority(KEY, ids[1:], priority=0, now=NOW).applied == ids[1:]
+    assert [i.next_priority for i in log.get(KEY, ids, now=NOW).values()] == [None, 0, 0]
+    assert log.settle(KEY, [Settlement(id=ids[0])], guard=Guard.LEASE_VALID, now=NOW).applied == ids[:1]
+    (run,) = log.expired(KEY, now=NOW + timedelta(minutes=1), limit=10)
+    assert [(i.id, i.next_priority) for i in run.items] == [(ids[1], 0), (ids[2], 0)]
+    database.close()
+
+
 def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
     path = tmp_path / "q.db"
     clock = FakeClock(NOW)
@@ -314,7 +342,7 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
 
     upgraded = sqlite_service(path, clock=clock)
     with contextlib.closing(sqlite3.connect(path)) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == v2_rows
         assert check.execute("SELECT * FROM heads").fetchall() == v2_heads
     # v2 goes on: its lease honoured, its waiting items leased in order.

@@ -98,7 +98,7 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: Lease rate-limit buckets: a bucket's ``tat`` (``querator.domain.ratelimit``), one row per queue
 #: and per group that leased under a limit, dropped with the queue.
 _RATE_BUCKETS = (
@@ -138,6 +138,9 @@ _CLAIM_LOGS = (
     " queue TEXT NOT NULL, part INTEGER NOT NULL, lane TEXT NOT NULL, id TEXT NOT NULL, item BLOB NOT NULL,"
     " PRIMARY KEY (queue, part, lane, id)) WITHOUT ROWID",
 )
+#: A leased log item's coming priority (``ClaimLog.set_next_priority``, ``queue.reprioritize``):
+#: ``(position, priority)`` pairs of a lease record, as int64s; NULL for none (most records).
+_LEASE_PRIORITIES = ("ALTER TABLE log_leases ADD COLUMN priorities BLOB",)
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: the queue a dead letter came from, for queue.redrive.
@@ -163,6 +166,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 7: engine v3's claim logs, new tables only: v2's items, heads and records stay as they were.
     7: _CLAIM_LOGS,
+    # 8: the priority a leased log item goes back with, kept with its lease record.
+    8: _LEASE_PRIORITIES,
 }
 #: Pages the write-ahead log takes before a commit copies them back into the file (SQLite's default
 #: is 1,000). A checkpoint flushes the log and the file to disk, the one flush ``synchronous=NORMAL``
@@ -379,7 +384,7 @@ class SQLiteDatabase:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         connection.execute(statement)
-                for statement in _CLAIM_LOGS:
+                for statement in (*_CLAIM_LOGS, *_LEASE_PRIORITIES):
                     connection.execute(statement)
                 connection.execute(
                     "INSERT INTO querator_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -1133,7 +1138,7 @@ _LOG_ROWS_BACK = (
     " ORDER BY first DESC LIMIT ?"
 )
 _LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?)"
-_LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes"
+_LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes, priorities"
 _LOG_RECORD = f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
 #: The records of runs that started at or before a position, latest first (tokens sort by run): the
 #: caller reads them while they belong to the first one's run.
@@ -1148,7 +1153,7 @@ _LOG_RECORDS_DUE = (
     f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND deadline_us <= ?"  # noqa: S608
     " ORDER BY deadline_us LIMIT ?"
 )
-_LOG_PUT_RECORD = "INSERT OR REPLACE INTO log_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_LOG_PUT_RECORD = "INSERT OR REPLACE INTO log_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _LOG_DROP_RECORD = f"DELETE FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
 _LOG_SCHEDULED = (
     f"SELECT id, item FROM log_schedule WHERE {_LOG_KEY} AND id > ? AND id <= ? ORDER BY id LIMIT ?"  # noqa: S608
@@ -1173,13 +1178,19 @@ _RANGE = struct.Struct("<qq")
 
 
 def _run_record(row: Any) -> RunRecord:
-    token, run_end, deadline_us, claimed_us, pending, holes = row
+    token, run_end, deadline_us, claimed_us, pending, holes, priorities = row
     if len(pending) == _RANGE.size:  # one range: most records
         ranges: tuple[tuple[int, int], ...] = (_RANGE.unpack(pending),)
     else:
         flat = array("q", pending)
         ranges = tuple(zip(flat[::2], flat[1::2], strict=True))
-    return RunRecord(token, int(token[:16], 16), run_end, deadline_us, claimed_us, ranges, _ints(holes))
+    given: tuple[tuple[int, int], ...] = ()
+    if priorities:
+        flat = array("q", priorities)
+        given = tuple(zip(flat[::2], flat[1::2], strict=True))
+    return RunRecord(
+        token, int(token[:16], 16), run_end, deadline_us, claimed_us, ranges, _ints(holes), given
+    )
 
 
 def _pending_blob(record: RunRecord) -> bytes:
@@ -1327,6 +1338,7 @@ class _SQLiteLogRows:
                 record.claimed_us,
                 _pending_blob(record),
                 _int_blob(record.holes),
+                _int_blob([n for pair in record.priorities for n in pair]),
             ),
         )
 
