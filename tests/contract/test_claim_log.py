@@ -569,6 +569,105 @@ def test_renewing_part_of_a_lease_splits_it(claim_log: ClaimLog) -> None:
     assert claim_log.get(KEY, [a.id], now=NOW)[a.id].lease_deadline == NOW + LEASE
 
 
+# --- what settle's moves got, a leased item's coming priority -----------------------------------------
+
+
+def test_settle_names_the_id_each_moved_item_got(claim_log: ClaimLog) -> None:
+    urgent = LogKey("jobs", 0, ".1")
+    claim_log.append(KEY, _items("retried", "later", "done"), now=NOW)
+    retried, later, done = _claim(claim_log, 3).items
+    (waiting,) = claim_log.append(KEY, _items("waiting"), now=NOW)
+    (scheduled,) = claim_log.append(KEY, _items("scheduled", enqueue_at=NOW + timedelta(hours=1)), now=NOW)
+    due = NOW + timedelta(minutes=5)
+
+    leased = claim_log.settle(
+        KEY,
+        [
+            Settlement(id=retried.id, to=urgent, item=retried),
+            Settlement(id=later.id, to=KEY, item=replace(later, enqueue_at=due)),
+            Settlement(id=done.id),
+        ],
+        guard=Guard.LEASE_VALID,
+        now=NOW,
+    )
+    unleased = claim_log.settle(
+        KEY,
+        [
+            Settlement(id=waiting.id, to=urgent, item=waiting),
+            Settlement(id=scheduled.id, to=urgent, item=scheduled),
+            Settlement(id="nothing"),
+        ],
+        guard=Guard.ANY,
+        now=NOW,
+    )
+
+    assert sorted(leased.applied) == sorted([retried.id, later.id, done.id])
+    assert set(leased.moved) == {retried.id, later.id}  # a settlement without a move gets none
+    assert set(unleased.moved) == {waiting.id, scheduled.id} and unleased.rejected == ["nothing"]
+    # Each new id is where the item is now: read there by it, in the state the move gave it.
+    at_urgent = claim_log.get(
+        urgent, [leased.moved[retried.id], unleased.moved[waiting.id], unleased.moved[scheduled.id]], now=NOW
+    )
+    assert _payloads(at_urgent.values()) == [b"retried", b"waiting", b"scheduled"]
+    assert parse_position_id(leased.moved[retried.id]) is not None
+    assert parse_scheduled_id(unleased.moved[scheduled.id]) is not None  # still waiting for its time
+    assert at_urgent[unleased.moved[scheduled.id]].enqueue_at == NOW + timedelta(hours=1)
+    assert parse_scheduled_id(leased.moved[later.id]) is not None
+    assert claim_log.get(KEY, [leased.moved[later.id]], now=NOW)[leased.moved[later.id]].payload == b"later"
+    assert [i.id for i in _claim(claim_log, 10, key=urgent).items] == [
+        leased.moved[retried.id],
+        unleased.moved[waiting.id],
+    ]
+
+
+def test_a_leased_item_keeps_the_priority_it_goes_back_with_in_its_lease_record(claim_log: ClaimLog) -> None:
+    claim_log.append(KEY, _items("a", "b", "c", "d"), now=NOW)
+    a, b, c, d = _claim(claim_log, 4).items
+
+    given = claim_log.set_next_priority(KEY, [b.id, c.id, d.id], priority=2, now=NOW)
+    claim_log.set_next_priority(KEY, [d.id], priority=8, now=NOW)  # the last one given counts
+
+    assert given.applied == [b.id, c.id, d.id] and given.rejected == []
+    found = claim_log.get(KEY, [a.id, b.id, c.id, d.id], now=NOW)
+    assert [found[i.id].next_priority for i in (a, b, c, d)] == [None, 2, 2, 8]
+    # Its id, lease and attempts stay: the holder still completes, renews and retries it.
+    assert {(found[i.id].lease_deadline, found[i.id].attempts) for i in (a, b, c, d)} == {(NOW + LEASE, 1)}
+    listed = claim_log.list_items(KEY, after="", limit=10, now=NOW)
+    assert [i.next_priority for i in listed] == [None, 2, 2, 8]
+    # A settle of another position of the record, and a renew that splits it, keep it.
+    assert _complete(claim_log, [a.id]).applied == [a.id]
+    later = NOW + timedelta(minutes=10)
+    assert claim_log.renew(KEY, [c.id], deadline=later, now=NOW).applied == [c.id]
+    found = claim_log.get(KEY, [b.id, c.id, d.id], now=NOW)
+    assert [found[i.id].next_priority for i in (b, c, d)] == [2, 2, 8]
+    assert found[c.id].lease_deadline == later
+    # Expiry returns it, so the run goes back to the priority given.
+    (run,) = claim_log.expired(KEY, now=NOW + LEASE, limit=10)
+    assert [(i.id, i.next_priority) for i in run.items] == [(b.id, 2), (d.id, 8)]
+    (split,) = [r for r in claim_log.expired(KEY, now=later, limit=10) if r.token != run.token]
+    assert [(i.id, i.next_priority) for i in split.items] == [(c.id, 2)]
+
+
+def test_only_a_valid_lease_takes_a_coming_priority(claim_log: ClaimLog) -> None:
+    claim_log.append(KEY, _items("held", "expires", "done"), now=NOW)
+    (held,) = _claim(claim_log, 1).items
+    (expires,) = _claim(claim_log, 1, now=NOW - LEASE).items  # its deadline is NOW
+    (done,) = _claim(claim_log, 1).items
+    _complete(claim_log, [done.id])
+    (waiting,) = claim_log.append(KEY, _items("waiting"), now=NOW)
+    (scheduled,) = claim_log.append(KEY, _items("later", enqueue_at=NOW + timedelta(hours=1)), now=NOW)
+    other_lane = held.id.replace(POSITION_MARK, ".1" + POSITION_MARK, 1)
+    asked = [waiting.id, expires.id, held.id, done.id, scheduled.id, other_lane, "not-an-id", held.id]
+
+    result = claim_log.set_next_priority(KEY, asked, priority=0, now=NOW)
+
+    assert result.applied == [held.id]
+    assert sorted(result.rejected) == sorted(set(asked) - {held.id})
+    found = claim_log.get(KEY, [waiting.id, scheduled.id, expires.id], now=NOW)
+    assert [found[i].next_priority for i in (waiting.id, scheduled.id, expires.id)] == [None] * 3
+    assert claim_log.head(KEY).leased == 2
+
+
 # --- delete, get, list, purge ------------------------------------------------------------------------
 
 

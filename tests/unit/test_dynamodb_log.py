@@ -345,3 +345,45 @@ def test_a_claim_writes_its_items_ages_in_its_own_write_and_corrects_a_guess_ano
         KEY, [Settlement(id=i.id) for i in second.items], guard=Guard.LEASE_VALID, now=NOW
     ).applied
     assert log.ages(KEY) == LogAges(leased_created=2 * seconds[early])
+
+
+# -- a leased item's coming priority ------------------------------------------------------------------
+
+
+@pytest.mark.slow  # 33 claims to make one spill: ~14 s on moto in process
+def test_a_coming_priority_is_one_write_of_its_record_in_the_head_or_spilled(logged: Logged) -> None:
+    log = logged.log
+    log.append(KEY, [item(n) for n in range(6 * (HEAD_RECORDS + 1))], now=NOW)
+    claims = [
+        log.claim(KEY, count=6, deadline=NOW + LEASE + timedelta(seconds=n), now=NOW)
+        for n in range(HEAD_RECORDS + 1)
+    ]
+    spilled, in_head = claims[0], claims[-1]  # the oldest deadline went out first
+    start = parse_position_id(spilled.items[0].id)[1]  # type: ignore[index]
+    assert logged.rows(schema.LOG_RECORD_PREFIX + f"{start:016x}")
+    costs = []
+    for claim in (in_head, spilled):
+        logged.meter.reset()
+        given = log.set_next_priority(KEY, [i.id for i in claim.items[2:5]], priority=1, now=NOW)
+        costs.append(logged.meter.snapshot())
+        assert len(given.applied) == 3
+
+    # The head's record: one UpdateItem of the head (under 2 KB). A spilled one: one PutItem of its
+    # P row (its L row keeps the same deadline), no transaction. Reads: the head, and for a spilled
+    # record the one Query that finds it.
+    head_cost, spilled_cost = costs
+    assert head_cost.requests_by_operation == {"GetItem": 1, "UpdateItem": 1}
+    assert head_cost.write_units <= 2
+    assert spilled_cost.requests_by_operation == {"GetItem": 1, "Query": 1, "PutItem": 1}
+    assert spilled_cost.write_units == 1
+    (row,) = logged.rows(schema.LOG_RECORD_PREFIX + f"{start:016x}")
+    assert set(row[schema.LOG_PRIORITIES]["M"]) == {str(start + n) for n in range(2, 5)}
+    # Both are read back with the lease, and the spilled one expires with it.
+    found = log.get(KEY, [in_head.items[2].id, spilled.items[4].id, spilled.items[5].id], now=NOW)
+    assert [i.next_priority for i in found.values()] == [1, 1, None]
+    (run,) = log.expired(KEY, now=NOW + LEASE, limit=1)
+    assert [i.next_priority for i in run.items] == [None, None, 1, 1, 1, None]
+    # Settled positions leave the record's priorities.
+    log.settle(KEY, [Settlement(id=i.id) for i in spilled.items[:3]], guard=Guard.LEASE_VALID, now=NOW)
+    (row,) = logged.rows(schema.LOG_RECORD_PREFIX + f"{start:016x}")
+    assert set(row[schema.LOG_PRIORITIES]["M"]) == {str(start + n) for n in range(3, 5)}

@@ -16,7 +16,7 @@ import pytest
 from querator.domain.model import Item, NewItem, QueueInfo
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id
 from querator.ports import Guard
-from querator.ports.log import Claim, LeaseRun, LogKey, Settlement
+from querator.ports.log import Claim, LeaseRun, LogAges, LogKey, Settlement
 from querator.storage import memory, sqlite
 from querator.storage.log_engine import ROW_BYTES, ClaimLogEngine, PackedRow
 from querator.storage.memory import InMemoryClaimLog
@@ -280,6 +280,41 @@ def test_sqlite_keeps_every_part_of_a_log_across_closing_and_reopening_the_file(
     )
     assert result.applied == [claim.items[0].id, claim.items[2].id]
     assert log.promote(KEY, now=NOW + timedelta(minutes=2), limit=10) == 1
+    database.close()
+
+
+def test_the_migration_from_schema_7_keeps_leases_in_flight_and_gives_them_coming_priorities(tmp_path):
+    path = tmp_path / "q.db"
+    log, database = sqlite_log(path)
+    log.append(KEY, [item(n) for n in range(3)], now=NOW)
+    claim = log.claim(KEY, count=3, deadline=NOW + timedelta(minutes=1), now=NOW)
+    database.close()
+    # The file as schema 7 left it: lease records without their coming priorities, and rows and
+    # records without the sums of their items' creation times.
+    old = sqlite3.connect(path)
+    old.execute("ALTER TABLE log_leases DROP COLUMN priorities")
+    old.execute("ALTER TABLE log_leases DROP COLUMN created")
+    old.execute("ALTER TABLE log_rows DROP COLUMN created")
+    old.execute("UPDATE querator_meta SET value = '7' WHERE key = 'schema_version'")
+    old.execute("PRAGMA user_version = 7")
+    old.commit()
+    old.close()
+
+    log, database = sqlite_log(path)
+
+    with contextlib.closing(sqlite3.connect(path)) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    ids = [i.id for i in claim.items]
+    assert [i.next_priority for i in log.get(KEY, ids, now=NOW).values()] == [None] * 3
+    assert log.set_next_priority(KEY, ids[1:], priority=0, now=NOW).applied == ids[1:]
+    assert [i.next_priority for i in log.get(KEY, ids, now=NOW).values()] == [None, 0, 0]
+    assert log.settle(KEY, [Settlement(id=ids[0])], guard=Guard.LEASE_VALID, now=NOW).applied == ids[:1]
+    (run,) = log.expired(KEY, now=NOW + timedelta(minutes=1), limit=10)
+    assert [(i.id, i.next_priority) for i in run.items] == [(ids[1], 0), (ids[2], 0)]
+    # What schema 7 stored counts no age (it kept none); what is written from now on does.
+    assert log.ages(KEY) == LogAges()
+    log.append(KEY, [item(9)], now=NOW)
+    assert log.ages(KEY) == LogAges(waiting_created=int(NOW.timestamp()))
     database.close()
 
 

@@ -120,8 +120,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
     assert len(upgraded.lease("jobs", batch_size=10, client_id="c", timeout=timedelta(0)).items) == 1
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
-    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "7"
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "8"
     check.close()
 
 

@@ -38,12 +38,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from querator.ports import BatchResult
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
     from querator.domain.model import Item
-    from querator.ports import BatchResult, Guard
+    from querator.ports import Guard
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -136,6 +138,17 @@ class Settlement:
     id: str
     to: LogKey | None = None
     item: Item | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled(BatchResult[str]):
+    """What ``settle`` did: the ids applied and rejected, as every batch write says, and ``moved``:
+    each applied id whose settlement moved its item (``to`` and ``item`` given), with the id the
+    item got in ``to`` (a position there, or a scheduled id when it went to the schedule). A move's
+    new id is the target's to assign, so only the store can say it: ``queue.reprioritize`` replies
+    with it."""
+
+    moved: dict[str, str] = field(default_factory=dict)
 
 
 class ClaimReadError(Exception):
@@ -250,7 +263,7 @@ class ClaimLog(Protocol):
         guard: Guard,
         now: datetime,
         completed: bool = False,
-    ) -> BatchResult[str]:
+    ) -> Settled:
         """Settle leased positions: each id must be an unsettled position of a lease record that
         ``guard`` admits (``LEASE_VALID``: deadline after ``now``; ``LEASE_EXPIRED``: at or before
         it; ``ANY``: either, and also a waiting position, which claims then skip, or a scheduled
@@ -261,7 +274,21 @@ class ClaimLog(Protocol):
         by the guard). A record left with nothing unsettled is gone. Each record's settlements, with
         the appends they carry, are one atomic step (and each waiting or scheduled item's).
         ``completed``: the positions settled without a move count in ``LogHead.completed``
-        (``queue.complete``), in the same write."""
+        (``queue.complete``), in the same write. The result names the id each moved item got
+        (``Settled.moved``)."""
+        ...
+
+    def set_next_priority(
+        self, key: LogKey, ids: Sequence[str], *, priority: int, now: datetime
+    ) -> BatchResult[str]:
+        """Give validly leased positions the priority they go back with (``queue.reprioritize`` of a
+        leased item): kept with their lease record, so ``get``, ``expired`` and ``list_items``
+        return them with ``Item.next_priority`` set, and the caller that puts them back (a retry,
+        an expiry, a dead letter) sends them to ``Item.returning_priority``'s lane. Their ids, lease,
+        deadline and attempts do not change; a renew that splits the record, and a settle of other
+        positions of it, keep it. Rejected: ids not validly leased (waiting, scheduled, expired,
+        settled, a hole, unknown). One write per record touched (DynamoDB: the head row, or the
+        spilled record's row), after reading where the records are."""
         ...
 
     def renew(
@@ -302,4 +329,14 @@ class ClaimLog(Protocol):
         ...
 
 
-__all__ = ["Claim", "ClaimLog", "ClaimReadError", "LeaseRun", "LogAges", "LogHead", "LogKey", "Settlement"]
+__all__ = [
+    "Claim",
+    "ClaimLog",
+    "ClaimReadError",
+    "LeaseRun",
+    "LogAges",
+    "LogHead",
+    "LogKey",
+    "Settled",
+    "Settlement",
+]

@@ -200,16 +200,21 @@ class ItemCalls:
         keeps its id and lease and goes back to the queue with the new priority.
 
         One batched read and one round of guarded writes. An id that is unknown or gone fails
-        (``IdFailure``); the others are applied.
+        (``IdFailure``); the others are applied. Ids of engine v3's logs follow the same rules
+        there (``Logs.reprioritize``).
         """
         validate_priority(priority)
         queue, valid, failed = self._leased_ids(queue_name, partition, ids)
         now = self._clock.now()
-        items = self._store.get_many(queue.name, partition, valid)
+        logged, valid_v2 = self._split(valid)
         result: dict[str, str] = {}
+        if logged and self._logs is not None:
+            result, log_failed = self._logs.reprioritize(queue, partition, logged, priority, now)
+            failed += log_failed
+        items = self._store.get_many(queue.name, partition, valid_v2) if valid_v2 else {}
         leased: list[str] = []
         moves: list[Move] = []
-        for item_id in valid:
+        for item_id in valid_v2:
             item = items.get(item_id)
             if item is None:
                 failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))

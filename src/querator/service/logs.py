@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from querator.domain import lifecycle
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError, RetryLaterError
 from querator.domain.lifecycle import Action
-from querator.domain.model import REPLY_SIZE_THRESHOLD, ClearScope, Item, timestamp_us
+from querator.domain.model import REPLY_SIZE_THRESHOLD, ClearScope, IdFailure, Item, timestamp_us
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
     SCHEDULED_MARK,
@@ -29,18 +29,18 @@ from querator.domain.positions import (
     position_id,
     scheduled_id_of,
 )
-from querator.domain.priority import BANDS, band, lane_of
+from querator.domain.priority import BANDS, band, band_of, lane_of
 from querator.ports import Guard
-from querator.ports.log import ClaimReadError, LogKey, Settlement
+from querator.ports.log import ClaimReadError, LogKey, Settled, Settlement
 from querator.service.settle import SettleOutcome
-from querator.service.tuning import MAX_REPLY_BYTES, REPLY_ITEM_OVERHEAD
+from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, REPLY_ITEM_OVERHEAD, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
 
     from querator.domain.model import QueueInfo, RetryRequest
-    from querator.ports import BatchResult, Clock, ItemStore
+    from querator.ports import Clock, ItemStore
     from querator.ports.log import ClaimLog, LogHead
     from querator.service.queues import QueueDirectory
     from querator.service.ratelimit import RateGate
@@ -166,7 +166,7 @@ class Logs:
         guard: Guard,
         now: datetime,
         completed: bool = False,
-    ) -> BatchResult[str]:
+    ) -> Settled:
         """``ClaimLog.settle``, after naming the bands its moves go to in their partitions' head
         rows (a lease, a listing and the reaper read only the bands named)."""
         targets = {s.to for s in settlements if s.to is not None and s.to.lane}
@@ -197,12 +197,45 @@ class Logs:
     ) -> tuple[list[Item], int, bool]:
         """Lease up to ``wanted`` items of one band's log, oldest first: the items, the reply's
         bytes so far, and whether the band has nothing more to give (so a lower priority may be
-        read). Expired leases and due scheduled items of the band go back to its tail first."""
+        read). Expired leases and due scheduled items of the band go back to its tail first; an
+        expired item given a higher priority while leased (``queue.reprioritize``) goes back to
+        that priority's log, which the caller may have read already (or not known of): it is
+        leased from there first, so no lower priority is leased before it."""
         key = LogKey(queue.name, partition, band_key)
         head = self.log.head(key)
         upkeep = False
+        first: list[Item] = []
         if head.next_expiry is not None and head.next_expiry <= now:
-            upkeep = self._recover_quietly(queue, key, now)
+            recovered = self._recover_quietly(queue, key, now)
+            upkeep = recovered is not None and recovered.recovered > 0
+            entered = recovered.entered_bands if recovered is not None else set()
+            for other in sorted((b for b in entered if _rank(b) < _rank(band_key)), key=_rank):
+                won, reply_bytes, drained = self.lease_band(
+                    queue, partition, other, wanted - len(first), reply_bytes, gate, now
+                )
+                first += won
+                if not drained or len(first) >= wanted:
+                    return first, reply_bytes, False
+        if first:
+            leased, reply_bytes, drained = self._lease_own(
+                queue, key, head, upkeep, wanted - len(first), reply_bytes, gate, now
+            )
+            return first + leased, reply_bytes, drained
+        return self._lease_own(queue, key, head, upkeep, wanted, reply_bytes, gate, now)
+
+    def _lease_own(
+        self,
+        queue: QueueInfo,
+        key: LogKey,
+        head: LogHead,
+        upkeep: bool,
+        wanted: int,
+        reply_bytes: int,
+        gate: RateGate,
+        now: datetime,
+    ) -> tuple[list[Item], int, bool]:
+        """``lease_band``'s lease of its own log, its expired leases put back (``upkeep``: the
+        head changed since it was read)."""
         if head.next_due is not None and head.next_due <= now:
             upkeep = bool(self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE)) or upkeep
         if upkeep:
@@ -242,7 +275,8 @@ class Logs:
         head = self.log.head(key)
         upkeep = False
         if head.next_expiry is not None and head.next_expiry <= now:
-            upkeep = self._recover_quietly(queue, key, now)
+            recovered = self._recover_quietly(queue, key, now)
+            upkeep = recovered is not None and recovered.recovered > 0
         if head.next_due is not None and head.next_due <= now:
             upkeep = bool(self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE)) or upkeep
         return self.log.head(key) if upkeep else head
@@ -338,7 +372,8 @@ class Logs:
                     dead.append(item)
                     continue
                 assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
-                priority = item.priority if request.priority is None else request.priority
+                # A priority ``queue.reprioritize`` gave it while leased, unless the retry names one.
+                priority = item.returning_priority if request.priority is None else request.priority
                 later = plan.visible_at if plan.visible_at > now else None
                 back.append(
                     Settlement(
@@ -360,6 +395,64 @@ class Logs:
         for key, key_ids in _by_log(queue.name, partition, ids).items():
             applied |= set(self.log.renew(key, key_ids, deadline=deadline, now=now).applied)
         return applied
+
+    def reprioritize(
+        self, queue: QueueInfo, partition: int, ids: Sequence[str], priority: int, now: datetime
+    ) -> tuple[dict[str, str], list[IdFailure]]:
+        """``queue.reprioritize`` of log ids, as v2 does it (``ItemCalls.reprioritize``): a waiting
+        or scheduled item moves to the new priority's log under a new id (at its tail, or in its
+        schedule at the same time); a validly leased one keeps its id and lease, and its record
+        keeps the priority it goes back with; one whose lease ran out moves now (to where the next
+        lease would send it: a dead letter when its attempts or time are up, and its id fails).
+        Returns each applied id with the id its item has now, and the ids that failed.
+
+        Per log: one ``get``, then one ``set_next_priority`` (one write per lease record) and one
+        ``settle`` (one atomic step per item moved)."""
+        result: dict[str, str] = {}
+        failed: list[IdFailure] = []
+        for key, key_ids in _by_log(queue.name, partition, ids).items():
+            items = self.log.get(key, key_ids, now=now)
+            leased: list[str] = []
+            moves: list[Settlement] = []
+            for item_id in key_ids:
+                item = items.get(item_id)
+                if item is None:
+                    failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
+                elif item.is_leased(now):
+                    leased.append(item_id)
+                elif lifecycle.decide_for_lease(item.state(), queue, now).action is Action.DEAD_LETTER:
+                    # Moving it would give it attempts past max_attempts (or it outlived
+                    # expire_timeout): it goes where the next lease would send it, and the id
+                    # fails, the item being no longer in the queue.
+                    try:
+                        self._dead_letter(queue, key, [item], Guard.NOT_VALIDLY_LEASED, now)
+                    except DeadLetterQueueMissingError:
+                        log.warning("dead_queue of %s is missing; the item stays", queue.name)
+                    failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
+                elif item.lease_deadline is None and item.priority == priority:
+                    result[item_id] = item_id
+                else:
+                    # A lease that ran out, not put back yet, moves even within its band: it may
+                    # carry another priority to go back with, given while it was leased.
+                    later = item.enqueue_at if item.enqueue_at is not None and item.enqueue_at > now else None
+                    moves.append(
+                        Settlement(
+                            id=item_id,
+                            to=lane_key(queue, partition, priority, item.group),
+                            item=replace(item, lease_deadline=None, enqueue_at=later, next_priority=None),
+                        )
+                    )
+            if leased:
+                marked = self.log.set_next_priority(key, leased, priority=priority, now=now)
+                result.update({i: i for i in marked.applied})
+                # Its lease ended between the read and the write: it waits again; the caller may repeat.
+                failed += [IdFailure(id=i, reason=NOT_LEASED) for i in marked.rejected]
+            if moves:
+                # Not a valid lease: a consumer that leased the item since the read keeps it.
+                settled = self._settle(key, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now)
+                result.update({i: settled.moved[i] for i in settled.applied})
+                failed += [IdFailure(id=i, reason=UNKNOWN_ITEM) for i in settled.rejected]
+        return result, failed
 
     def give_back(self, queue: QueueInfo, partition: int, items: Iterable[Item], now: datetime) -> int:
         """Put validly leased items back at the tail at once, their attempt not spent (a lease whose
@@ -433,8 +526,11 @@ class Logs:
         moves = [
             Settlement(
                 id=item.id,
-                # The same item always lands in the same partition of the dead-letter queue.
-                to=lane_key(target, item.landing_partition(target.partitions), item.priority, item.group),
+                # The same item always lands in the same partition of the dead-letter queue, with the
+                # priority it goes back with (given by queue.reprioritize while leased), as in v2.
+                to=lane_key(
+                    target, item.landing_partition(target.partitions), item.returning_priority, item.group
+                ),
                 item=item.as_dead_letter(
                     new_id="",  # the dead-letter queue's log assigns it
                     source_queue=queue.name,
@@ -473,6 +569,10 @@ class Logs:
             if back:
                 moved = self._settle(key, back, guard=Guard.LEASE_EXPIRED, now=now).applied
                 outcome.requeued += len(moved)
+                went = set(moved)
+                outcome.entered_bands |= {
+                    s.to.lane for s in back if s.id in went and s.to is not None and s.to.lane != key.lane
+                }
             for reason, items in dead.items():
                 try:
                     gone = self._dead_letter(queue, key, items, Guard.LEASE_EXPIRED, now)
@@ -718,12 +818,17 @@ class Logs:
                 return removed
         return 0
 
-    def _recover_quietly(self, queue: QueueInfo, key: LogKey, now: datetime) -> bool:
+    def _recover_quietly(self, queue: QueueInfo, key: LogKey, now: datetime) -> SettleOutcome | None:
         try:
-            return self.recover(queue, key, now).recovered > 0
+            return self.recover(queue, key, now)
         except Exception as exc:  # upkeep on the way: the records stay due for the next call
             log.warning("lease of %s: expired leases not put back yet (%s)", queue.name, exc)
-            return False
+            return None
+
+
+def _rank(lane: str) -> int:
+    """Where a lane's band comes in lease order (0: priority 0)."""
+    return BANDS.index(band_of(lane))
 
 
 def _is_leased_position(item: Item) -> bool:

@@ -43,7 +43,7 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import BatchResult, Guard
-from querator.ports.log import Claim, LeaseRun, LogAges, LogHead, Settlement
+from querator.ports.log import Claim, LeaseRun, LogAges, LogHead, Settled, Settlement
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -240,9 +240,27 @@ class RunRecord:
     #: The sum of the pending items' ``created_at`` in whole seconds (``LogAges``; holes add nothing
     #: until they are found written).
     created: int = 0
+    #: ``(position, priority)`` of pending positions given the priority they go back with
+    #: (``set_next_priority``), by position.
+    priorities: tuple[tuple[int, int], ...] = ()
 
     def positions(self) -> list[int]:
         return [p for start, end in self.pending for p in range(start, end)]
+
+    def priorities_of(self, positions: Iterable[int]) -> tuple[tuple[int, int], ...]:
+        """``priorities`` of ``positions`` only (what a record keeps when others leave it)."""
+        if not self.priorities:
+            return ()
+        kept = set(positions)
+        return tuple(pair for pair in self.priorities if pair[0] in kept)
+
+    def with_priorities(self, items: dict[int, Item]) -> dict[int, Item]:
+        """``items`` (by position) with the priorities they go back with."""
+        for position, priority in self.priorities:
+            item = items.get(position)
+            if item is not None:
+                items[position] = replace(item, next_priority=priority)
+        return items
 
     def holds(self, position: int) -> bool:
         return any(start <= position < end for start, end in self.pending)
@@ -695,7 +713,7 @@ class ClaimLogEngine:
                         rows, key, [p], deadline=utc_from_timestamp_us(record.deadline_us), bump=1
                     )
                     if p in items:
-                        found[item_id] = items[p]
+                        found[item_id] = record.with_priorities(items)[p]
         return found
 
     def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
@@ -729,6 +747,7 @@ class ClaimLogEngine:
                 positions = [p for p in record.positions() if start <= p < cursor and p not in record.holes]
                 deadline = utc_from_timestamp_us(record.deadline_us)
                 items, _ = self._items_at(rows, key, positions, deadline=deadline, bump=1)
+                record.with_priorities(items)
                 found.extend(items[p] for p in positions if p in items)
             if len(found) >= limit:
                 break
@@ -848,10 +867,15 @@ class ClaimLogEngine:
             pending = ranges(p for p in record.positions() if p not in done)
             still = ()
             if pending:
+                kept = record.priorities_of(p for p in record.positions() if p not in done)
                 rows.put_record(
                     key,
                     replace(
-                        record, pending=pending, holes=(), created=record.created + _created(items.values())
+                        record,
+                        pending=pending,
+                        holes=(),
+                        priorities=kept,
+                        created=record.created + _created(items.values()),
                     ),
                 )
                 rows.add_counts(key, leased=-len(done))
@@ -877,6 +901,7 @@ class ClaimLogEngine:
                     record = found  # noqa: PLW2901 - the same record, its holes settled
                 positions = record.positions()
                 items, _ = self._items_at(rows, key, positions, deadline=deadline, bump=1)
+                record.with_priorities(items)
                 runs.append(
                     LeaseRun(
                         token=record.token,
@@ -915,7 +940,7 @@ class ClaimLogEngine:
         guard: Guard,
         now: datetime,
         completed: bool = False,
-    ) -> BatchResult[str]:
+    ) -> Settled:
         with self._write() as rows:
             return self._settle_in(rows, key, settlements, guard=guard, now=now, completed=completed)
 
@@ -928,15 +953,15 @@ class ClaimLogEngine:
         guard: Guard,
         now: datetime,
         completed: bool = False,
-    ) -> BatchResult[str]:
+    ) -> Settled:
         """``settle`` inside a transaction already open: leased positions by their record's
         deadline; with ``ANY`` and ``NOT_VALIDLY_LEASED`` also waiting positions (a tombstone) and
         scheduled items (their schedule row goes)."""
-        result: BatchResult[str] = BatchResult()
+        result = Settled()
         now_us = timestamp_us(now)
         settled: dict[str, tuple[RunRecord, set[int]]] = {}
         runs: dict[int, list[RunRecord]] = {}
-        moves: dict[LogKey, list[Item]] = {}
+        moves: dict[LogKey, list[tuple[str, Item]]] = {}
         seen: set[str] = set()
         unleased = guard in (Guard.ANY, Guard.NOT_VALIDLY_LEASED)
         head = rows.head(key) if unleased else None
@@ -978,7 +1003,7 @@ class ClaimLogEngine:
                 continue
             result.applied.append(item_id)
             if settlement.to is not None and settlement.item is not None:
-                moves.setdefault(settlement.to, []).append(settlement.item)
+                moves.setdefault(settlement.to, []).append((item_id, settlement.item))
             else:
                 done += 1
         self._settle_positions(rows, key, settled.values(), completed=done if completed else 0)
@@ -987,8 +1012,9 @@ class ClaimLogEngine:
             rows.set_tombstones(key, tuple(sorted(tombstones)))
         if unscheduled:
             rows.add_counts(key, scheduled=-unscheduled)
-        for target, items in moves.items():
-            self._append_in(rows, target, items, now, produced=False)
+        for target, entries in moves.items():
+            stored = self._append_in(rows, target, [item for _, item in entries], now, produced=False)
+            result.moved.update(zip((i for i, _ in entries), (item.id for item in stored), strict=True))
         return result
 
     def _held(
@@ -1016,16 +1042,18 @@ class ClaimLogEngine:
                 rows.drop_record(key, record.token)
                 leases -= 1
                 continue
-            pending = ranges(p for p in record.positions() if p not in done)
+            left = [p for p in record.positions() if p not in done]
             # A part of the record settles: what its items' ages added goes (a read of their rows).
             gone, _ = ClaimLogEngine._items_at(rows, key, sorted(done), deadline=None, bump=0)
             rows.put_record(
                 key,
                 replace(
                     record,
-                    pending=pending,
+                    pending=ranges(left),
                     holes=tuple(p for p in record.holes if p not in done),
-                    created=record.created - _created(gone.values()),
+                    priorities=record.priorities_of(left),
+                    # Never below zero: a record written before schema 8 kept no sum.
+                    created=max(record.created - _created(gone.values()), 0),
                 ),
             )
         if leases or leased or completed:
@@ -1053,14 +1081,16 @@ class ClaimLogEngine:
                     continue
                 # A part of the record: it moves to a record of its own (the same run), with what
                 # its items' ages add.
+                left = [p for p in record.positions() if p not in positions]
                 moved, _ = self._items_at(rows, key, sorted(positions), deadline=None, bump=0)
-                moved_created = _created(moved.values())
+                moved_created = min(_created(moved.values()), record.created)
                 rows.put_record(
                     key,
                     replace(
                         record,
-                        pending=ranges(p for p in record.positions() if p not in positions),
+                        pending=ranges(left),
                         holes=tuple(p for p in record.holes if p not in positions),
+                        priorities=record.priorities_of(left),
                         created=record.created - moved_created,
                     ),
                 )
@@ -1072,12 +1102,35 @@ class ClaimLogEngine:
                         deadline_us=deadline_us,
                         pending=ranges(sorted(positions)),
                         holes=tuple(p for p in record.holes if p in positions),
+                        priorities=record.priorities_of(positions),
                         created=moved_created,
                     ),
                 )
                 split += 1
             if split:
                 rows.add_counts(key, leases=split)
+        return result
+
+    def set_next_priority(
+        self, key: LogKey, ids: Sequence[str], *, priority: int, now: datetime
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
+        now_us = timestamp_us(now)
+        with self._write() as rows:
+            runs: dict[int, list[RunRecord]] = {}
+            chosen: dict[str, tuple[RunRecord, set[int]]] = {}
+            for item_id in dict.fromkeys(ids):
+                held = self._held(rows, key, item_id, runs)
+                # A hole is not the holder's yet (``get`` does not return it): nothing to give.
+                if held is None or held[0].deadline_us <= now_us or held[1] in held[0].holes:
+                    result.rejected.append(item_id)
+                    continue
+                chosen.setdefault(held[0].token, (held[0], set()))[1].add(held[1])
+                result.applied.append(item_id)
+            for record, positions in chosen.values():
+                given = dict(record.priorities)
+                given.update(dict.fromkeys(positions, priority))
+                rows.put_record(key, replace(record, priorities=tuple(sorted(given.items()))))
         return result
 
     def delete(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> BatchResult[str]:

@@ -145,6 +145,9 @@ _CLAIM_LOG_AGES = (
     "ALTER TABLE log_rows ADD COLUMN created INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE log_leases ADD COLUMN created INTEGER NOT NULL DEFAULT 0",
 )
+#: A leased log item's coming priority (``ClaimLog.set_next_priority``, ``queue.reprioritize``):
+#: ``(position, priority)`` pairs of a lease record, as int64s; NULL for none (most records).
+_LEASE_PRIORITIES = ("ALTER TABLE log_leases ADD COLUMN priorities BLOB",)
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: the queue a dead letter came from, for queue.redrive.
@@ -170,8 +173,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 7: engine v3's claim logs, new tables only: v2's items, heads and records stay as they were.
     7: _CLAIM_LOGS,
-    # 8: the claim logs' sums of their items' creation times, for queue.stats' ages.
-    8: _CLAIM_LOG_AGES,
+    # 8: the claim logs' sums of their items' creation times, for queue.stats' ages; and the
+    # priority a leased log item goes back with, kept with its lease record.
+    8: (*_CLAIM_LOG_AGES, *_LEASE_PRIORITIES),
 }
 #: Pages the write-ahead log takes before a commit copies them back into the file (SQLite's default
 #: is 1,000). A checkpoint flushes the log and the file to disk, the one flush ``synchronous=NORMAL``
@@ -388,7 +392,7 @@ class SQLiteDatabase:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         connection.execute(statement)
-                for statement in (*_CLAIM_LOGS, *_CLAIM_LOG_AGES):
+                for statement in (*_CLAIM_LOGS, *_CLAIM_LOG_AGES, *_LEASE_PRIORITIES):
                     connection.execute(statement)
                 connection.execute(
                     "INSERT INTO querator_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -1142,7 +1146,7 @@ _LOG_ROWS_BACK = (
     " ORDER BY first DESC LIMIT ?"
 )
 _LOG_PUT_ROW = "INSERT INTO log_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-_LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes, created"
+_LEASE_COLUMNS = "token, run_end, deadline_us, claimed_us, pending, holes, created, priorities"
 _LOG_RECORD = f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND token = ?"  # noqa: S608
 #: The records of runs that started at or before a position, latest first (tokens sort by run): the
 #: caller reads them while they belong to the first one's run.
@@ -1157,7 +1161,7 @@ _LOG_RECORDS_DUE = (
     f"SELECT {_LEASE_COLUMNS} FROM log_leases WHERE {_LOG_KEY} AND deadline_us <= ?"  # noqa: S608
     " ORDER BY deadline_us LIMIT ?"
 )
-_LOG_PUT_RECORD = "INSERT OR REPLACE INTO log_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_LOG_PUT_RECORD = "INSERT OR REPLACE INTO log_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _LOG_CREATED_SUMS = (
     f"SELECT (SELECT coalesce(sum(created), 0) FROM log_rows WHERE {_LOG_KEY} AND first >= ?),"  # noqa: S608
     f" (SELECT coalesce(sum(created), 0) FROM log_leases WHERE {_LOG_KEY})"
@@ -1186,14 +1190,18 @@ _RANGE = struct.Struct("<qq")
 
 
 def _run_record(row: Any) -> RunRecord:
-    token, run_end, deadline_us, claimed_us, pending, holes, created = row
+    token, run_end, deadline_us, claimed_us, pending, holes, created, priorities = row
     if len(pending) == _RANGE.size:  # one range: most records
         ranges: tuple[tuple[int, int], ...] = (_RANGE.unpack(pending),)
     else:
         flat = array("q", pending)
         ranges = tuple(zip(flat[::2], flat[1::2], strict=True))
+    given: tuple[tuple[int, int], ...] = ()
+    if priorities:
+        flat = array("q", priorities)
+        given = tuple(zip(flat[::2], flat[1::2], strict=True))
     return RunRecord(
-        token, int(token[:16], 16), run_end, deadline_us, claimed_us, ranges, _ints(holes), created
+        token, int(token[:16], 16), run_end, deadline_us, claimed_us, ranges, _ints(holes), created, given
     )
 
 
@@ -1343,6 +1351,7 @@ class _SQLiteLogRows:
                 _pending_blob(record),
                 _int_blob(record.holes),
                 record.created,
+                _int_blob([n for pair in record.priorities for n in pair]),
             ),
         )
 

@@ -51,7 +51,16 @@ from querator.domain.positions import (
     scheduled_id,
 )
 from querator.ports import BatchResult, Guard
-from querator.ports.log import Claim, ClaimReadError, LeaseRun, LogAges, LogHead, LogKey, Settlement
+from querator.ports.log import (
+    Claim,
+    ClaimReadError,
+    LeaseRun,
+    LogAges,
+    LogHead,
+    LogKey,
+    Settled,
+    Settlement,
+)
 from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 from querator.storage.dynamodb.store import (
@@ -93,6 +102,8 @@ _REMEMBERED = 4096
 
 T = TypeVar("T")
 R = TypeVar("R")
+#: A batch write's result (``settle``'s names the ids its moves got as well).
+Result = TypeVar("Result", bound="BatchResult[str]")
 AttributeMap = dict[str, Any]
 
 
@@ -290,6 +301,9 @@ class _Record:
     #: The sum of its unsettled items' ``created_at`` seconds (``LogAges``), written once the claim
     #: has read them.
     created: int = 0
+    #: Open positions given the priority they go back with (``set_next_priority``): position ->
+    #: priority. Written for open positions only, so settled and split-off ones drop out.
+    priorities: dict[int, int] = field(default_factory=dict)
 
     def positions(self) -> list[int]:
         if self.explicit is not None:
@@ -322,7 +336,16 @@ class _Record:
             attrs[schema.LOG_HOLES] = _numbers(self.holes)
         if self.created:
             attrs[schema.LOG_RECORD_CREATED] = _num(self.created)
+        if self.priorities:
+            given = {p: n for p, n in self.priorities.items() if self.holds(p) and p not in self.settled}
+            if given:
+                attrs[schema.LOG_PRIORITIES] = {"M": {str(p): _num(n) for p, n in sorted(given.items())}}
         return attrs
+
+    def coming(self, item: Item, position: int) -> Item:
+        """``item`` at ``position`` of this record with the priority it goes back with, if given."""
+        priority = self.priorities.get(position)
+        return item if priority is None else replace(item, next_priority=priority)
 
 
 def _decode_record(token: str, start: int, attrs: AttributeMap, spilled: str = "") -> _Record:
@@ -339,6 +362,9 @@ def _decode_record(token: str, start: int, attrs: AttributeMap, spilled: str = "
         holes=_decoded_numbers(attrs.get(schema.LOG_HOLES)),
         spilled=spilled,
         created=_int(attrs, schema.LOG_RECORD_CREATED),
+        priorities={
+            int(p): int(n["N"]) for p, n in attrs.get(schema.LOG_PRIORITIES, {}).get("M", {}).items()
+        },
     )
 
 
@@ -410,12 +436,25 @@ def _decode_head(attrs: AttributeMap | None) -> _Head:
     )
 
 
-def _ordered(result: BatchResult[str], asked: Sequence[str]) -> BatchResult[str]:
+def _ordered(result: Result, asked: Sequence[str]) -> Result:
     """``result`` with its ids in the order they were asked for (records are written one at a time)."""
     order = {item_id: n for n, item_id in reversed(list(enumerate(asked)))}
     result.applied.sort(key=lambda i: order.get(i, len(order)))
     result.rejected.sort(key=lambda i: order.get(i, len(order)))
     return result
+
+
+def _record_moves(
+    moved: dict[str, str], settlements: Sequence[Settlement], assigned: dict[LogKey, list[str]]
+) -> None:
+    """Put in ``moved`` the id each moving settlement's item got (``assigned``: by target, in the
+    order of the settlements moving there), once their step is committed."""
+    by_target: dict[LogKey, list[str]] = {}
+    for settlement in settlements:
+        if settlement.to is not None and settlement.item is not None:
+            by_target.setdefault(settlement.to, []).append(settlement.id)
+    for target, ids in by_target.items():
+        moved.update(zip(ids, assigned.get(target, []), strict=True))
 
 
 def _admits(guard: Guard, record: _Record, now_us: int) -> bool:
@@ -565,11 +604,13 @@ class DynamoDBClaimLog:
 
     def _transact(self, actions: list[AttributeMap], operation: str) -> None:
         """One transaction; ``_ConflictError`` when a condition failed or it lost to another one."""
-        if len(actions) == 1 and "Update" in actions[0]:
+        if len(actions) == 1 and ("Update" in actions[0] or "Put" in actions[0]):
             # One item needs no transaction (which costs twice the units).
-            update = actions[0]["Update"]
             try:
-                self._client.update_item(**update)
+                if "Update" in actions[0]:
+                    self._client.update_item(**actions[0]["Update"])
+                else:
+                    self._client.put_item(**actions[0]["Put"])
             except ClientError as exc:
                 if error_code(exc) == CONDITION_FAILED:
                     raise _ConflictError from exc
@@ -1294,6 +1335,8 @@ class DynamoDBClaimLog:
         # from their rows (holes have no item yet).
         written = settled - record.holes
         dropped = record.created if gone else (self._created_at(key, written) if written else 0)
+        # Never more than the record holds (one whose claim could not note its sum holds none).
+        dropped = min(dropped, record.created)
         updated.created = record.created - dropped
         if settled and count:
             head_change.adds.append(f"{leased} {head_change.value(_num(-len(settled)))}")
@@ -1343,11 +1386,13 @@ class DynamoDBClaimLog:
         targets: dict[LogKey, list[Item]],
         now: datetime,
         actions: list[AttributeMap],
+        assigned: dict[LogKey, list[str]] | None = None,
     ) -> list[_Change]:
         """The parts that append ``targets`` (items by log) atomically with the rest: each target
         head's tail moved ``:t -> :t + n`` conditionally, rows put at those positions, scheduled
         items put in the schedule. Returns the other logs' head changes (``head_change`` takes this
-        log's parts: one transaction may not touch an item twice)."""
+        log's parts: one transaction may not touch an item twice). ``assigned`` takes each
+        target's ids, in the order of its items (theirs once the parts are committed)."""
         now_us = timestamp_us(now)
         others: list[_Change] = []
         for target, items in targets.items():
@@ -1356,8 +1401,11 @@ class DynamoDBClaimLog:
             ready = [i for i in items if i.enqueue_at is None or i.enqueue_at <= now]
             later = [i for i in items if i.enqueue_at is not None and i.enqueue_at > now]
             tail = change.name(schema.LOG_TAIL)
+            ready_ids: list[str] = []
+            later_ids: list[str] = []
             if ready:
                 first = state.tail if state.exists else now_us
+                ready_ids = [position_id(target.lane, first + n) for n in range(len(ready))]
                 if state.exists:
                     change.conditions.append(f"{tail} = {change.value(_num(first))}")
                 else:
@@ -1392,6 +1440,7 @@ class DynamoDBClaimLog:
             if later:
                 for item in later:
                     item_id = _scheduled_id_for(target.lane, item)
+                    later_ids.append(item_id)
                     actions.append(
                         {
                             "Put": {
@@ -1415,6 +1464,12 @@ class DynamoDBClaimLog:
                         change.conditions.append(f"attribute_not_exists({sv})")
             if change is not head_change:
                 others.append(change)
+            if assigned is not None:
+                now_ids, later_ones = iter(ready_ids), iter(later_ids)
+                assigned[target] = [
+                    next(later_ones) if i.enqueue_at is not None and i.enqueue_at > now else next(now_ids)
+                    for i in items
+                ]
         return others
 
     # -- settle, renew ------------------------------------------------------------------------------
@@ -1427,8 +1482,8 @@ class DynamoDBClaimLog:
         guard: Guard,
         now: datetime,
         completed: bool = False,
-    ) -> BatchResult[str]:
-        result: BatchResult[str] = BatchResult()
+    ) -> Settled:
+        result = Settled()
         pending: dict[int, Settlement] = {}
         scheduled: dict[str, Settlement] = {}
         # ANY and NOT_VALIDLY_LEASED also take waiting and scheduled items (a move, a redrive).
@@ -1453,7 +1508,7 @@ class DynamoDBClaimLog:
             if scheduled:
                 item_id, settlement = next(iter(scheduled.items()))
                 try:
-                    applied = self._settle_scheduled(key, head, settlement, now)
+                    applied = self._settle_scheduled(key, head, settlement, now, result.moved)
                 except _ConflictError:
                     self._backoff(attempt)
                     continue
@@ -1467,7 +1522,9 @@ class DynamoDBClaimLog:
                     continue
                 position = waiting[0]
                 try:
-                    applied = self._settle_waiting(key, head, position, pending[position], now, completed)
+                    applied = self._settle_waiting(
+                        key, head, position, pending[position], now, completed, result.moved
+                    )
                 except _ConflictError:
                     self._backoff(attempt)
                     continue
@@ -1485,7 +1542,7 @@ class DynamoDBClaimLog:
                 chunk = self._fitting(positions, pending)
                 try:
                     moved_tail = self._settle_record(
-                        key, head, record, [pending[p] for p in chunk], now, completed=completed
+                        key, head, record, [pending[p] for p in chunk], now, result.moved, completed=completed
                     )
                 except _ConflictError:
                     self._backoff(attempt)
@@ -1499,7 +1556,14 @@ class DynamoDBClaimLog:
         return _ordered(result, [s.id for s in settlements])
 
     def _settle_waiting(
-        self, key: LogKey, head: _Head, position: int, settlement: Settlement, now: datetime, completed: bool
+        self,
+        key: LogKey,
+        head: _Head,
+        position: int,
+        settlement: Settlement,
+        now: datetime,
+        completed: bool,
+        moved: dict[str, str],
     ) -> bool:
         """A waiting position settled (and its item moved) in one step: a tombstone, which every
         later claim skips, written only while the position still waits. False: nothing stored there."""
@@ -1523,11 +1587,15 @@ class DynamoDBClaimLog:
         )
         if completed and not targets:
             change.adds.append(f"{change.name(schema.LOG_COMPLETED)} {change.value(_num(1))}")
-        others = self._appends(key, head, change, targets, now, actions)
+        assigned: dict[LogKey, list[str]] = {}
+        others = self._appends(key, head, change, targets, now, actions, assigned)
         self._commit([change, *others], actions, "settle")
+        _record_moves(moved, [settlement], assigned)
         return True
 
-    def _settle_scheduled(self, key: LogKey, head: _Head, settlement: Settlement, now: datetime) -> bool:
+    def _settle_scheduled(
+        self, key: LogKey, head: _Head, settlement: Settlement, now: datetime, moved: dict[str, str]
+    ) -> bool:
         """A scheduled item leaves the schedule (and moves) in one step. False: no such item."""
         sort_key = _schedule_sk(settlement.id, key.lane)
         try:
@@ -1553,8 +1621,10 @@ class DynamoDBClaimLog:
             if settlement.to and settlement.item
             else {}
         )
-        others = self._appends(key, head, change, targets, now, actions)
+        assigned: dict[LogKey, list[str]] = {}
+        others = self._appends(key, head, change, targets, now, actions, assigned)
         self._commit([change, *others], actions, "settle")
+        _record_moves(moved, [settlement], assigned)
         return True
 
     # -- the records this instance claimed ------------------------------------------------------------
@@ -1643,10 +1713,12 @@ class DynamoDBClaimLog:
         record: _Record,
         settlements: Sequence[Settlement],
         now: datetime,
+        moved: dict[str, str],
         *,
         completed: bool = False,
     ) -> bool:
-        """One atomic step for ``settlements`` of ``record``; True when it moved this log's tail."""
+        """One atomic step for ``settlements`` of ``record``; True when it moved this log's tail.
+        ``moved`` takes the ids the moved items got."""
         head_change = _Change(_key(key, schema.LOG_HEAD_SK))
         actions: list[AttributeMap] = []
         positions = {self._position(key, s.id) for s in settlements}
@@ -1660,9 +1732,11 @@ class DynamoDBClaimLog:
             head_change.adds.append(
                 f"{head_change.name(schema.LOG_COMPLETED)} {head_change.value(_num(done))}"
             )
-        others = self._appends(key, head, head_change, targets, now, actions)
+        assigned: dict[LogKey, list[str]] = {}
+        others = self._appends(key, head, head_change, targets, now, actions, assigned)
         self._commit([head_change, *others], actions, "settle")
         self._forget(key, record)
+        _record_moves(moved, settlements, assigned)
         return key in targets
 
     def renew(
@@ -1701,6 +1775,59 @@ class DynamoDBClaimLog:
             raise StoreThrottledError(f"renew kept losing to concurrent writes ({len(pending)} left); retry")
         return _ordered(result, ids)
 
+    def set_next_priority(
+        self, key: LogKey, ids: Sequence[str], *, priority: int, now: datetime
+    ) -> BatchResult[str]:
+        result: BatchResult[str] = BatchResult()
+        pending: dict[int, str] = {}
+        for item_id in dict.fromkeys(ids):  # a repeated id is given its priority once
+            parsed = parse_position_id(item_id)
+            if parsed is None or parsed[0] != key.lane:
+                result.rejected.append(item_id)
+                continue
+            pending[parsed[1]] = item_id
+        now_us = timestamp_us(now)
+        for attempt in range(_RETRIES + 1):
+            if not pending:
+                return _ordered(result, ids)
+            head = self._head(key, "reprioritize")
+            located = self._locate(key, head, sorted(pending), "reprioritize")
+            groups: dict[str, tuple[_Record, list[int]]] = {}
+            for position in sorted(pending):
+                record = located.get(position)
+                # A hole is not the holder's yet (``get`` does not return it): nothing to give.
+                if (
+                    record is None
+                    or not _admits(Guard.LEASE_VALID, record, now_us)
+                    or position in record.holes
+                ):
+                    result.rejected.append(pending.pop(position))
+                    continue
+                groups.setdefault(record.token, (record, []))[1].append(position)
+            for record, positions in groups.values():
+                try:
+                    self._prioritize_record(key, record, positions, priority)
+                except _ConflictError:
+                    self._backoff(attempt)
+                    break  # read again
+                for position in positions:
+                    result.applied.append(pending.pop(position))
+        if pending:
+            raise StoreThrottledError(
+                f"reprioritize kept losing to concurrent writes ({len(pending)} left); retry"
+            )
+        return _ordered(result, ids)
+
+    def _prioritize_record(self, key: LogKey, record: _Record, positions: list[int], priority: int) -> None:
+        """One write of ``record`` with ``positions``' coming priority, conditional on its version:
+        the head row's record (one ``UpdateItem``), or the spilled ``P`` row (one ``PutItem``)."""
+        given = replace(record, priorities={**record.priorities, **dict.fromkeys(positions, priority)})
+        head_change = _Change(_key(key, schema.LOG_HEAD_SK))
+        actions: list[AttributeMap] = []
+        self._record_change(key, given, head_change, actions, settled=set())
+        self._commit([head_change], actions, "reprioritize")
+        self._forget(key, record)
+
     def _renew_record(self, key: LogKey, record: _Record, positions: set[int], deadline_us: int) -> None:
         head_change = _Change(_key(key, schema.LOG_HEAD_SK))
         actions: list[AttributeMap] = []
@@ -1719,6 +1846,7 @@ class DynamoDBClaimLog:
                 explicit=set(positions),
                 holes=record.holes & positions,
                 created=moved,
+                priorities={p: n for p, n in record.priorities.items() if p in positions},
             )
             split_path = head_change.name(schema.LOG_RECORDS, split.token)
             split_start = head_change.name(schema.LOG_STARTS, split.token)
@@ -1814,7 +1942,7 @@ class DynamoDBClaimLog:
             deadline = utc_from_timestamp_us(record.deadline)
             items = [
                 replace(
-                    _item(found.items[p], position_id(key.lane, p)),
+                    record.coming(_item(found.items[p], position_id(key.lane, p)), p),
                     attempts=int(found.items[p].get(schema.ATTEMPTS, {"N": "0"})["N"]) + 1,
                     lease_deadline=deadline,
                 )
@@ -1996,7 +2124,7 @@ class DynamoDBClaimLog:
                 record = records.get(p)
                 if record is not None:
                     item = replace(
-                        item,
+                        record.coming(item, p),
                         attempts=item.attempts + 1,
                         lease_deadline=utc_from_timestamp_us(record.deadline),
                     )
@@ -2041,7 +2169,10 @@ class DynamoDBClaimLog:
                         item = _item(entry["M"], position_id(key.lane, p))
                         if p in held:
                             listed.append(
-                                replace(item, lease_deadline=utc_from_timestamp_us(held[p].deadline))
+                                replace(
+                                    held[p].coming(item, p),
+                                    lease_deadline=utc_from_timestamp_us(held[p].deadline),
+                                )
                             )
                         elif head.cursor <= p < head.tail and p not in head.tombstones:
                             listed.append(item)

@@ -39,11 +39,12 @@ Claim logs (engine v3, docs/adr/0100-engine-v3-candidates.md; ``querator.ports.l
       a filled range finds its first position taken.
     - ``H``: the head: the sequencer ``tail``, the claim cursor ``cur``, lease records in ``ls``
       (token -> count, deadline, claimed at, settled positions, version, explicit positions of a
-      split-off record) with each record's first position in ``la`` (token -> start), tombstones
-      ``tb`` (positions deleted while waiting), counters (``nl`` positions leased, ``sp`` records
-      spilled, ``ns`` scheduled, ``tp``/``tc`` produced and completed, ``lg`` the largest item),
-      the first position ``fs``, and lower bounds (``se`` of the spilled records' deadlines, ``nd``
-      of the schedule's due times, moved with the schedule version ``sv``).
+      split-off record, the coming priorities of positions reprioritized while leased) with each
+      record's first position in ``la`` (token -> start), tombstones ``tb`` (positions deleted
+      while waiting), counters (``nl`` positions leased, ``sp`` records spilled, ``ns`` scheduled,
+      ``tp``/``tc`` produced and completed, ``lg`` the largest item), the first position ``fs``,
+      and lower bounds (``se`` of the spilled records' deadlines, ``nd`` of the schedule's due
+      times, moved with the schedule version ``sv``).
     - ``P<16 hex start><token>``: a lease record spilled out of the head (at 32 records the claim
       that adds one moves the 16 oldest out in one transaction); a settle finds the record of a
       position with one Query on ``P`` up to ``P<position>~``, descending.
@@ -199,6 +200,8 @@ LOG_VERSION = "v"
 LOG_POSITIONS = "p"
 LOG_HOLES = "h"
 LOG_TOKEN = "t"  # noqa: S105 - an attribute name, not a secret
+#: A record's positions given the priority they go back with: position -> priority (a map).
+LOG_PRIORITIES = "n"
 LOG_START = "s"
 #: An ``L`` row's ``P`` row.
 LOG_RECORD_REF = "r"
