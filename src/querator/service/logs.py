@@ -232,9 +232,13 @@ class Logs:
                 held += self._collect_quietly(queue, key, claim.token)
             self._give_back_quietly(queue, key, held)
             raise
+        # The tokens of what was claimed are used: a later band of this call takes its own.
+        gate.spend(items)
         reply_bytes += sum(reply_bytes_at_most(item.reply_size()) for item in leased)
         taken = len(claim.items) + len(claim.holes)
-        return leased, reply_bytes, taken < count
+        # Drained: the run came short, or it took all the head said were waiting (a rate limit
+        # asks for no more than that, so the run is not short then).
+        return leased, reply_bytes, taken < count or taken >= head.waiting
 
     def _collect(self, key: LogKey, token: str, items: list[Item], holes: list[str]) -> list[Item]:
         """``items`` with the claim's holes read again until written or filled (a writer between its
