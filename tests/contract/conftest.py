@@ -33,18 +33,27 @@ STORES = ["memory", "sqlite", "moto", "moto_server"]
 ENGINE = int(os.environ.get("QUERATOR_TEST_ENGINE", "2"))
 
 
+def _pinned_engine(request: pytest.FixtureRequest) -> int | None:
+    """The engine a test is pinned to with ``@pytest.mark.engine(n)`` (a promise of that engine's
+    internals, or its form of a promise both keep), else ``None``."""
+    marker = request.node.get_closest_marker("engine")
+    return None if marker is None else int(marker.args[0])
+
+
 @pytest.fixture(params=STORES)
 def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueService]:
+    pinned = _pinned_engine(request)
+    engine = ENGINE if pinned is None else pinned
     if request.param == "memory":
-        yield memory_service(clock=clock, engine=ENGINE)
+        yield memory_service(clock=clock, engine=engine)
     elif request.param == "sqlite":
-        yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock, engine=ENGINE)
+        yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock, engine=engine)
     elif request.param == "moto":
         with mock_aws():
-            yield build_service(dynamodb_client(), clock=clock)
+            yield build_service(dynamodb_client(), clock=clock, engine=pinned or 2)
     else:
         endpoint = request.getfixturevalue("moto_server")
-        yield build_service(dynamodb_client(endpoint), clock=clock)
+        yield build_service(dynamodb_client(endpoint), clock=clock, engine=pinned or 2)
 
 
 #: The stores that keep items in sorted rows in this process (``storage.engine``): for behaviours
