@@ -34,18 +34,27 @@ STORES = ["memory", "sqlite", "moto", "moto_server"]
 ENGINE = int(os.environ.get("QUERATOR_TEST_ENGINE", str(DEFAULT_ENGINE)))
 
 
+def _pinned_engine(request: pytest.FixtureRequest) -> int | None:
+    """The engine a test is pinned to with ``@pytest.mark.engine(n)`` (a promise of that engine's
+    internals, or its form of a promise both keep), else ``None``."""
+    marker = request.node.get_closest_marker("engine")
+    return None if marker is None else int(marker.args[0])
+
+
 @pytest.fixture(params=STORES)
 def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueService]:
+    pinned = _pinned_engine(request)
+    engine = ENGINE if pinned is None else pinned
     if request.param == "memory":
-        yield memory_service(clock=clock, engine=ENGINE)
+        yield memory_service(clock=clock, engine=engine)
     elif request.param == "sqlite":
-        yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock, engine=ENGINE)
+        yield sqlite_service(request.getfixturevalue("tmp_path") / "querator.db", clock=clock, engine=engine)
     elif request.param == "moto":
         with mock_aws():
-            yield build_service(dynamodb_client(), clock=clock, engine=ENGINE)
+            yield build_service(dynamodb_client(), clock=clock, engine=engine)
     else:
         endpoint = request.getfixturevalue("moto_server")
-        yield build_service(dynamodb_client(endpoint), clock=clock, engine=ENGINE)
+        yield build_service(dynamodb_client(endpoint), clock=clock, engine=engine)
 
 
 #: The stores that keep items in sorted rows in this process (``storage.engine``): for behaviours
@@ -78,18 +87,20 @@ METERED_STORES = ["moto", pytest.param("moto_server", marks=pytest.mark.slow)]
 @pytest.fixture(params=METERED_STORES)
 def metered(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Metered]:
     """Like ``service``, with every store request metered (requests and DynamoDB's units)."""
+    pinned = _pinned_engine(request)
+    engine = ENGINE if pinned is None else pinned
     if request.param == "moto":
         with mock_aws():
             client, raw = dynamodb_client(), dynamodb_client()
             meter = CostMeter(raw)
             meter.attach(client)
-            yield Metered(build_service(client, clock=clock, engine=ENGINE), meter, client)
+            yield Metered(build_service(client, clock=clock, engine=engine), meter, client)
     else:
         endpoint = request.getfixturevalue("moto_server")
         client, raw = dynamodb_client(endpoint, max_pool=32), dynamodb_client(endpoint)
         meter = CostMeter(raw)
         meter.attach(client)
-        yield Metered(build_service(client, clock=clock, engine=ENGINE), meter, client)
+        yield Metered(build_service(client, clock=clock, engine=engine), meter, client)
 
 
 @pytest.fixture(params=STORES)

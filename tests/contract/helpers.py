@@ -31,6 +31,7 @@ def payloads(found: Any) -> list[bytes]:
 
 def beside(service: QueueService, clock: Any, **options: Any) -> QueueService:
     """Another service over the same storage, with its own clock and options (budgets, rng), as a
-    second process would be."""
+    second process would be: with the same engine (v3's claim log when ``service`` has one)."""
     options.setdefault("store", service.store)
+    options.setdefault("log", service.log)
     return QueueService(catalog=service.catalog, clock=clock, **options)

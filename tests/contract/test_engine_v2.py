@@ -18,6 +18,7 @@ from querator.domain.errors import NothingToLeaseError, RetryLaterError
 from querator.domain.ids import IdFactory
 from querator.domain.model import ClearScope, NewItem, RetryRequest
 from querator.service import CURSOR_LAG, MAX_REPLY_BYTES, SWEEP_DELAY
+from querator.service.logs import REAPER_PAGE
 from querator.storage.engine import SortedRowsStore
 from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
 
@@ -336,6 +337,7 @@ def test_a_thousand_item_lease_retry_and_complete_fit_the_functions_timeouts(
     assert retry_took < timedelta(seconds=15) and complete_took < timedelta(seconds=15)
 
 
+@pytest.mark.engine(2)  # engine v2's internals (v3's logs keep no counters to recount)
 def test_the_reaper_recount_heals_counters_that_drifted(service, clock: FakeClock):
     make_queue(service, lease_timeout=timedelta(hours=30), expire_timeout=timedelta(hours=48))
     service.produce("jobs", [NewItem(payload=b"p") for _ in range(30)])
@@ -355,6 +357,7 @@ def test_the_reaper_recount_heals_counters_that_drifted(service, clock: FakeCloc
     assert [(s.total, s.total_leased) for s in service.stats("jobs")] == [(30, 4)]
 
 
+@pytest.mark.engine(2)  # engine v2's internals (v3's logs keep no counters to recount)
 def test_a_recount_that_a_write_overtook_starts_over_instead_of_losing_the_write(service, clock: FakeClock):
     make_queue(service, expire_timeout=timedelta(hours=48))
     for _ in range(3):  # two pages to count
@@ -384,6 +387,7 @@ class TickingReaperClock:
         self._clock.sleep(seconds)
 
 
+@pytest.mark.engine(2)  # v2's pages of 1,000 rows; the v3 form follows
 def test_a_clear_with_more_work_than_its_budget_asks_to_be_called_again_and_then_finishes(
     service, clock: FakeClock
 ):
@@ -398,3 +402,21 @@ def test_a_clear_with_more_work_than_its_budget_asks_to_be_called_again_and_then
     assert [s.total for s in service.stats("jobs")] == [500]
     assert service.clear("jobs", ClearScope.QUEUE) == 500
     assert [s.total for s in service.stats("jobs")] == [0]
+
+
+@pytest.mark.engine(3)
+def test_a_clear_with_more_work_than_its_budget_asks_to_be_called_again_and_then_finishes_on_v3(
+    service, clock: FakeClock
+):
+    """Engine v3 drops a log's waiting items with one head write, however many: what it clears in
+    pages is the schedule (and, destructive, the leased), a page of ``REAPER_PAGE`` at a time."""
+    make_queue(service)
+    later = clock.now() + timedelta(hours=1)
+    service.produce("jobs", [NewItem(payload=b"p", enqueue_at=later) for _ in range(250)])
+    hurried = beside(service, clock, clear_budget=timedelta(0))  # out of time after its first page
+
+    with pytest.raises(RetryLaterError, match=f"removed {REAPER_PAGE} item"):
+        hurried.clear("jobs", ClearScope.SCHEDULED)
+    assert [s.scheduled for s in service.stats("jobs")] == [250 - REAPER_PAGE]
+    assert service.clear("jobs", ClearScope.SCHEDULED) == 250 - REAPER_PAGE
+    assert [s.scheduled for s in service.stats("jobs")] == [0]

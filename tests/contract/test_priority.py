@@ -8,7 +8,8 @@ import pytest
 
 from querator.domain.errors import InvalidRequestError, NothingToLeaseError
 from querator.domain.model import ClearScope, NewItem, RetryRequest, StorageItem
-from querator.domain.priority import band_start, held_end
+from querator.domain.positions import parse_position_id
+from querator.domain.priority import band, band_start, held_end, lane_of
 from querator.ports import Page
 from querator.service.tuning import BAND_IDLE
 from querator.storage.dynamodb.store import DynamoDBItemStore
@@ -61,6 +62,7 @@ def test_one_lease_spans_priorities_in_order_and_counts_every_item(service):
     assert (stats.total, stats.total_leased) == (3, 3)
 
 
+@pytest.mark.engine(2)  # engine v2's id shape; the v3 form follows
 def test_default_priority_is_five_and_ids_say_the_priority(service):
     make_queue(service)
     plain = service.produce("jobs", items("a")).ids[0]
@@ -71,6 +73,23 @@ def test_default_priority_is_five_and_ids_say_the_priority(service):
 
     assert listed == {plain: 5, urgent: 1, bulk: 8}
     assert len(plain) == 30 and urgent.startswith(".1") and bulk.startswith("p8")
+    assert [i.id for i in service.list_items("jobs", 0)] == [urgent, plain, bulk]
+
+
+@pytest.mark.engine(3)
+def test_default_priority_is_five_and_ids_say_the_priority_on_v3(service):
+    """Engine v3's ids are log positions (``querator.domain.positions``): their lane is the band of
+    their priority, as ``lane_of`` reads it (``""`` for priority 5), and they sort by priority."""
+    make_queue(service)
+    plain = service.produce("jobs", items("a")).ids[0]
+    urgent = produce(service, 1, "b")[0]
+    bulk = produce(service, 8, "c")[0]
+
+    listed = {item.id: item.priority for item in service.list_items("jobs", 0)}
+
+    assert listed == {plain: 5, urgent: 1, bulk: 8}
+    assert all(parse_position_id(i) is not None for i in (plain, urgent, bulk))
+    assert [lane_of(i) for i in (plain, urgent, bulk)] == [band(5), band(1), band(8)]
     assert [i.id for i in service.list_items("jobs", 0)] == [urgent, plain, bulk]
 
 

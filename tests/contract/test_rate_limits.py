@@ -18,6 +18,7 @@ from querator.domain.errors import (
     StoreUnavailableError,
 )
 from querator.domain.model import NewItem, QueueUpdate
+from querator.ports.log import ClaimReadError
 from querator.service import QueueService
 from querator.storage.dynamodb.store import DynamoDBItemStore
 from tests.contract.helpers import beside, make_queue
@@ -92,10 +93,32 @@ class Stealing:
         return self._store.claim(queue, partition, ids, lease_deadline=lease_deadline, now=now)
 
 
+class StealingFromTheLog:
+    """Engine v3's claim log, but just before the service's next claim a competitor claims the
+    first waiting position: the service's claim (which never loses a race) takes one fewer than it
+    took tokens for, the waiting count it read being one too many."""
+
+    def __init__(self, log):
+        self._log = log
+        self.armed = True
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    def claim(self, key, *, count, deadline, now, **kwargs):
+        if self.armed:
+            self.armed = False
+            self._log.claim(key, count=1, deadline=deadline, now=now)
+        return self._log.claim(key, count=count, deadline=deadline, now=now, **kwargs)
+
+
 def test_tokens_taken_for_claims_lost_to_a_competitor_go_back(service, clock):
     make_queue(service, rate_limit=10)
     produce(service, 5)
-    stealing = QueueService(catalog=service.catalog, store=Stealing(service.store), clock=clock)
+    if service.log is not None:
+        stealing = beside(service, clock, log=StealingFromTheLog(service.log))
+    else:
+        stealing = beside(service, clock, store=Stealing(service.store))
 
     few = lease(stealing, 5)
     produce(service, 20)
@@ -123,10 +146,33 @@ class FailingCounts:
         return self._store.note_leased(queue, partition, items, **kwargs)
 
 
+class FailingLogReads:
+    """Engine v3's claim log, but the next claim fails after it took its run (reading its rows,
+    say): ``ClaimReadError``, as a store whose claim is not one transaction raises it."""
+
+    def __init__(self, log):
+        self._log = log
+        self.failed = False
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    def claim(self, key, **kwargs):
+        claim = self._log.claim(key, **kwargs)
+        if claim.token and not self.failed:
+            self.failed = True
+            ids = [item.id for item in claim.items] + claim.holes
+            raise ClaimReadError(claim.token, ids, StoreUnavailableError("injected: the read failed"))
+        return claim
+
+
 def test_a_lease_that_fails_midway_gives_its_tokens_back(service, clock):
     make_queue(service, rate_limit=10)
     produce(service, 20)
-    failing = QueueService(catalog=service.catalog, store=FailingCounts(service.store), clock=clock)
+    if service.log is not None:
+        failing = beside(service, clock, log=FailingLogReads(service.log))
+    else:
+        failing = beside(service, clock, store=FailingCounts(service.store))
 
     with pytest.raises(StoreUnavailableError):
         failing.lease("jobs", batch_size=8, client_id="c", timeout=timedelta(0))
@@ -135,6 +181,17 @@ def test_a_lease_that_fails_midway_gives_its_tokens_back(service, clock):
     again = lease(service, 20)
     assert len(again) == 10
     assert all(item.attempts == 1 for item in again)
+
+
+def test_one_lease_over_several_priorities_takes_no_more_than_the_limit(service, clock):
+    make_queue(service, rate_limit=4)
+    produce(service, 3, priority=1)
+    produce(service, 3, priority=5)
+
+    got = lease(service, 10)
+
+    # Each band's claim spends the tokens taken before it: the second band has one left, not four.
+    assert [item.priority for item in got] == [1, 1, 1, 5]
 
 
 def test_tokens_are_not_spent_by_an_empty_lease(service, clock):

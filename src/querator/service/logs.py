@@ -237,7 +237,7 @@ class Logs:
         """``lease_band``'s lease of its own log, its expired leases put back (``upkeep``: the
         head changed since it was read)."""
         if head.next_due is not None and head.next_due <= now:
-            upkeep = bool(self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE)) or upkeep
+            upkeep = self._promote_quietly(queue, key, now) or upkeep
         if upkeep:
             head = self.log.head(key)
         if head.waiting <= 0:
@@ -252,20 +252,30 @@ class Logs:
         try:
             claim = self.log.claim(key, count=count, deadline=now + queue.lease_timeout, now=now)
         except ClaimReadError as exc:
-            # The run was taken but never reached this call: back at once, its attempt not spent.
-            self._give_back_ids_quietly(queue, key, exc.ids)
+            # The run was taken but never reached this call: back at once, its attempt not spent
+            # (holes of it written since are read first: they are the run's items too).
+            self._give_back_ids_quietly(queue, key, exc.ids, exc.token)
             raise exc.cause from exc
+        # Every item the claim holds, as read so far: what a failure gives back.
+        held = list(claim.items)
         try:
-            items = self._collect(key, claim.token, claim.items, claim.holes)
+            items = self._collect(key, claim.token, held, claim.holes)
             leased = self._sort_claimed(queue, key, items, now)
         except BaseException:
             # A lease holds nothing it did not return (the record would otherwise hold the items
-            # until their deadline): everything it claimed goes back, the attempt not spent.
-            self._give_back_quietly(queue, key, claim.items)
+            # until their deadline): everything it claimed goes back, the attempt not spent, with
+            # its holes written meanwhile (read again once; the rest return when the record is due).
+            if claim.holes:
+                held += self._collect_quietly(queue, key, claim.token)
+            self._give_back_quietly(queue, key, held)
             raise
+        # The tokens of what was claimed are used: a later band of this call takes its own.
+        gate.spend(items)
         reply_bytes += sum(reply_bytes_at_most(item.reply_size()) for item in leased)
         taken = len(claim.items) + len(claim.holes)
-        return leased, reply_bytes, taken < count
+        # Drained: the run came short, or it took all the head said were waiting (a rate limit
+        # asks for no more than that, so the run is not short then).
+        return leased, reply_bytes, taken < count or taken >= head.waiting
 
     def lane_head(self, queue: QueueInfo, partition: int, lane: str, now: datetime) -> LogHead:
         """A fair lease's look at one lane's log (a band, or a band and a group): its head, after
@@ -317,7 +327,8 @@ class Logs:
 
     def _collect(self, key: LogKey, token: str, items: list[Item], holes: list[str]) -> list[Item]:
         """``items`` with the claim's holes read again until written or filled (a writer between its
-        two steps writes within milliseconds; one that died is filled after ``HOLE_TIMEOUT_S``)."""
+        two steps writes within milliseconds; one that died is filled after ``HOLE_TIMEOUT_S``).
+        What it finds is added to ``items`` as it comes, so a failure midway gives it back too."""
         pause = HOLE_POLL_FIRST
         # Bounded: the log fills every hole once the claim is HOLE_TIMEOUT_S old.
         for _ in range(int(HOLE_TIMEOUT_S / HOLE_POLL_FIRST) + 2):
@@ -326,9 +337,18 @@ class Logs:
             self._clock.sleep(pause)
             pause = min(pause * 2, HOLE_POLL_MAX)
             found = self.log.collect(key, token, now=self._clock.now())
-            items = items + found.items
+            items += found.items
             holes = found.holes
         return sorted(items, key=lambda item: item.id)
+
+    def _collect_quietly(self, queue: QueueInfo, key: LogKey, token: str) -> list[Item]:
+        """The holes of a failed lease's record written since it last read them (none when the
+        store fails this too: they return when the record is due)."""
+        try:
+            return self.log.collect(key, token, now=self._clock.now()).items
+        except Exception:  # the original failure goes on; this one is only logged
+            log.exception("a failed lease of %s could not read its holes again", queue.name)
+            return []
 
     def _sort_claimed(self, queue: QueueInfo, key: LogKey, items: list[Item], now: datetime) -> list[Item]:
         """The claimed items a consumer may have: those whose time is up are dead-lettered (or
@@ -484,9 +504,12 @@ class Logs:
         ]
         return self._settle(key, back, guard=Guard.LEASE_VALID, now=now).applied if back else []
 
-    def _give_back_ids_quietly(self, queue: QueueInfo, key: LogKey, ids: Sequence[str]) -> None:
+    def _give_back_ids_quietly(self, queue: QueueInfo, key: LogKey, ids: Sequence[str], token: str) -> None:
+        """Give back the run ``token`` took (``ids``), read first: its holes written since turn
+        into items of the record (``collect``), then every id is read as stored."""
         try:
             now = self._clock.now()
+            self.log.collect(key, token, now=now)
             items = [item for item in self.log.get(key, ids, now=now).values() if item.is_leased(now)]
         except Exception:  # the original failure goes on; this one is only logged
             log.exception(
@@ -829,6 +852,13 @@ class Logs:
 def _rank(lane: str) -> int:
     """Where a lane's band comes in lease order (0: priority 0)."""
     return BANDS.index(band_of(lane))
+
+    def _promote_quietly(self, queue: QueueInfo, key: LogKey, now: datetime) -> bool:
+        try:
+            return self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE) > 0
+        except Exception as exc:  # upkeep on the way: the items stay due for the next call
+            log.warning("lease of %s: scheduled items not moved to the tail yet (%s)", queue.name, exc)
+            return False
 
 
 def _is_leased_position(item: Item) -> bool:

@@ -242,6 +242,9 @@ class Reaper:
         outcome, came_due, oldest = self._logs.reap(queue, partition, band, now, stop_at)
         report.add(outcome)
         report.came_due += came_due
+        if is_dead_queue:
+            # A dead-letter queue's depth is what its logs hold too (one head read of the band).
+            report.dead_letter_depth += self._logs.counts(queue.name, partition, [band]).total
         if oldest is not None and not is_dead_queue and now - oldest > report.oldest_item_age:
             report.oldest_item_age, report.oldest_item_queue = now - oldest, queue.name
 

@@ -1501,7 +1501,9 @@ class DynamoDBClaimLog:
         now_us = timestamp_us(now)
         if guard is Guard.LEASE_VALID and all(s.to is None for s in pending.values()):
             self._settle_mine(key, pending, result, now_us, completed=completed)
-        for attempt in range(_RETRIES + 1):
+        # A waiting or scheduled item is settled one a turn: the turns are the retries after a
+        # lost race plus one per settlement, so a clear or redrive of many is not cut at _RETRIES.
+        for attempt in range(_RETRIES + 1 + len(pending) + len(scheduled)):
             if not pending and not scheduled:
                 return _ordered(result, [s.id for s in settlements])
             head = self._head(key, "settle")
