@@ -288,7 +288,7 @@ class Logs:
             recovered = self._recover_quietly(queue, key, now)
             upkeep = recovered is not None and recovered.recovered > 0
         if head.next_due is not None and head.next_due <= now:
-            upkeep = bool(self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE)) or upkeep
+            upkeep = self._promote_quietly(queue, key, now) or upkeep
         return self.log.head(key) if upkeep else head
 
     def leased_in(self, queue: QueueInfo, partition: int, lanes: Iterable[str]) -> int:
@@ -316,13 +316,17 @@ class Logs:
                 key, count=count, deadline=now + queue.lease_timeout, now=now, max_leased=max_leased
             )
         except ClaimReadError as exc:
-            self._give_back_ids_quietly(queue, key, exc.ids)
+            self._give_back_ids_quietly(queue, key, exc.ids, exc.token)
             raise exc.cause from exc
+        # Every item the claim holds, as read so far: what a failure gives back (as ``lease_band``).
+        held = list(claim.items)
         try:
-            items = self._collect(key, claim.token, claim.items, claim.holes)
+            items = self._collect(key, claim.token, held, claim.holes)
             return self._sort_claimed(queue, key, items, now)
         except BaseException:
-            self._give_back_quietly(queue, key, claim.items)
+            if claim.holes:
+                held += self._collect_quietly(queue, key, claim.token)
+            self._give_back_quietly(queue, key, held)
             raise
 
     def _collect(self, key: LogKey, token: str, items: list[Item], holes: list[str]) -> list[Item]:
@@ -848,17 +852,17 @@ class Logs:
             log.warning("lease of %s: expired leases not put back yet (%s)", queue.name, exc)
             return None
 
-
-def _rank(lane: str) -> int:
-    """Where a lane's band comes in lease order (0: priority 0)."""
-    return BANDS.index(band_of(lane))
-
     def _promote_quietly(self, queue: QueueInfo, key: LogKey, now: datetime) -> bool:
         try:
             return self.log.promote(key, now=now, limit=UPKEEP_PER_LEASE) > 0
         except Exception as exc:  # upkeep on the way: the items stay due for the next call
             log.warning("lease of %s: scheduled items not moved to the tail yet (%s)", queue.name, exc)
             return False
+
+
+def _rank(lane: str) -> int:
+    """Where a lane's band comes in lease order (0: priority 0)."""
+    return BANDS.index(band_of(lane))
 
 
 def _is_leased_position(item: Item) -> bool:
