@@ -716,6 +716,8 @@ def test_list_items_pages_in_id_order_and_skips_settled(claim_log: ClaimLog) -> 
     assert _payloads(listed) == [b"b", b"c", b"d", b"e", b"f", b"s"]
     assert [i.id for i in listed] == sorted(i.id for i in listed)
     assert listed[0].lease_deadline == NOW + LEASE
+    # A leased item shows the attempt its lease counts, as the claim and ``get`` do.
+    assert [i.attempts for i in listed] == [1, 0, 0, 0, 0, 0]
 
 
 def test_purge_removes_the_log_in_pages(claim_log: ClaimLog) -> None:

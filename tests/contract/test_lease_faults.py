@@ -166,19 +166,24 @@ def test_a_store_error_in_a_fair_capped_lease_frees_the_group_slots(
     make_queue(service, delivery="fair", max_leased_per_group=2)
     for group in ("a", "b"):
         service.produce("jobs", items(*(f"{group}{n}" for n in range(3)), group=group))
-    # The capped path claims one item at a time through the group's ledger; fail its third claim.
-    failing, store = _failing_store(service, clock, fail_at=BATCH * 10)
-    real_claim_in_group = service.store.claim_in_group
-    calls = 0
+    if service.log is not None:
+        # Engine v3: each group's lane is a log, claimed a lane's share at a time under the cap;
+        # fail the claim that takes the third item.
+        failing, _ = _failing(service, clock, fail_at=3)
+    else:
+        # The capped path claims one item at a time through the group's ledger; fail its third claim.
+        failing, store = _failing_store(service, clock, fail_at=BATCH * 10)
+        real_claim_in_group = service.store.claim_in_group
+        calls = 0
 
-    def claim_in_group(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 3:
-            raise StoreUnavailableError("injected: the store failed this claim")
-        return real_claim_in_group(*args, **kwargs)
+        def claim_in_group(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                raise StoreUnavailableError("injected: the store failed this claim")
+            return real_claim_in_group(*args, **kwargs)
 
-    store.claim_in_group = claim_in_group  # type: ignore[method-assign]
+        store.claim_in_group = claim_in_group  # type: ignore[method-assign]
 
     with pytest.raises(StoreUnavailableError):
         failing.lease("jobs", batch_size=4, client_id="doomed")

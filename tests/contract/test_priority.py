@@ -236,6 +236,7 @@ def test_a_priority_out_of_range_or_not_an_integer_is_refused_and_nothing_is_sto
     assert service.list_items("jobs", 0) == []
 
 
+@pytest.mark.engine(2)  # engine v2's reads (v3's: tests/unit/test_dynamodb_log.py, benchmarks.cost_v3)
 def test_a_lease_reads_the_bands_in_use_from_their_cursors_not_the_leases_ahead(metered, clock):
     service, meter = metered.service, metered.meter
     make_queue(service)
@@ -257,6 +258,7 @@ def test_a_lease_reads_the_bands_in_use_from_their_cursors_not_the_leases_ahead(
     assert cost.read_units <= 5, cost
 
 
+@pytest.mark.engine(2)  # engine v2's requests (v3's: tests/unit/test_dynamodb_log.py)
 def test_a_fifo_queue_leases_as_before_priorities_existed(metered, clock):
     service, meter = metered.service, metered.meter
     make_queue(service)
@@ -271,6 +273,7 @@ def test_a_fifo_queue_leases_as_before_priorities_existed(metered, clock):
     assert meter.snapshot().requests_by_operation == {"Query": 2, "PutItem": 1, "UpdateItem": 11}
 
 
+@pytest.mark.engine(2)  # engine v2's requests (v3 registers a band as v2 does)
 def test_a_produce_of_another_priority_costs_one_more_request_than_fifo(metered):
     service, meter = metered.service, metered.meter
     make_queue(service)
@@ -415,6 +418,7 @@ def test_a_band_that_still_holds_items_is_kept_however_old(service, clock):
     assert service.store.head("jobs", 0, now=clock.now())[0].bands == {"p9"}
 
 
+@pytest.mark.engine(2)  # engine v2's seam (its scan); v3's drop reads a log head
 def test_an_item_that_lands_between_the_check_and_the_drop_keeps_its_band(service, clock, monkeypatch):
     make_queue(service, expire_timeout=timedelta(days=1))
     (item_id,) = produce(service, 1, "late writer")

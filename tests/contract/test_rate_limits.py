@@ -346,9 +346,9 @@ def test_a_limit_costs_one_conditional_update_per_lease_on_dynamodb(metered, clo
         costs[queue] = meter.snapshot()
 
     free, limited = costs["free"].requests_by_operation, costs["limited"].requests_by_operation
-    # The bucket's one UpdateItem, nothing else; a queue without a limit pays nothing.
-    assert free == {"Query": 2, "PutItem": 1, "UpdateItem": 11}, free
-    assert limited == {"Query": 2, "PutItem": 1, "UpdateItem": 12}, limited
+    # The bucket's one UpdateItem, nothing else; a queue without a limit pays nothing (engine v2's
+    # lease writes each item and its record, v3's one claim: the difference is the same).
+    assert limited == {**free, "UpdateItem": free.get("UpdateItem", 0) + 1}, (free, limited)
     assert costs["limited"].write_units - costs["free"].write_units == 1
 
 
@@ -362,8 +362,9 @@ def test_a_throttled_lease_writes_nothing_on_dynamodb(metered, clock):
     assert lease(service, 5) == []
 
     # This process saw the bucket empty: it reads the partition and claims nothing, writes nothing.
-    writes = {op: n for op, n in meter.snapshot().requests_by_operation.items() if op != "Query"}
-    assert writes == {}, writes
+    cost = meter.snapshot()
+    writes = {op: n for op, n in cost.requests_by_operation.items() if op not in ("Query", "GetItem")}
+    assert (writes, cost.write_units) == ({}, 0), cost
 
 
 @pytest.mark.slow  # 40 lease calls through moto: about 20 s on a shared machine

@@ -95,6 +95,9 @@ _US = 1_000_000
 _HOLE_TIMEOUT_US = int(HOLE_TIMEOUT_S * _US)
 _ROW_TTL = timedelta(days=1)
 _UNIQUE = 16**10
+#: Positions ``get`` reads with one read of the rows between them when they are this close (a row
+#: of small items holds ~100 of them), else apart: so a read never spans what nobody asked for.
+_GET_GAP = 64
 #: Waiting positions one head write deletes (each a condition of it: DynamoDB takes 4 KB of them).
 _TOMBSTONES_PER_WRITE = 40
 #: Records one instance remembers having claimed (``_settle_mine``); the oldest are forgotten.
@@ -217,6 +220,17 @@ def _leased(
         for p in positions
         if p in rows
     ]
+
+
+def _clusters(positions: Sequence[int], gap: int) -> list[list[int]]:
+    """Sorted ``positions`` in runs whose neighbours are at most ``gap`` apart."""
+    runs: list[list[int]] = []
+    for position in positions:
+        if runs and position - runs[-1][-1] <= gap:
+            runs[-1].append(position)
+        else:
+            runs.append([position])
+    return runs
 
 
 def _seconds(items: Iterable[Item]) -> int:
@@ -2118,11 +2132,15 @@ class DynamoDBClaimLog:
                 for p in positions
                 if p in records or (head.cursor <= p < head.tail and p not in head.tombstones)
             ]
+            # One read of the rows under each cluster of nearby positions (a retry of a whole lease
+            # reads its run's rows once), not one per id: O(rows holding them).
+            read: dict[int, AttributeMap] = {}
+            for cluster in _clusters(sorted(wanted), _GET_GAP):
+                read.update(self._read_positions(key, cluster, "get").items)
             for p in wanted:
-                rows = self._read_positions(key, [p], "get")
-                if p not in rows.items:
+                if p not in read:
                     continue
-                item = _item(rows.items[p], positions[p])
+                item = _item(read[p], positions[p])
                 record = records.get(p)
                 if record is not None:
                     item = replace(
@@ -2170,9 +2188,12 @@ class DynamoDBClaimLog:
                             continue
                         item = _item(entry["M"], position_id(key.lane, p))
                         if p in held:
+                            # As the claim handed it out: this lease's attempt counted (the row
+                            # keeps the attempts before it), as ``get`` shows it.
                             listed.append(
                                 replace(
                                     held[p].coming(item, p),
+                                    attempts=item.attempts + 1,
                                     lease_deadline=utc_from_timestamp_us(held[p].deadline),
                                 )
                             )
