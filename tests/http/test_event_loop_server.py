@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
@@ -21,9 +22,8 @@ from websockets.sync.client import connect
 
 from querator import bootstrap
 from querator.client.stream import Stream, stream_url
-from querator.service import QueueService
+from querator.config import EnvVar
 from querator.service.logs import is_log_id
-from querator.storage.memory import InMemoryClaimLog
 from querator.testing import serve_process
 from tests.http.conftest import Http, eventually, in_process_server
 
@@ -229,12 +229,9 @@ def test_sigterm_closes_every_open_stream_with_1001() -> None:
 
 
 def test_a_produce_on_engine_v3_wakes_a_waiting_stream_with_the_logs_items() -> None:
-    # A server whose service writes FIFO queues to engine v3's claim logs (``querator serve`` builds
-    # none yet): the stream is woken by the produce call, whatever engine stores its items.
-    def v3_service(**parts: Any) -> QueueService:
-        return QueueService(**parts, log=InMemoryClaimLog())
-
-    with mock.patch.object(bootstrap, "QueueService", v3_service), in_process_server() as server:
+    # A server on engine v3's claim logs (``QUERATOR_ENGINE=3``): the stream is woken by the produce
+    # call, whatever engine stores its items.
+    with mock.patch.dict(os.environ, {EnvVar.ENGINE: "3"}), in_process_server() as server:
         http = Http(server.url)
         _create(http)
         woken: list[tuple[str, int]] = []
