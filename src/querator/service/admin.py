@@ -197,46 +197,13 @@ class QueueAdmin:
         queue = self._queues.live(queue_name)
         now = self._clock.now()
         heads = self._store.heads(queue.name, list(range(queue.partitions)))
-        stats = [partition_stats(partition, head, now) for partition, head in enumerate(heads)]
         if self._logs is None:
-            return stats
+            return [partition_stats(partition, head, now) for partition, head in enumerate(heads)]
         # Engine v3's logs count what they hold in their heads (a read per band in use).
         return [
-            self._with_logs(queue.name, partition_stats_, head, now)
-            for partition_stats_, head in zip(stats, heads, strict=True)
+            partition_stats(partition, head, now, self._log_counts(queue.name, partition, head))
+            for partition, head in enumerate(heads)
         ]
-
-    def _with_logs(
-        self, queue: str, stats: PartitionStats, head: PartitionHead, now: datetime
-    ) -> PartitionStats:
-        counts = self._log_counts(queue, stats.partition, head)
-        if not counts.total:
-            return replace(
-                stats,
-                scheduled=stats.scheduled + counts.scheduled,
-                produced=stats.produced + counts.produced,
-                completed=stats.completed + counts.completed,
-            )
-        # The averages of both engines' items together: each engine's sum of ages, then one mean.
-        now_s = timestamp_us(now) // 1_000_000
-        total = stats.total + counts.total
-        leased = stats.total_leased + counts.leased
-        age = stats.average_age.total_seconds() * stats.total + now_s * counts.total - counts.total_created
-        leased_age = (
-            stats.average_leased_age.total_seconds() * stats.total_leased
-            + now_s * counts.leased
-            - counts.leased_created
-        )
-        return replace(
-            stats,
-            total=total,
-            total_leased=leased,
-            scheduled=stats.scheduled + counts.scheduled,
-            average_age=_mean_seconds(age, total),
-            average_leased_age=_mean_seconds(leased_age, leased),
-            produced=stats.produced + counts.produced,
-            completed=stats.completed + counts.completed,
-        )
 
     def _log_counts(self, queue: str, partition: int, head: PartitionHead) -> LogCounts:
         """What the partition's logs hold, from their heads: a read per band in use and, in a fair
@@ -310,7 +277,11 @@ def _mean_seconds(total_seconds: float, count: int) -> timedelta:
     return timedelta(seconds=max(total_seconds, 0) / count) if count else timedelta(0)
 
 
-def partition_stats(partition: int, head: PartitionHead, now: datetime) -> PartitionStats:
+def partition_stats(
+    partition: int, head: PartitionHead, now: datetime, logs: LogCounts | None = None
+) -> PartitionStats:
+    """One partition's counts and ages from engine v2's head row and (``logs``) what engine v3's
+    logs hold there: each engine's sums of ages, then one mean."""
     now_s = timestamp_us(now) // 1_000_000
     # The counters keep each item in one state, so these bounds hold but for drift (a lost counter
     # write, a lease and a schedule pass racing on DynamoDB) until the recount: the reply never shows
@@ -321,13 +292,22 @@ def partition_stats(partition: int, head: PartitionHead, now: datetime) -> Parti
     leased = min(max(head.leased, 0), total)
     age = now_s * total - (head.created_sum - head.scheduled_created_sum)
     leased_age = now_s * leased - head.leased_created_sum
+    produced, completed = head.produced, head.completed
+    if logs is not None:
+        total += logs.total
+        leased += logs.leased
+        scheduled += logs.scheduled
+        age += now_s * logs.total - logs.total_created
+        leased_age += now_s * logs.leased - logs.leased_created
+        produced += logs.produced
+        completed += logs.completed
     return PartitionStats(
         partition=partition,
         total=total,
         total_leased=leased,
         scheduled=scheduled,
-        average_age=timedelta(seconds=max(age, 0) / total) if total else timedelta(0),
-        average_leased_age=timedelta(seconds=max(leased_age, 0) / leased) if leased else timedelta(0),
-        produced=head.produced,
-        completed=head.completed,
+        average_age=_mean_seconds(age, total),
+        average_leased_age=_mean_seconds(leased_age, leased),
+        produced=produced,
+        completed=completed,
     )

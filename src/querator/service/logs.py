@@ -398,14 +398,7 @@ class Logs:
                 assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
                 # A priority ``queue.reprioritize`` gave it while leased, unless the retry names one.
                 priority = item.returning_priority if request.priority is None else request.priority
-                later = plan.visible_at if plan.visible_at > now else None
-                back.append(
-                    Settlement(
-                        id=item_id,
-                        to=lane_key(queue, partition, priority, item.group),
-                        item=replace(item, lease_deadline=None, enqueue_at=later, next_priority=None),
-                    )
-                )
+                back.append(_move(queue, partition, item, priority, plan.visible_at, now))
             if back:
                 applied |= set(self._settle(key, back, guard=Guard.LEASE_VALID, now=now).applied)
             if dead:
@@ -458,14 +451,7 @@ class Logs:
                 else:
                     # A lease that ran out, not put back yet, moves even within its band: it may
                     # carry another priority to go back with, given while it was leased.
-                    later = item.enqueue_at if item.enqueue_at is not None and item.enqueue_at > now else None
-                    moves.append(
-                        Settlement(
-                            id=item_id,
-                            to=lane_key(queue, partition, priority, item.group),
-                            item=replace(item, lease_deadline=None, enqueue_at=later, next_priority=None),
-                        )
-                    )
+                    moves.append(_move(queue, partition, item, priority, item.enqueue_at, now))
             if leased:
                 marked = self.log.set_next_priority(key, leased, priority=priority, now=now)
                 result.update({i: i for i in marked.applied})
@@ -858,6 +844,19 @@ class Logs:
         except Exception as exc:  # upkeep on the way: the items stay due for the next call
             log.warning("lease of %s: scheduled items not moved to the tail yet (%s)", queue.name, exc)
             return False
+
+
+def _move(
+    queue: QueueInfo, partition: int, item: Item, priority: int, due: datetime | None, now: datetime
+) -> Settlement:
+    """``item`` back to ``priority``'s log of its lane in ``partition``, unleased: at its tail, or
+    in its schedule when ``due`` is later than ``now``; its coming priority spent."""
+    later = due if due is not None and due > now else None
+    return Settlement(
+        id=item.id,
+        to=lane_key(queue, partition, priority, item.group),
+        item=replace(item, lease_deadline=None, enqueue_at=later, next_priority=None),
+    )
 
 
 def _rank(lane: str) -> int:

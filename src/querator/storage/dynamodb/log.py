@@ -1758,47 +1758,52 @@ class DynamoDBClaimLog:
     def renew(
         self, key: LogKey, ids: Sequence[str], *, deadline: datetime, now: datetime
     ) -> BatchResult[str]:
-        result: BatchResult[str] = BatchResult()
-        pending: dict[int, str] = {}
-        for item_id in ids:
-            parsed = parse_position_id(item_id)
-            if parsed is None or parsed[0] != key.lane or parsed[1] in pending:
-                result.rejected.append(item_id)
-                continue
-            pending[parsed[1]] = item_id
-        now_us, deadline_us = timestamp_us(now), timestamp_us(deadline)
-        for attempt in range(_RETRIES + 1):
-            if not pending:
-                return _ordered(result, ids)
-            head = self._head(key, "renew")
-            located = self._locate(key, head, sorted(pending), "renew")
-            groups: dict[str, tuple[_Record, list[int]]] = {}
-            for position in sorted(pending):
-                record = located.get(position)
-                if record is None or not _admits(Guard.LEASE_VALID, record, now_us):
-                    result.rejected.append(pending.pop(position))
-                    continue
-                groups.setdefault(record.token, (record, []))[1].append(position)
-            for record, positions in groups.values():
-                try:
-                    self._renew_record(key, record, set(positions), deadline_us)
-                except _ConflictError:
-                    self._backoff(attempt)
-                    break  # read again
-                for position in positions:
-                    result.applied.append(pending.pop(position))
-        if pending:
-            raise StoreThrottledError(f"renew kept losing to concurrent writes ({len(pending)} left); retry")
-        return _ordered(result, ids)
+        deadline_us = timestamp_us(deadline)
+        return self._per_valid_record(
+            key,
+            ids,
+            now,
+            "renew",
+            lambda record, positions: self._renew_record(key, record, set(positions), deadline_us),
+            holes=True,
+            repeats_rejected=True,
+        )
 
     def set_next_priority(
         self, key: LogKey, ids: Sequence[str], *, priority: int, now: datetime
     ) -> BatchResult[str]:
+        # A hole is not the holder's yet (``get`` does not return it): nothing to give; a repeated
+        # id is given its priority once.
+        return self._per_valid_record(
+            key,
+            ids,
+            now,
+            "reprioritize",
+            lambda record, positions: self._prioritize_record(key, record, positions, priority),
+            holes=False,
+            repeats_rejected=False,
+        )
+
+    def _per_valid_record(
+        self,
+        key: LogKey,
+        ids: Sequence[str],
+        now: datetime,
+        operation: str,
+        apply: Callable[[_Record, list[int]], None],
+        *,
+        holes: bool,
+        repeats_rejected: bool,
+    ) -> BatchResult[str]:
+        """``apply`` to the validly leased positions of ``ids``, one call per lease record holding
+        them (a write that lost to a concurrent one reads the head again; ``_RETRIES`` times).
+        ``holes``: a hole of a record counts as held; ``repeats_rejected``: a repeated id is
+        rejected, else it counts once."""
         result: BatchResult[str] = BatchResult()
         pending: dict[int, str] = {}
-        for item_id in dict.fromkeys(ids):  # a repeated id is given its priority once
+        for item_id in ids if repeats_rejected else dict.fromkeys(ids):
             parsed = parse_position_id(item_id)
-            if parsed is None or parsed[0] != key.lane:
+            if parsed is None or parsed[0] != key.lane or parsed[1] in pending:
                 result.rejected.append(item_id)
                 continue
             pending[parsed[1]] = item_id
@@ -1806,23 +1811,22 @@ class DynamoDBClaimLog:
         for attempt in range(_RETRIES + 1):
             if not pending:
                 return _ordered(result, ids)
-            head = self._head(key, "reprioritize")
-            located = self._locate(key, head, sorted(pending), "reprioritize")
+            head = self._head(key, operation)
+            located = self._locate(key, head, sorted(pending), operation)
             groups: dict[str, tuple[_Record, list[int]]] = {}
             for position in sorted(pending):
                 record = located.get(position)
-                # A hole is not the holder's yet (``get`` does not return it): nothing to give.
                 if (
                     record is None
                     or not _admits(Guard.LEASE_VALID, record, now_us)
-                    or position in record.holes
+                    or (not holes and position in record.holes)
                 ):
                     result.rejected.append(pending.pop(position))
                     continue
                 groups.setdefault(record.token, (record, []))[1].append(position)
             for record, positions in groups.values():
                 try:
-                    self._prioritize_record(key, record, positions, priority)
+                    apply(record, positions)
                 except _ConflictError:
                     self._backoff(attempt)
                     break  # read again
@@ -1830,7 +1834,7 @@ class DynamoDBClaimLog:
                     result.applied.append(pending.pop(position))
         if pending:
             raise StoreThrottledError(
-                f"reprioritize kept losing to concurrent writes ({len(pending)} left); retry"
+                f"{operation} kept losing to concurrent writes ({len(pending)} left); retry"
             )
         return _ordered(result, ids)
 
