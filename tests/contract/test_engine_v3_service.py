@@ -61,7 +61,7 @@ def services(
 ) -> Iterator[tuple[QueueService, QueueService]]:
     """(an engine v2 service, an engine v3 service) over the same storage: the upgrade's two sides."""
     if store_name == "memory":
-        v2 = memory_service(clock=clock)
+        v2 = memory_service(clock=clock, engine=2)
         v3 = QueueService(
             catalog=v2.catalog,
             store=v2.store,
@@ -71,7 +71,7 @@ def services(
         yield v2, v3
     elif store_name == "sqlite":
         path = tmp_path / "querator.db"  # type: ignore[operator]
-        yield sqlite_service(path, clock=clock), sqlite_service(path, clock=clock, engine=3)
+        yield sqlite_service(path, clock=clock, engine=2), sqlite_service(path, clock=clock, engine=3)
     else:
         with mock_aws():
             client = dynamodb_client()
@@ -339,6 +339,23 @@ def test_what_engine_v2_stored_is_served_first_and_nothing_twice(
     assert payloads(v3.list_items("dlq", 0)) == [b"v2-ready"]
     assert v3.redrive("dlq").moved == 1
     assert _drain(v3) == [b"v2-ready"]
+
+
+@pytest.mark.parametrize("delivery", ["fifo", "fair"])
+def test_during_an_upgrade_priority_comes_before_the_engine(
+    services: tuple[QueueService, QueueService], delivery: str
+) -> None:
+    """What engine v2 stored is older, but not more urgent: a lease serves priority by priority
+    across both engines, and within one priority v2's items first."""
+    v2, v3 = services
+    make_queue(v2, delivery=delivery)
+    v2.produce("jobs", items("v2-p5", "v2-p5-second"))
+    v2.produce("jobs", items("v2-p7", priority=7))
+    v3.produce("jobs", items("v3-p0", priority=0))
+    v3.produce("jobs", items("v3-p5"))
+
+    assert payloads(_lease(v3, batch=2)) == [b"v3-p0", b"v2-p5"]
+    assert payloads(_lease(v3, batch=10)) == [b"v2-p5-second", b"v3-p5", b"v2-p7"]
 
 
 def test_a_lease_that_fails_after_a_claim_holds_nothing(

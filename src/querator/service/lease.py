@@ -407,23 +407,37 @@ class Leaser:
         now: datetime,
         stop_at: datetime,
     ) -> list[Item]:
-        """With engine v3's logs: what engine v2 still holds first (it is older), then the logs,
-        band by band, highest priority first. A partition whose v2 counters say it holds nothing
-        there reads no v2 band."""
+        """With engine v3's logs: band by band, highest priority first, and within a band what
+        engine v2 still holds there first (it is older), then the band's log (or lanes' logs). So a
+        table written by engine v2 keeps priority order across both engines while it drains: a v2
+        item of priority 5 never comes before a log item of priority 0. A partition whose v2
+        counters say it holds nothing there reads no v2 band."""
         assert self._logs is not None  # noqa: S101 - only called with logs
         claimed: list[Item] = []
         # A fair queue's lanes are registered for its logs too: the v2 counters, not the registry,
         # say whether v2 rows are left to serve.
         fair = queue.fair or head.has_lanes
-        if head.items > 0:
-            if fair:
-                claimed = self._lease_fair(queue, partition, head, batch_size, now, stop_at)
-            else:
-                claimed = self._lease_bands(queue, partition, head, batch_size, now, stop_at)
-        reply_bytes = sum(reply_size(item.state()) for item in claimed)
+        v2_left = head.items > 0
+        reply_bytes = 0
         for band in head.leasable_bands():
             if len(claimed) >= batch_size or (claimed and self._clock.now() >= stop_at):
                 break
+            if v2_left:
+                wanted = batch_size - len(claimed)
+                if fair:
+                    won, reply_bytes, drained = self._lease_lanes(
+                        queue, partition, head, band, wanted, reply_bytes, now, stop_at
+                    )
+                else:
+                    won, reply_bytes, cursor, drained = self._lease_band(
+                        queue, partition, head, band, wanted, reply_bytes, now, stop_at
+                    )
+                    if won or cursor is not None:
+                        self._store.note_leased(queue.name, partition, won, cursor=cursor)
+                claimed += won
+                # The band's log only once its v2 rows have nothing more to give (they are older).
+                if not drained or len(claimed) >= batch_size:
+                    break
             wanted = batch_size - len(claimed)
             if fair:
                 won, reply_bytes, drained = self._lease_log_lanes(
@@ -439,7 +453,11 @@ class Leaser:
             # A lower priority only once this one has nothing more to give.
             if not drained:
                 break
-        return claimed
+        if fair:
+            return claimed  # priority first, then the rotation's order
+        # v2's claims come back out of order after a lost race; ids sort in lease order across both
+        # engines (a band's v2 ids before its log's), and the reply is in that order (contract).
+        return sorted(claimed, key=lambda item: item.id)
 
     def _lease_log_lanes(
         self,
