@@ -1,5 +1,5 @@
 """Unit: the service under random operation sequences (hypothesis stateful testing), on the in-memory
-store and on a SQLite file.
+store and on a SQLite file, on both engines (v3's claim logs, the product's; v2's row per item).
 
 A model of what the queue must hold is kept beside the service; after every step the service's
 storage must agree with it: nothing lost, nothing doubled, no item under two live leases, attempts
@@ -38,20 +38,25 @@ pytestmark = pytest.mark.disable_socket
 @pytest.fixture(autouse=True, scope="module")
 def shared_store(tmp_path_factory):
     """One store of each kind for all examples (each example uses its own queues)."""
-    _shared["memory"] = memory_service(clock=FakeClock(START))
-    _shared["sqlite"] = sqlite_service(tmp_path_factory.mktemp("props") / "q.db", clock=FakeClock(START))
+    for engine in (2, 3):
+        _shared[f"memory-{engine}"] = memory_service(clock=FakeClock(START), engine=engine)
+        path = tmp_path_factory.mktemp("props") / f"q{engine}.db"
+        _shared[f"sqlite-{engine}"] = sqlite_service(path, clock=FakeClock(START), engine=engine)
     yield
     _shared.clear()
 
 
 class QueueMachine(RuleBasedStateMachine):
     store = "memory"
+    engine = 3
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock(START)
-        shared = _shared[self.store]
-        self.service = QueueService(catalog=shared.catalog, store=shared.store, clock=self.clock)
+        shared = _shared[f"{self.store}-{self.engine}"]
+        self.service = QueueService(
+            catalog=shared.catalog, store=shared.store, clock=self.clock, log=shared.log
+        )
         n = next(_machine_numbers)
         self.q, self.dlq = f"q{n}", f"dlq{n}"
         self.service.create_queue(
@@ -234,6 +239,19 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_counters_agree_with_the_items_and_show_a_possible_state(self):
+        for name in (self.q, self.dlq):
+            listed = self.service.list_items(name, 0)
+            scheduled = self.service.list_scheduled(name, 0)
+            (stats,) = self.service.stats(name)
+            assert 0 <= stats.total_leased <= stats.total
+            # Every item counted once: engine v2 counts a scheduled item as scheduled until the
+            # reaper's schedule pass (its own invariant below), so only the sum is exact here.
+            assert stats.total + stats.scheduled == len(listed) + len(scheduled)
+            assert stats.total_leased == sum(i.lease_deadline is not None for i in listed)
+
+    @invariant()
+    @precondition(lambda self: self.engine == 2)
+    def engine_v2s_head_counters_agree_with_its_rows(self):
         store = self.service.store
         for name in (self.q, self.dlq):
             (head,) = store.heads(name, [0])
@@ -265,3 +283,20 @@ class SQLiteQueueMachine(QueueMachine):
 
 SQLiteQueueMachine.TestCase.settings = QueueMachine.TestCase.settings
 TestQueueLifecycleOnSQLite = SQLiteQueueMachine.TestCase
+
+
+class EngineV2QueueMachine(QueueMachine):
+    engine = 2
+
+
+EngineV2QueueMachine.TestCase.settings = QueueMachine.TestCase.settings
+TestQueueLifecycleOnEngineV2 = EngineV2QueueMachine.TestCase
+
+
+class SQLiteEngineV2QueueMachine(QueueMachine):
+    store = "sqlite"
+    engine = 2
+
+
+SQLiteEngineV2QueueMachine.TestCase.settings = QueueMachine.TestCase.settings
+TestQueueLifecycleOnSQLiteEngineV2 = SQLiteEngineV2QueueMachine.TestCase

@@ -54,6 +54,10 @@ UPKEEP_PER_LEASE = 32
 #: this, doubling up to ``HOLE_POLL_MAX``; after ``HOLE_TIMEOUT_S`` the log fills the hole.
 HOLE_POLL_FIRST = 0.01
 HOLE_POLL_MAX = 0.25
+#: Claims one lease makes of one log whose runs come short while items still wait (positions
+#: skipped: deleted, moved or filled while waiting): after them the band counts as not drained, so
+#: the lease returns what it has rather than a lower priority.
+SHORT_RUN_CLAIMS = 4
 #: Waiting items the reaper reads from a log's cursor for ones that outlived ``expire_timeout``.
 REAPER_PAGE = 100
 #: Every band a FIFO queue's logs may use: a deleted queue's purge goes through all of them (its
@@ -99,6 +103,20 @@ class LogCounts:
     #: Sums of ``created_at`` seconds of the ``total`` and of the ``leased`` items (``LogAges``).
     total_created: int = 0
     leased_created: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class LogUpkeep:
+    """What the reaper's pass over one log did (``Logs.reap``)."""
+
+    outcome: SettleOutcome
+    #: Scheduled items moved to the tail.
+    came_due: int = 0
+    #: When the oldest waiting item was created (``None``: none waits).
+    oldest: datetime | None = None
+    #: Waiting items read from the cursor for ones past ``expire_timeout`` (the reaper's
+    #: ``scanned``, as engine v2's pass counts the items it reads).
+    scanned: int = 0
 
 
 class Logs:
@@ -235,20 +253,54 @@ class Logs:
         now: datetime,
     ) -> tuple[list[Item], int, bool]:
         """``lease_band``'s lease of its own log, its expired leases put back (``upkeep``: the
-        head changed since it was read)."""
+        head changed since it was read).
+
+        A claim's run counts the positions it skips (deleted or moved while waiting, filled) against
+        its count, so a run can come short while items still wait behind it: then the head is read
+        again and the rest claimed, up to ``SHORT_RUN_CLAIMS`` claims a call. A band is drained only
+        when its log has nothing left waiting, so a lower priority is never leased before it.
+        """
         if head.next_due is not None and head.next_due <= now:
             upkeep = self._promote_quietly(queue, key, now) or upkeep
         if upkeep:
             head = self.log.head(key)
-        if head.waiting <= 0:
-            return [], reply_bytes, True
+        leased: list[Item] = []
+        for _ in range(SHORT_RUN_CLAIMS):
+            if head.waiting <= 0:
+                return leased, reply_bytes, True
+            won, reply_bytes, taken, count = self._claim_run(
+                queue, key, head, wanted - len(leased), reply_bytes, gate, now
+            )
+            leased += won
+            if not count:
+                return leased, reply_bytes, False  # the reply cap or the rate limit: more waits
+            if taken >= head.waiting:
+                return leased, reply_bytes, True  # took all the head said were waiting
+            if taken >= count:
+                return leased, reply_bytes, False  # a whole run: more waits behind it
+            head = self.log.head(key)  # short: skipped positions, or other consumers took some
+        return leased, reply_bytes, head.waiting <= 0
+
+    def _claim_run(
+        self,
+        queue: QueueInfo,
+        key: LogKey,
+        head: LogHead,
+        wanted: int,
+        reply_bytes: int,
+        gate: RateGate,
+        now: datetime,
+    ) -> tuple[list[Item], int, int, int]:
+        """One claim of up to ``wanted`` items after ``head``'s cursor: the items leased, the
+        reply's bytes so far, the positions the run took (items and holes) and the count it asked
+        for (0: none asked, the reply cap or the rate limit had no room)."""
         per_item = reply_bytes_at_most(head.largest)
         room = MAX_REPLY_BYTES - reply_bytes if reply_bytes else max(MAX_REPLY_BYTES, per_item)
         # Sized by the largest item the log was ever given, so a run never passes the reply cap.
         count = min(wanted, room // per_item)
         count = gate.allow(queue, count, head.waiting, now) if count else 0
         if not count:
-            return [], reply_bytes, False
+            return [], reply_bytes, 0, 0
         try:
             claim = self.log.claim(key, count=count, deadline=now + queue.lease_timeout, now=now)
         except ClaimReadError as exc:
@@ -272,10 +324,7 @@ class Logs:
         # The tokens of what was claimed are used: a later band of this call takes its own.
         gate.spend(items)
         reply_bytes += sum(reply_bytes_at_most(item.reply_size()) for item in leased)
-        taken = len(claim.items) + len(claim.holes)
-        # Drained: the run came short, or it took all the head said were waiting (a rate limit
-        # asks for no more than that, so the run is not short then).
-        return leased, reply_bytes, taken < count or taken >= head.waiting
+        return leased, reply_bytes, len(claim.items) + len(claim.holes), count
 
     def lane_head(self, queue: QueueInfo, partition: int, lane: str, now: datetime) -> LogHead:
         """A fair lease's look at one lane's log (a band, or a band and a group): its head, after
@@ -603,12 +652,11 @@ class Logs:
 
     def reap(
         self, queue: QueueInfo, partition: int, band_key: str, now: datetime, stop_at: datetime
-    ) -> tuple[SettleOutcome, int, datetime | None]:
+    ) -> LogUpkeep:
         """The reaper's pass over one band's log: expired leases back (an idle queue has no lease to
         do it), due scheduled items to the tail, and waiting items that outlived
         ``expire_timeout`` dead-lettered from the cursor on (the first page: positions follow
-        produce time, so those are the oldest). Returns what it settled, how many came due, and
-        when the oldest waiting item was created."""
+        produce time, so those are the oldest)."""
         key = LogKey(queue.name, partition, band_key)
         outcome = SettleOutcome()
         head = self.log.head(key)
@@ -629,7 +677,7 @@ class Logs:
         if came_due or outcome.recovered:
             head = self.log.head(key)
         if head.waiting <= 0:
-            return outcome, came_due, None
+            return LogUpkeep(outcome=outcome, came_due=came_due)
         after = position_id(band_key, head.cursor - 1)
         waiting = self.log.list_items(key, after=after, limit=REAPER_PAGE, now=now)
         expired = [item for item in waiting if item.lease_deadline is None and item.expire_deadline <= now]
@@ -646,7 +694,7 @@ class Logs:
                     outcome.deleted += len(gone)
                 outcome.count("expired", len(gone))
         oldest = min((item.created_at for item in waiting), default=None)
-        return outcome, came_due, oldest
+        return LogUpkeep(outcome=outcome, came_due=came_due, oldest=oldest, scanned=len(waiting))
 
     def list_band(
         self,

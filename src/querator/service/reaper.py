@@ -239,9 +239,11 @@ class Reaper:
     ) -> None:
         """Engine v3's upkeep of one band's log (``Logs.reap``), folded into the report."""
         assert self._logs is not None  # noqa: S101 - only called with logs
-        outcome, came_due, oldest = self._logs.reap(queue, partition, band, now, stop_at)
-        report.add(outcome)
-        report.came_due += came_due
+        upkeep = self._logs.reap(queue, partition, band, now, stop_at)
+        report.add(upkeep.outcome)
+        report.came_due += upkeep.came_due
+        report.scanned += upkeep.scanned
+        oldest = upkeep.oldest
         if is_dead_queue:
             # A dead-letter queue's depth is what its logs hold too (one head read of the band).
             report.dead_letter_depth += self._logs.counts(queue.name, partition, [band]).total
