@@ -62,8 +62,11 @@ def iter_partition(service: QueueService, queue: str, partition: int) -> Iterato
         while True:
             page = lister(queue, partition, pivot=pivot, limit=PAGE_SIZE)
             # ``pivot`` is inclusive: the first item of a later page is the last of the one before.
-            yield from ((item, scheduled) for item in page if item.id != pivot)
-            if len(page) < PAGE_SIZE:
+            fresh = [item for item in page if item.id != pivot]
+            yield from ((item, scheduled) for item in fresh)
+            # A short page is not the end: a listing also stops before its reply would pass the
+            # reply cap (large payloads), so only a page with nothing new is.
+            if not fresh:
                 break
             pivot = page[-1].id
 

@@ -32,6 +32,7 @@ from querator.domain.errors import (
 from querator.service import QueueService
 from querator.storage.dynamodb.bulk import ChunkWriter, bulk_client
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
+from querator.storage.dynamodb.log import DynamoDBClaimLog
 from querator.storage.dynamodb.store import DynamoDBItemStore
 
 if TYPE_CHECKING:
@@ -138,7 +139,11 @@ def _chunk_writer(target: DirectTarget) -> ChunkWriter:
 
 
 def _build_direct_service(target: DirectTarget) -> QueueService:
-    """The executor-side composition root, as ``querator.bootstrap`` does it from explicit settings."""
+    """The executor-side composition root, as ``querator.bootstrap`` does it from explicit settings.
+
+    With engine v3's claim log whatever engine the chunks are written for: this service only reads
+    (the queue check, the export), and a service with the log reads what both engines stored.
+    """
     client = _client(target)
     return QueueService(
         catalog=DynamoDBQueueCatalog(
@@ -146,6 +151,7 @@ def _build_direct_service(target: DirectTarget) -> QueueService:
         ),
         store=DynamoDBItemStore(client, target.settings.items_table),
         clock=SystemClock(),
+        log=DynamoDBClaimLog(client, target.settings.items_table),
     )
 
 
