@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 
 from benchmarks.candidates import drain_in_threads
 from benchmarks.cost import add_engine_argument, metered_service, payload_of, use_fake_credentials
+from querator.config import DEFAULT_ENGINE
 from querator.domain.model import NewItem, QueueInfo
 from querator.testing import moto_server_process
 
@@ -53,7 +54,7 @@ class ContentionCase:
 
 
 def run(
-    endpoint: str, *, consumers: int, partitions: int, batch: int, count: int, engine: int = 2
+    endpoint: str, *, consumers: int, partitions: int, batch: int, count: int, engine: int = DEFAULT_ENGINE
 ) -> ContentionCase:
     metered = metered_service(endpoint, engine=engine)
     service = metered.service
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                         engine=args.engine,
                     )
                 )
-    engine = " (engine v3: the claim log)" if args.engine == 3 else ""
+    engine = " (engine v3: the claim log)" if args.engine == 3 else " (engine v2: a row per item)"
     print(f"contention{engine}: {count} items of 100 B per case, lease batch {BATCH}, lease then complete")
     print(format_table(cases))
     return 0 if all(c.exactly_once for c in cases) else 1

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.meter import CostMeter, CostSnapshot, item_size, write_units
+from querator.config import DEFAULT_ENGINE
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo
 from querator.domain.positions import parse_position_id
@@ -194,9 +195,12 @@ class PhaseMeter:
             self.totals[name] = self.totals.get(name, PhaseCost()).plus(everything, catalog)
 
 
-def metered_service(endpoint: str, *, clock: Clock | None = None, engine: int = 2) -> MeteredService:
+def metered_service(
+    endpoint: str, *, clock: Clock | None = None, engine: int = DEFAULT_ENGINE
+) -> MeteredService:
     """A service on fresh tables at ``endpoint`` with its clients metered (system clock by default);
-    ``engine=3``: FIFO queues in engine v3's claim log (docs/adr/0100)."""
+    ``engine``: 3, the product's, items in engine v3's claim logs (docs/adr/0100); 2, engine v2's
+    row per item alone (docs/adr/0050)."""
     client = dynamodb_client(endpoint)
     raw = dynamodb_client(endpoint)
     service = build_service(client, clock=clock or SystemClock(), engine=engine)
@@ -329,7 +333,7 @@ def measure(
     payloads: Sequence[int] = PAYLOADS,
     batches: Sequence[int] = BATCHES,
     count: int = COUNT,
-    engine: int = 2,
+    engine: int = DEFAULT_ENGINE,
 ) -> CostReport:
     """Run every payload x batch case against the DynamoDB endpoint, one fresh queue per case."""
     metered = metered_service(endpoint, engine=engine)
@@ -409,13 +413,14 @@ def use_fake_credentials() -> None:
 
 
 def add_engine_argument(parser: argparse.ArgumentParser) -> None:
-    """``--engine 3``: measure the service with engine v3's claim log (``metered_service``)."""
+    """``--engine N``: measure the service on engine N (``metered_service``; the product's by default)."""
     parser.add_argument(
         "--engine",
         type=int,
         choices=(2, 3),
-        default=2,
-        help="3: the service with engine v3's claim log (docs/adr/0100; not the product's engine yet)",
+        default=DEFAULT_ENGINE,
+        help=f"3: engine v3's claim logs (docs/adr/0100); 2: engine v2 alone (docs/adr/0050);"
+        f" default {DEFAULT_ENGINE}, the product's",
     )
 
 
@@ -433,8 +438,11 @@ def main(argv: list[str] | None = None) -> int:
     use_fake_credentials()
     with moto_server_process() as endpoint:
         report = measure(endpoint, count=count, engine=args.engine)
-    if args.engine == 3:
-        print("engine v3: FIFO queues in the claim log (QueueService(log=...))")
+    print(
+        "engine v3: items in the claim logs (QueueService(log=...))"
+        if args.engine == 3
+        else "engine v2: a row per item (QueueService without a claim log)"
+    )
     print(format_report(report, count))
     if args.json is not None:
         document = {

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 from benchmarks.cost import PhaseCost, PhaseMeter, metered_service, payload_of, use_fake_credentials
 from benchmarks.meter import write_units
+from querator.config import DEFAULT_ENGINE
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo, RetryRequest
-from querator.testing import FakeClock, moto_server_process
+from querator.testing import FakeClock, moto_server_process, stored_items
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -122,10 +123,7 @@ def _lease_all(
 def _drain(service: QueueService, name: str) -> Counter[int]:
     """Identities of every item stored in the queue (un-metered use of the service is fine here:
     the meter was snapshot already)."""
-    found: Counter[int] = Counter()
-    for partition in range(service.get_queue(name).partitions):
-        found.update(identity_of(i.payload) for i in service.store.iter_items(name, partition))
-    return found
+    return Counter(identity_of(i.payload) for i in stored_items(service, name))
 
 
 def run_path(
@@ -202,9 +200,10 @@ def measure(
     payloads: Sequence[int] = PAYLOADS,
     batch: int = BATCH,
     count: int = COUNT,
+    engine: int = DEFAULT_ENGINE,
 ) -> list[PathResult]:
     clock = FakeClock()
-    metered = metered_service(endpoint, clock=clock)
+    metered = metered_service(endpoint, clock=clock, engine=engine)
     return [
         run_path(metered, clock, path=p, payload_bytes=size, batch=batch, count=count)
         for size in payloads

@@ -44,6 +44,7 @@ from moto import mock_aws
 
 from benchmarks.cost import PHASES, metered_service, run_case, use_fake_credentials
 from benchmarks.engine import HOUR, Bench
+from querator.config import DEFAULT_ENGINE
 from querator.domain.groups import group_lane
 from querator.domain.ids import IdFactory
 from querator.domain.model import Item, NewItem
@@ -77,8 +78,8 @@ FAIR_DEPTH_GROUPS = 1000
 FAIR: dict[str, tuple[str, int]] = {"fair, 100 groups": ("fair", 0), "fair, 100 groups, cap 5": ("fair", 5)}
 
 
-def measure(endpoint: str, *, count: int) -> list[tuple[str, CaseResult]]:
-    metered = metered_service(endpoint)
+def measure(endpoint: str, *, count: int, engine: int = DEFAULT_ENGINE) -> list[tuple[str, CaseResult]]:
+    metered = metered_service(endpoint, engine=engine)
     results = []
     for index, (case, priority_of) in enumerate(CASES.items()):
         for batch in BATCHES:

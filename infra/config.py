@@ -44,6 +44,10 @@ Context (``cdk.json`` or ``-c key=value``; values from ``-c`` arrive as strings)
                             folders, and attach no layer (default false; stage ``local``: LocalStack
                             Community ignores layers)
 ``functionsAssetRoot``      folder of ``<function>/handler.py`` (default ``functions``)
+``engine``                  the storage engine the functions run (``QUERATOR_ENGINE``): 3 (default),
+                            engine v3's claim logs, which also serves what engine v2 stored; 2, engine
+                            v2 alone, which does not see items in logs (a rollback: docs/deploy.md,
+                            "Engines"; docs/adr/0100-engine-v3-candidates.md)
 ``streamTicketsRequired``   every stream subscribe must show a ``stream.ticket`` of its queue (default
                             true): ``$connect`` names no queue, so without tickets a consumer granted
                             one queue could subscribe to any. False for consumers older than tickets
@@ -58,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from infra.permissions import FUNCTION_NAMES
 from infra.timeouts import LEASE_WAIT_CAP_MAX
-from querator.config import MAX_STORE_READ_TIMEOUT
+from querator.config import DEFAULT_ENGINE, ENGINES, MAX_STORE_READ_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -119,6 +123,7 @@ class StageConfig:
     bundle_layer: bool = False
     functions_asset_root: str = "functions"
     stream_tickets_required: bool = True
+    engine: int = DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
         if not self.stage or not self.stage.replace("-", "").isalnum():
@@ -149,6 +154,8 @@ class StageConfig:
             1 <= self.store_read_timeout_seconds <= STORE_READ_TIMEOUT_MAX_SECONDS
         ):
             raise StageConfigError(f"storeReadTimeoutSeconds: 1 to {STORE_READ_TIMEOUT_MAX_SECONDS}")
+        if self.engine not in ENGINES:
+            raise StageConfigError(f"engine={self.engine}: one of {', '.join(map(str, ENGINES))}")
         if self.account_concurrency_alarm < 1:
             raise StageConfigError("accountConcurrencyAlarm: at least 1")
         for name, table in (

@@ -67,7 +67,8 @@ def _grants(**per_table: tuple[str, ...]) -> _Grants:
 #: function name → table → IAM actions (``dynamodb:*`` spelled out, never wildcards).
 DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
     {
-        # Batch writes; idempotent produce: a conditional put of the record (a retry gets the winner
+        # Batch writes (engine v2), the sequencer's UpdateItem and packed rows' PutItem (v3);
+        # idempotent produce: a conditional put of the record (a retry gets the winner
         # back from the failed condition, so no read) and the update that finishes it.
         Function.PRODUCE: _grants(
             items=("BatchWriteItem", "PutItem", "UpdateItem"),
@@ -78,15 +79,17 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
         # in batches and moved (a Delete + Put transaction) or deleted, and their records dropped.
         # stream.ticket: the signing key is read from the catalog, and made there by the first
         # ticket (a conditional put: racing first tickets agree on one key).
+        # Engine v3 (claim logs): a log's head is one strong GetItem, a claim one UpdateItem.
         Function.LEASE: _grants(
-            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            items=("Query", "GetItem", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem", "PutItem"),
         ),
         # complete (conditional delete, reading the head row when a scheduled item came due), retry
         # (batched read, then move or delete), renew (a lease record, then updates); the head row's
         # counters after each.
+        # Engine v3: a settle reads the log's head (GetItem) and writes its record.
         Function.ITEMS: _grants(
-            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            items=("Query", "GetItem", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
         Function.QUEUES: _grants(
@@ -99,8 +102,17 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
         # queues dead-letter into this one: a Query of the catalog; moves: Delete + Put
         # transactions); reprioritize (batched read, then moves or updates); the head row's
         # counters after each.
+        # Engine v3: stats and clear read each log's head (GetItem).
         Function.ADMIN: _grants(
-            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem"),
+            items=(
+                "Query",
+                "GetItem",
+                "BatchGetItem",
+                "UpdateItem",
+                "PutItem",
+                "DeleteItem",
+                "BatchWriteItem",
+            ),
             catalog=("GetItem", "Query"),
         ),
         # health, openapi
@@ -109,23 +121,32 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
         # head of the waiting items, the sweep behind the cursor: expired leases and stragglers are
         # read back in batches and moved or deleted; marks, counters and recounts update the head
         # row; interrupted queue deletes are purged and their records removed.
+        # Engine v3: each log's head (GetItem) says what is due or expired.
         REAPER: _grants(
             catalog=("Query", "GetItem", "PutItem", "DeleteItem"),
-            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem"),
+            items=(
+                "Query",
+                "GetItem",
+                "BatchGetItem",
+                "UpdateItem",
+                "PutItem",
+                "DeleteItem",
+                "BatchWriteItem",
+            ),
         ),
         # A subscription's row (put, read, credit and held items updated, deleted on disconnect);
         # pushes lease as ``queue.lease`` does and messages settle as ``queue.complete`` / ``retry``
         # / ``renew`` do, through the same code.
         STREAM: _grants(
             connections=("PutItem", "GetItem", "UpdateItem", "DeleteItem"),
-            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            items=("Query", "GetItem", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
         # A queue's subscribers (a Query of the by_queue index), every subscription (the timed
         # sweep's Scan); credit and held items; a gone connection's row; leases as ``queue.lease``.
         DISPATCHER: _grants(
             connections=("Query", "Scan", "GetItem", "UpdateItem", "DeleteItem"),
-            items=("Query", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
+            items=("Query", "GetItem", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
     }

@@ -50,6 +50,9 @@ def environment(config: StageConfig, tables: QueueTables) -> dict[str, str]:
         EnvVar.LEASE_WAIT_CAP: str(config.lease_wait_cap_seconds),
         EnvVar.REAPER_MARGIN: str(REAPER_MARGIN_SECONDS),
         EnvVar.STAGE: config.stage,
+        # Written out, not left to the code's default: a deployed stack runs the engine its stage
+        # names until it is deployed again with another (docs/deploy.md, "Engines").
+        EnvVar.ENGINE: str(config.engine),
         EnvVar.POWERTOOLS_SERVICE_NAME: SERVICE_NAME,
         EnvVar.POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
         EnvVar.POWERTOOLS_LOG_LEVEL: "INFO",

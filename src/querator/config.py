@@ -114,7 +114,7 @@ DEFAULT_STORE_READ_TIMEOUT: Final = timedelta(seconds=5)
 #: packed rows (docs/adr/0100-engine-v3-candidates.md).
 ENGINES: Final = (2, 3)
 #: The engine new items go to unless told (``EnvVar.ENGINE``; the Spark bulk producer's ``--engine``).
-DEFAULT_ENGINE: Final = 2
+DEFAULT_ENGINE: Final = 3
 #: Lambda's longest timeout bounds it: a wait past the function's end is never used.
 MAX_STORE_READ_TIMEOUT: Final = timedelta(minutes=15)
 

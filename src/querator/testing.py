@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from querator.domain.ids import IdFactory
+    from querator.domain.model import Item
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -57,6 +58,7 @@ __all__ = [
     "serve_child",
     "serve_process",
     "sqlite_service",
+    "stored_items",
 ]
 
 #: moto's fake credentials, never real ones.
@@ -155,6 +157,25 @@ def sqlite_service(
         ids=ids,
         log=SQLiteClaimLog(database) if engine == 3 else None,
     )
+
+
+def stored_items(service: QueueService, queue: str, *, page: int = 1000) -> list[Item]:
+    """Every item ``queue`` holds, as the service lists it: waiting, leased and scheduled, in every
+    partition and in both engines' storage (v2's rows and v3's logs), page by page. What a test
+    compares with what it produced; not a store's own iteration, which sees one engine only."""
+    found: list[Item] = []
+    for partition in range(service.get_queue(queue).partitions):
+        for listing in (service.list_items, service.list_scheduled):
+            pivot = ""
+            while True:
+                # The pivot is inclusive: a page after the first starts with the last item seen.
+                items = listing(queue, partition, pivot=pivot, limit=page)
+                fresh = items[1:] if pivot and items and items[0].id == pivot else items
+                found += fresh
+                if not fresh:
+                    break
+                pivot = items[-1].id
+    return found
 
 
 def _is_server(client: DynamoDBClient) -> bool:

@@ -19,7 +19,8 @@ COUNT = 6
 BATCH = 3
 
 CALLS = COUNT // BATCH
-#: Write units per item under 1 KB: produce 1, lease 1, complete 1; a requeue or a dead-letter move
+#: Engine v2's write units per item under 1 KB (docs/adr/0050-engine-v2.md): produce 1, lease 1,
+#: complete 1; a requeue or a dead-letter move
 #: is a two-item transaction, 2 x (delete 1 + put 1) = 4; an expired lease is leased again (1 more).
 #: Then per call (docs/adr/0050-engine-v2.md): 1 for the head row's counters of each call that
 #: changes items (2 for a move into another queue), and a lease files a lease record (1), which is
@@ -42,8 +43,35 @@ def results(moto_server: str) -> dict[str, PathResult]:
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
             patch.setenv(name, "testing")
         patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        measured = paths.measure(moto_server, payloads=(100,), batch=BATCH, count=COUNT)
+        measured = paths.measure(moto_server, payloads=(100,), batch=BATCH, count=COUNT, engine=2)
     return {r.path: r for r in measured}
+
+
+@pytest.fixture(scope="module")
+def results_v3(moto_server: str) -> dict[str, PathResult]:
+    """The same paths on engine v3's claim logs, the product's engine."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            patch.setenv(name, "testing")
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        measured = paths.measure(moto_server, payloads=(100,), batch=BATCH, count=COUNT, engine=3)
+    return {r.path: r for r in measured}
+
+
+def test_every_path_ends_every_item_exactly_once_on_engine_v3(results_v3: dict[str, PathResult]) -> None:
+    assert set(results_v3) == set(paths.PATHS)
+    for result in results_v3.values():
+        assert result.exactly_once, result.name
+        assert result.ended == COUNT
+
+
+@pytest.mark.parametrize("path", sorted(paths.PATHS))
+def test_every_path_costs_engine_v3_fewer_write_units_than_v2(
+    results: dict[str, PathResult], results_v3: dict[str, PathResult], path: str
+) -> None:
+    # A move on v3 re-appends a record's items in one transaction and writes the record, not an
+    # item's row twice; the happy path's rows are packed and go by TTL (docs/adr/0100).
+    assert results_v3[path].per_item("write_units") < results[path].per_item("write_units")
 
 
 def test_every_path_ends_every_item_exactly_once(results: dict[str, PathResult]) -> None:

@@ -21,7 +21,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 BIN = Path(sys.executable).parent
 #: What differs from one run to the next, each replaced by a placeholder on both sides.
 VARYING = [
-    (re.compile(r"\b[0-9A-Za-z]{20,}\b"), "<id>"),
+    # Ids: engine v3's (`l` and 16 hex digits, 17 characters) and v2's (30 hex digits).
+    (re.compile(r"\b[0-9A-Za-z]{16,}\b"), "<id>"),
     (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<time>"),
     (re.compile(r"\bafter \d+(\.\d+)? s\b"), "after <n> s"),
     (re.compile(r"(?<![\w.])(\d+(\.\d+)?(h|m|s|ms|µs|ns))+(?![\w.])"), "<duration>"),

@@ -30,11 +30,12 @@ def _create(client: Client, name: str) -> str:
 
 
 def _band_of(item_id: str, priority: int) -> bool:
-    """The id has the shape the server mints for ``priority`` (docs: ``.0``-``.4``, none, ``p6``-``p9``)."""
+    """The id has the shape the server mints for ``priority`` (docs: ``.0``-``.4``, none, ``p6``-``p9``
+    in front): engine v3's position (``l`` and 16 hex digits) or engine v2's 30 hex digits."""
     prefix = domain_priority.BANDS[priority]
     return (
         _ID_PATTERN.fullmatch(item_id) is not None
-        and re.fullmatch(rf"{re.escape(prefix)}[0-9a-f]{{30}}", item_id) is not None
+        and re.fullmatch(rf"{re.escape(prefix)}(l[0-9a-f]{{16}}|[0-9a-f]{{30}})", item_id) is not None
     )
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 #: Every store the suite runs on; ``metered`` tests (DynamoDB's units) run on the DynamoDB ones only.
 STORES = ["memory", "sqlite", "moto", "moto_server"]
-#: The engine the suite runs on (every store): QUERATOR_TEST_ENGINE=3 runs it on engine v3's logs.
+#: The engine the suite runs on (every store): the product's; QUERATOR_TEST_ENGINE=2 runs it on engine v2.
 ENGINE = int(os.environ.get("QUERATOR_TEST_ENGINE", str(DEFAULT_ENGINE)))
 
 

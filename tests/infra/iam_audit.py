@@ -123,10 +123,12 @@ class Audit:
 
     def actions(self, which: str) -> list[str]:
         pairs = self.used if which == "used" else self.granted
-        return sorted({f"{r.action} {_short(r.resource)}" for r in pairs})
+        return sorted({f"{r.action} {short(r.resource)}" for r in pairs})
 
 
-def _short(resource: str) -> str:
+def short(resource: str) -> str:
+    """A grant's or call's resource as one word a stage does not change: the table's role
+    (`items`, `catalog`, ...), `own log group`, or the resource itself."""
     if table := re.search(r":table/.*Tables([A-Za-z]+?)[0-9A-F]{8}-", resource):
         return table.group(1).lower()
     if ":log-group:" in resource:
@@ -161,10 +163,9 @@ def report(stage: str, audits: list[Audit]) -> str:
     lines = [f"policy audit, stage {stage}: function | used (calls) | granted but unused | platform"]
     for a in audits:
         used = ", ".join(
-            f"{r.action.removeprefix('dynamodb:')}@{_short(r.resource)}x{n}"
-            for r, n in sorted(a.used.items())
+            f"{r.action.removeprefix('dynamodb:')}@{short(r.resource)}x{n}" for r, n in sorted(a.used.items())
         )
-        unused = ", ".join(f"{r.action}@{_short(r.resource)}" for r in a.unused) or "-"
+        unused = ", ".join(f"{r.action}@{short(r.resource)}" for r in a.unused) or "-"
         platform = ", ".join(sorted({r.action for r in a.platform})) or "-"
         lines.append(f"  {a.function:8} | {used} | {unused} | {platform}")
         lines += [f"  {a.function:8} DENIED {r.action} {r.resource}" for r in a.denied]

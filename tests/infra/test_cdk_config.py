@@ -10,6 +10,7 @@ from aws_cdk import App
 
 from infra.config import StageConfig, StageConfigError
 from infra.timeouts import limits
+from querator.config import DEFAULT_ENGINE
 
 pytestmark = pytest.mark.infra
 
@@ -44,6 +45,12 @@ def test_memory_per_function_replaces_the_table_and_only_for_the_named_function(
     assert {n: lim for n, lim in tuned.items() if n != "lease"} == {
         n: lim for n, lim in default.items() if n != "lease"
     }
+
+
+def test_the_engine_is_the_products_unless_a_stage_names_one() -> None:
+    assert StageConfig(stage="dev").engine == DEFAULT_ENGINE == 3
+    # A rollback to engine v2 (docs/deploy.md, "Engines"), from -c as a string.
+    assert StageConfig.from_mapping({"stage": "dev", "engine": "2"}).engine == 2
 
 
 def test_command_line_strings_override_the_stage_object() -> None:
@@ -116,6 +123,8 @@ def test_a_stage_that_retains_data_needs_an_alarm_destination_and_a_placeholder_
         ({"storeReadTimeoutSeconds": 901}, "storeReadTimeoutSeconds"),
         ({"tracing": "maybe"}, "tracing"),
         ({"reaperRateMinutes": "soon"}, "reaperRateMinutes"),
+        ({"engine": 1}, "engine"),
+        ({"engine": "v3"}, "engine"),
         ({"typoedKey": 1}, "typoedKey"),
     ],
 )

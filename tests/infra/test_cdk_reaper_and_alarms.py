@@ -47,6 +47,8 @@ def test_the_functions_publish_the_stage_their_alarms_select_on(synth: Synth) ->
     for fn in synth.stack.functions.values():
         variables = synth.resources[synth.logical_id(fn.function)]["Properties"]["Environment"]["Variables"]
         assert variables[EnvVar.STAGE] == synth.stack.config.stage
+        # The engine is written out: a deployed stack keeps it until it is deployed again.
+        assert variables[EnvVar.ENGINE] == str(synth.stack.config.engine)
 
 
 def test_the_account_concurrency_alarm_fires_before_the_limit(synth: Synth) -> None:

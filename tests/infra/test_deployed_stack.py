@@ -63,6 +63,7 @@ from infra.permissions import FUNCTION_NAMES, Caller, caller_routes, iam_path
 from infra.timeouts import API_GATEWAY_SECONDS
 from querator.api import paths
 from querator.api.routes import ROUTES, SCOPED_ROUTES, Function
+from querator.config import DEFAULT_ENGINE
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from tests.infra import iam_audit
 from tests.infra.conftest import host_architecture
@@ -89,6 +90,10 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.infra, pytest.mark.slow]
 
 STAGES = sorted(cdk_context()["stages"])
+#: Stages deployed on an engine other than the product's: one runs engine v2 (a stack that has not
+#: moved to v3, or was rolled back to it), so its calls measure the grants v2's code needs, which v3's
+#: code needs too while it serves what v2 stored in an upgraded table.
+ENGINES = {"local": 2}
 #: The work queue's lease: long enough for the requests that follow a lease on a busy machine (three
 #: stages share two cores), short enough to wait out twice.
 LEASE = 2.0
@@ -175,6 +180,7 @@ def stages(
                 # flavour is checked on its template (test_cdk_http_api.py) and its events through the
                 # handlers (tests/functions/test_http_api_events.py).
                 apiFlavour="rest",
+                engine=ENGINES.get(stage, DEFAULT_ENGINE),
             )
             began = time.monotonic()
             synth = synthesize(root / "cdk.out", context, extend=grant_test_roles)
@@ -673,9 +679,24 @@ def test_every_call_a_function_makes_is_allowed_by_its_deployed_policy(
     assert audits[name].denied == []
 
 
+@pytest.fixture(scope="module")
+def unused_on_every_stage(stages: dict[str, tuple[Deployment, dict[str, Any]]]) -> dict[str, set[str]]:
+    """Per function, the grants no call of any stage needed, as ``action resource-role``: every
+    stage has the same grants, and the stages run both engines (``ENGINES``)."""
+    unused: dict[str, set[str]] = {}
+    for deployment, _ in stages.values():
+        for name, fn in deployment.functions.items():
+            audit = iam_audit.audit(deployment, fn)
+            found = {f"{g.action} {iam_audit.short(g.resource)}" for g in audit.unused}
+            unused[name] = unused[name] & found if name in unused else found
+    return unused
+
+
 @pytest.mark.parametrize("name", FUNCTION_NAMES)
-def test_every_grant_of_a_function_is_used_by_its_code(audits: dict[str, iam_audit.Audit], name: str) -> None:
-    assert audits[name].unused == []
+def test_every_grant_of_a_function_is_used_by_its_code_on_one_engine_or_the_other(
+    unused_on_every_stage: dict[str, set[str]], name: str
+) -> None:
+    assert unused_on_every_stage[name] == set()
 
 
 @pytest.mark.parametrize("caller", list(Caller))

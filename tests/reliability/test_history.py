@@ -22,7 +22,7 @@ import pytest
 from querator.clock import SystemClock
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import NewItem, QueueInfo, RetryRequest
-from querator.testing import build_service, dynamodb_client, memory_service, sqlite_service
+from querator.testing import build_service, dynamodb_client, memory_service, sqlite_service, stored_items
 from tests.reliability.history import Event, History, check, now
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def consumer(
 
 
 def identities_in(service: QueueService, queue: str) -> list[str]:
-    return [item.payload.decode() for item in service.store.iter_items(queue, 0)]
+    return [item.payload.decode() for item in stored_items(service, queue)]
 
 
 @pytest.mark.parametrize("store", ["moto_server", "sqlite", "memory"])

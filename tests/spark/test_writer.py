@@ -36,7 +36,7 @@ from querator.storage.dynamodb.bulk import CHUNK_LEASE, ChunkWriter
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.log import DynamoDBClaimLog
 from querator.storage.dynamodb.store import DynamoDBItemStore
-from querator.testing import FakeClock, dynamodb_client
+from querator.testing import FakeClock, dynamodb_client, stored_items
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -282,7 +282,7 @@ class ChunkRig:
     writer: ChunkWriter
 
     def stored(self) -> list[Item]:
-        return [item for p in range(2) for item in self.store.iter_items("q", p)]
+        return stored_items(self.service, "q")
 
     def lease_all(self) -> list[Item]:
         """Leases until nothing is left; the items in the order they were handed out."""
@@ -344,8 +344,9 @@ def rig_writer(rig: ChunkRig, **options: Any) -> PartitionWriter:
 
 @pytest.mark.server
 def test_a_chunk_whose_writer_died_mid_write_is_resumed_at_once_by_its_retry(moto_server):
+    # Engine v2's batch writes (v3's resumes: test_v3_a_chunk_interrupted_then_resumed_...)
     # GIVEN the first attempt stored 2 of the chunk's 8 batches (200 of 200 items) and died
-    rig = chunk_rig(moto_server, die_after=2)
+    rig = chunk_rig(moto_server, engine=2, die_after=2)
     recs = records(200)
     with pytest.raises(RuntimeError, match="injected"):
         list(rig_writer(rig, retry=RetryPolicy(max_attempts=1))(0, iter(recs)))
@@ -367,7 +368,8 @@ def test_a_chunk_whose_writer_died_mid_write_is_resumed_at_once_by_its_retry(mot
 @pytest.mark.server
 def test_a_throttled_chunk_finishes_within_its_backoff_budget(moto_server):
     # GIVEN a queue partition that throttles 30 batch writes in a row, from the 3rd on (~3 s)
-    rig = chunk_rig(moto_server, throttle=lambda call: 3 <= call < 33)
+    # Engine v2's BatchWriteItem calls left unprocessed (v3 writes its packed rows one PutItem each)
+    rig = chunk_rig(moto_server, engine=2, throttle=lambda call: 3 <= call < 33)
     recs = records(1000)
     started = rig.clock.now()
 
@@ -384,7 +386,8 @@ def test_a_throttled_chunk_finishes_within_its_backoff_budget(moto_server):
 
 @pytest.mark.server
 def test_a_fresh_chunk_costs_43_requests_and_a_replay_one(moto_server):
-    rig = chunk_rig(moto_server)
+    # Engine v2's requests (v3's: test_v3_a_chunk_of_1000_items_of_100_bytes_costs_...)
+    rig = chunk_rig(moto_server, engine=2)
     recs = records(1000)
     (first,) = list(rig_writer(rig)(0, iter(recs)))
     fresh = sum(rig.client.calls.values())
@@ -403,7 +406,7 @@ def test_a_chunk_with_priorities_resumed_mid_write_regenerates_its_banded_ids_an
     moto_server,
 ):
     # GIVEN a chunk of 200 items of priorities 0-9 whose first attempt stored 2 of its 8 batches
-    rig = chunk_rig(moto_server, die_after=2)
+    rig = chunk_rig(moto_server, engine=2, die_after=2)
     recs = records(200, priorities=True)
     with pytest.raises(RuntimeError, match="injected"):
         list(rig_writer(rig, retry=RetryPolicy(max_attempts=1))(0, iter(recs)))
@@ -435,8 +438,9 @@ def test_a_chunk_with_priorities_resumed_mid_write_regenerates_its_banded_ids_an
 
 
 @pytest.mark.server
-def test_a_chunks_bands_are_registered_before_any_of_its_items_is_written(moto_server):
-    rig = chunk_rig(moto_server)
+@pytest.mark.parametrize("engine", [2, 3])
+def test_a_chunks_bands_are_registered_before_any_of_its_items_is_written(moto_server, engine):
+    rig = chunk_rig(moto_server, engine=engine)
     register = rig.store.register_bands
     calls: list[tuple[set[str], int]] = []
 
@@ -456,7 +460,7 @@ def test_a_chunks_bands_are_registered_before_any_of_its_items_is_written(moto_s
 @pytest.mark.server
 def test_a_chunk_with_groups_resumed_mid_write_stores_every_item_once_with_its_group(moto_server):
     # GIVEN a chunk of 200 items of 7 groups (and none) whose first attempt stored 2 of its 8 batches
-    rig = chunk_rig(moto_server, die_after=2)
+    rig = chunk_rig(moto_server, engine=2, die_after=2)
     recs = records(200, groups=True)
     with pytest.raises(RuntimeError, match="injected"):
         list(rig_writer(rig, retry=RetryPolicy(max_attempts=1))(0, iter(recs)))

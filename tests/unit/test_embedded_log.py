@@ -318,10 +318,10 @@ def test_the_migration_from_schema_7_keeps_leases_in_flight_and_gives_them_comin
     database.close()
 
 
-def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
+def test_the_migration_from_schema_6_leaves_v2s_items_leasable_on_the_default_engine(tmp_path):
     path = tmp_path / "q.db"
     clock = FakeClock(NOW)
-    service = sqlite_service(path, clock=clock)
+    service = sqlite_service(path, clock=clock, engine=2)
     service.create_queue(
         QueueInfo(
             name="jobs",

@@ -70,7 +70,7 @@ def test_another_applications_sqlite_database_is_refused_and_left_as_it_was(tmp_
 
 def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_path):
     path = tmp_path / "querator.db"
-    service = sqlite_service(path, clock=FakeClock())
+    service = sqlite_service(path, clock=FakeClock(), engine=2)
     make_queue(service)
     service.produce("jobs", [NewItem(payload=b"kept")])
     service.store._db.close()  # type: ignore[attr-defined]
