@@ -20,7 +20,7 @@ from querator.domain.ids import IdFactory, key_after
 from querator.domain.model import Item, NewItem, QueueInfo, QueueUpdate
 from querator.ports import Guard
 from querator.storage import sqlite as sqlite_module
-from querator.storage.engine import SortedRowsStore
+from querator.storage.embedded.store import SortedRowsStore
 from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase, SQLiteItemStore
 from querator.testing import FakeClock, sqlite_service
 

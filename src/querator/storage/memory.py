@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from querator.domain.errors import ConflictError, QueueAlreadyExistsError, QueueNotFoundError
 from querator.ports import PartitionHead
-from querator.storage.engine import SortedRowsStore
-from querator.storage.log_engine import ClaimLogEngine, HeadRow, PackedRow, RunRecord
+from querator.storage.embedded.log.base import HeadRow, PackedRow, RunRecord
+from querator.storage.embedded.log.store import ClaimLogEngine
+from querator.storage.embedded.store import SortedRowsStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence

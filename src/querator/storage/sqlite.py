@@ -77,18 +77,11 @@ from querator.storage.counters import (
     scheduled_when_written,
     still_scheduled,
 )
-from querator.storage.engine import SortedRowsStore, open_before
-from querator.storage.log_engine import (
-    ROW_BYTES,
-    ClaimLogEngine,
-    HeadRow,
-    PackedRow,
-    RunRecord,
-    created_of,
-    encode_item,
-    pack_row,
-    with_id,
-)
+from querator.storage.embedded.leasing import open_before
+from querator.storage.embedded.log.base import HeadRow, PackedRow, RunRecord
+from querator.storage.embedded.log.codec import ROW_BYTES, created_of, encode_item, pack_row, with_id
+from querator.storage.embedded.log.store import ClaimLogEngine
+from querator.storage.embedded.store import SortedRowsStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
