@@ -17,11 +17,11 @@ from querator.domain.model import Item, NewItem, QueueInfo
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id
 from querator.ports import Guard
 from querator.ports.log import Claim, LeaseRun, LogAges, LogKey, Settlement
-from querator.storage import sqlite
 from querator.storage.embedded.log.codec import ROW_BYTES
 from querator.storage.memory import InMemoryClaimLog
-from querator.storage.memory.log import store as memory_log
+from querator.storage.memory.log import store as memory_log_store
 from querator.storage.sqlite import SCHEMA_VERSION, SQLiteClaimLog, SQLiteDatabase
+from querator.storage.sqlite.log import store as sqlite_log_store
 from querator.testing import EPOCH, FakeClock, sqlite_service
 
 if TYPE_CHECKING:
@@ -374,7 +374,9 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
 
 
 def _rows_class(log: ClaimLogEngine) -> type:
-    return memory_log._MemoryLogRows if isinstance(log, InMemoryClaimLog) else sqlite._SQLiteLogRows
+    if isinstance(log, InMemoryClaimLog):
+        return memory_log_store._MemoryLogRows
+    return sqlite_log_store._SQLiteLogRows
 
 
 @pytest.mark.parametrize("failing", ["take", "put_rows"])
