@@ -50,7 +50,8 @@ from querator.domain.model import Item
 from querator.ports import Guard
 from querator.ports.log import Claim, LogKey, Settlement
 from querator.storage.dynamodb import schema
-from querator.storage.dynamodb.log import DynamoDBClaimLog, _Found
+from querator.storage.dynamodb.log import DynamoDBClaimLog
+from querator.storage.dynamodb.log.base import _Found
 from querator.testing import dynamodb_client, moto_server_process
 
 if TYPE_CHECKING:

@@ -23,9 +23,10 @@ from querator.clock import SystemClock
 from querator.config import DEFAULT_ENGINE
 from querator.service import QueueService
 from querator.storage.dynamodb import schema
+from querator.storage.dynamodb.base import WRITE_CONCURRENCY
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.log import DynamoDBClaimLog
-from querator.storage.dynamodb.store import WRITE_CONCURRENCY, DynamoDBItemStore
+from querator.storage.dynamodb.store import DynamoDBItemStore
 from querator.storage.memory import InMemoryClaimLog, InMemoryItemStore, InMemoryQueueCatalog
 from querator.storage.sqlite import SQLiteClaimLog, SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
 

@@ -57,7 +57,7 @@ def service(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[QueueS
         yield build_service(dynamodb_client(endpoint), clock=clock, engine=engine)
 
 
-#: The stores that keep items in sorted rows in this process (``storage.engine``): for behaviours
+#: The stores that keep items in sorted rows in this process (``storage.embedded``): for behaviours
 #: only they promise, and for many-case suites that would be slow over moto.
 EMBEDDED_STORES = ["memory", "sqlite"]
 

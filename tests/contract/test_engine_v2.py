@@ -19,7 +19,7 @@ from querator.domain.ids import IdFactory
 from querator.domain.model import ClearScope, NewItem, RetryRequest
 from querator.service import CURSOR_LAG, MAX_REPLY_BYTES, SWEEP_DELAY
 from querator.service.logs import REAPER_PAGE
-from querator.storage.engine import SortedRowsStore
+from querator.storage.embedded.store import SortedRowsStore
 from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ from querator.domain.priority import lane_of
 from querator.ports import GroupLedger, Guard, Move, PartitionHead
 from querator.service.tuning import BAND_IDLE
 from querator.storage.dynamodb import schema
-from querator.storage.dynamodb.store import REGISTRATION_REUSE, DynamoDBItemStore
+from querator.storage.dynamodb.lanes import REGISTRATION_REUSE
+from querator.storage.dynamodb.store import DynamoDBItemStore
 from querator.testing import dynamodb_client
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Engine v3's claim log on DynamoDB, what only this store has (``storage/dynamodb/log.py``): the
+"""Engine v3's claim log on DynamoDB, what only this store has (``storage/dynamodb/log/``): the
 head's spill of lease records, packed rows, a dead writer's hole, contention of 16 consumers on a
 moto server, and TTL on the rows. The port's behaviour on every store is ``tests/contract``'s.
 """

@@ -1,4 +1,4 @@
-"""What engine v3's embedded claim logs (``storage.log_engine`` over memory and SQLite) promise beyond
+"""What engine v3's embedded claim logs (``storage.embedded.log`` over memory and SQLite) promise beyond
 the port's contract (``tests/contract``): one model, atomic calls, packed rows, bounded reads, and a
 SQLite file that keeps all of it and v2's items beside it."""
 
@@ -17,16 +17,20 @@ from querator.domain.model import Item, NewItem, QueueInfo
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id
 from querator.ports import Guard
 from querator.ports.log import Claim, LeaseRun, LogAges, LogKey, Settlement
-from querator.storage import memory, sqlite
-from querator.storage.log_engine import ROW_BYTES, ClaimLogEngine, PackedRow
+from querator.storage.embedded.log.codec import ROW_BYTES
 from querator.storage.memory import InMemoryClaimLog
+from querator.storage.memory.log import store as memory_log_store
 from querator.storage.sqlite import SCHEMA_VERSION, SQLiteClaimLog, SQLiteDatabase
+from querator.storage.sqlite.log import store as sqlite_log_store
 from querator.testing import EPOCH, FakeClock, sqlite_service
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from datetime import datetime
     from pathlib import Path
+
+    from querator.storage.embedded.log.base import PackedRow
+    from querator.storage.embedded.log.store import ClaimLogEngine
 
 pytestmark = pytest.mark.disable_socket
 
@@ -370,7 +374,9 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_on_the_default_en
 
 
 def _rows_class(log: ClaimLogEngine) -> type:
-    return memory._MemoryLogRows if isinstance(log, InMemoryClaimLog) else sqlite._SQLiteLogRows
+    if isinstance(log, InMemoryClaimLog):
+        return memory_log_store._MemoryLogRows
+    return sqlite_log_store._SQLiteLogRows
 
 
 @pytest.mark.parametrize("failing", ["take", "put_rows"])

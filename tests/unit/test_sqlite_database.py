@@ -19,9 +19,10 @@ from querator.domain.errors import StoreThrottledError
 from querator.domain.ids import IdFactory, key_after
 from querator.domain.model import Item, NewItem, QueueInfo, QueueUpdate
 from querator.ports import Guard
-from querator.storage import sqlite as sqlite_module
-from querator.storage.engine import SortedRowsStore
+from querator.storage.embedded.store import SortedRowsStore
 from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase, SQLiteItemStore
+from querator.storage.sqlite import database as sqlite_database
+from querator.storage.sqlite import store as sqlite_store
 from querator.testing import FakeClock, sqlite_service
 
 pytestmark = pytest.mark.disable_socket
@@ -261,7 +262,7 @@ def test_a_store_call_that_fails_midway_writes_nothing_and_its_connection_serves
 def test_a_store_write_behind_a_held_lock_is_a_throttle_and_holds_nothing_after(tmp_path, monkeypatch):
     """Another writer holds the file's lock past ``busy_timeout``: the call fails as a throttle (the
     client retries), and once the lock is free the next call writes."""
-    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(sqlite_database, "BUSY_TIMEOUT_MS", 50)
     path = tmp_path / "q.db"
     database = SQLiteDatabase(path)
     store = SQLiteItemStore(database)
@@ -332,8 +333,8 @@ def test_counters_and_cursor_written_in_place_leave_the_head_the_engine_would(tm
     with store._read() as rows:  # the one column a delete reads, against the whole head's
         assert rows.schedule_mark("jobs", 0) == rows._read_head("jobs", 0).schedule_mark != ""
         assert rows.schedule_mark("jobs", 1) == "" == rows.head("jobs", 1).schedule_mark
-    monkeypatch.setattr(sqlite_module._SQLiteRows, "count_produced", lambda *_args: False)
-    monkeypatch.setattr(sqlite_module._SQLiteRows, "add_counts", lambda *_args: False)
+    monkeypatch.setattr(sqlite_store._SQLiteRows, "count_produced", lambda *_args: False)
+    monkeypatch.setattr(sqlite_store._SQLiteRows, "add_counts", lambda *_args: False)
     monkeypatch.setattr(SQLiteItemStore, "note_leased", SortedRowsStore.note_leased)
     engine = writes(SQLiteItemStore(SQLiteDatabase(tmp_path / "engine.db")))
 

@@ -50,6 +50,9 @@ Fresh chunk of 1,000 items of 100 bytes, priority 5 (``tests/spark/test_writer.p
 ``benchmarks.meter``): engine v2 1,003 write units (1.003 an item) in 43 requests; engine v3 146 write
 units (0.146 an item: ~140 bytes an item in rows of up to 16 KB, plus the record, the sequencer,
 the positions noted and the finish) in 13 requests; + 1 request per further lane.
+
+The item store's own part of the bulk load role is here too (``DynamoDBBulkLoad``, a mixin of
+``store.DynamoDBItemStore``): the source ids an import (``queue.import``) reads before it writes.
 """
 
 from __future__ import annotations
@@ -75,15 +78,15 @@ from querator.domain.errors import (
     RequestInProgressError,
     StoreThrottledError,
 )
-from querator.domain.ids import IdFactory, time_key
+from querator.domain.ids import ITEMS_END, IdFactory, time_key
 from querator.domain.model import Item, timestamp_us, utc_from_timestamp_us
 from querator.domain.positions import parse_position_id, position_id, scheduled_id_of
 from querator.domain.priority import band, lane_of, unbanded
 from querator.ports.log import LogKey
 from querator.storage.dynamodb import codec, schema
+from querator.storage.dynamodb.base import CONDITION_FAILED, DynamoDBStoreBase
 from querator.storage.dynamodb.errors import error_code, translate
 from querator.storage.dynamodb.log import DynamoDBClaimLog
-from querator.storage.dynamodb.store import CONDITION_FAILED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -611,6 +614,27 @@ def _position(item_id: str) -> int:
     return parsed[1]
 
 
+class DynamoDBBulkLoad(DynamoDBStoreBase):
+    """``BulkLoadPort`` on the items table: the item store's part of bulk loads."""
+
+    def source_ids(self, queue: str, partition: int) -> set[str]:
+        found: set[str] = set()
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND sk < :end",
+            "ProjectionExpression": "#src",
+            "ExpressionAttributeNames": {"#src": schema.SOURCE_ID},
+            "ExpressionAttributeValues": {
+                ":pk": {"S": schema.partition_key(queue, partition)},
+                ":end": {"S": ITEMS_END},
+            },
+        }
+        for attrs in self._query_all(kwargs, "import"):
+            if schema.SOURCE_ID in attrs:
+                found.add(attrs[schema.SOURCE_ID]["S"])
+        return found
+
+
 #: Standard retry mode backs off on throttling below our own retries; the pool holds every batch
 #: request a chunk writer keeps in flight, plus the record and counter calls.
 BULK_CLIENT_CONFIG = Config(
@@ -633,4 +657,12 @@ def bulk_client(region: str | None, endpoint_url: str | None = None) -> Any:
     )
 
 
-__all__ = ["BULK_CLIENT_CONFIG", "CHUNK_LEASE", "ChunkOutcome", "ChunkPlan", "ChunkWriter", "bulk_client"]
+__all__ = [
+    "BULK_CLIENT_CONFIG",
+    "CHUNK_LEASE",
+    "ChunkOutcome",
+    "ChunkPlan",
+    "ChunkWriter",
+    "DynamoDBBulkLoad",
+    "bulk_client",
+]
