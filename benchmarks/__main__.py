@@ -210,6 +210,7 @@ def run(sizes: Sizes) -> tuple[list[str], list[capacity.Inputs], bool]:
             wcu_per_item=c.per_item("write_units"),
             rcu_per_item=c.per_item("read_units") - c.per_item("catalog_read_units"),
             catalog_rcu_per_item=c.per_item("catalog_read_units"),
+            hottest_wcu_per_item=c.hottest_key_write_units_per_item(),
         )
         for c in report.cases
         if c.payload_bytes in (100, 1024) and c.batch >= 10

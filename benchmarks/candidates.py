@@ -681,7 +681,7 @@ def measure(
     rounds: int = CONTENTION_ROUNDS,
 ) -> CandidatesReport:
     """Every model at every batch size, then the contention experiment (A, A-nontx and B)."""
-    metered = metered_service(endpoint)
+    metered = metered_service(endpoint, engine=2)
     runs: list[ModelRun] = []
     for batch in batches:
         runs.append(run_raw(ModelA, endpoint, batch=batch, count=count, payload=payload))

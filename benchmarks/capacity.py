@@ -6,9 +6,11 @@ printed in the doc, so the doc's numbers always follow from this code.
 
 The arithmetic (DynamoDB's documented limits; see the doc for sources):
 
-* one queue partition is one partition key, which serves at most ``PARTITION_WCU`` write units and
-  ``PARTITION_RCU`` read units per second: items/s per partition =
-  ``min(PARTITION_WCU / wcu_per_item, PARTITION_RCU / rcu_per_item)``;
+* a partition key serves at most ``PARTITION_WCU`` write units and ``PARTITION_RCU`` read units per
+  second; a queue partition writes one key (engine v2) or two (engine v3: a log's head and its
+  rows), so items/s per partition =
+  ``min(PARTITION_WCU / hottest_wcu_per_item, PARTITION_RCU / rcu_per_item)``, where
+  ``hottest_wcu_per_item`` is the write units per item of the key that takes the most;
 * a table has a per-table throughput quota (on-demand default ``TABLE_WCU`` / ``TABLE_RCU``,
   adjustable): items/s per table = ``min(TABLE_WCU / wcu_per_item, TABLE_RCU / rcu_per_item)``;
 * every service call reads its queue's catalog record, one item, strongly consistent (1 read unit
@@ -52,6 +54,12 @@ class Inputs:
     rcu_per_item: float
     #: Read units on the catalog table (one strongly consistent GetItem per service call).
     catalog_rcu_per_item: float
+    #: Write units per item of the partition key that takes the most (``None``: all on one key).
+    hottest_wcu_per_item: float | None = None
+
+    @property
+    def partition_wcu_per_item(self) -> float:
+        return self.wcu_per_item if self.hottest_wcu_per_item is None else self.hottest_wcu_per_item
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,7 @@ class Plan:
 
 def per_partition(inputs: Inputs) -> float:
     reads = PARTITION_RCU / inputs.rcu_per_item if inputs.rcu_per_item else math.inf
-    return min(PARTITION_WCU / inputs.wcu_per_item, reads)
+    return min(PARTITION_WCU / inputs.partition_wcu_per_item, reads)
 
 
 def per_table(inputs: Inputs) -> float:
@@ -95,13 +103,14 @@ def plan(target: int, inputs: Inputs) -> Plan:
 def render(cases: list[Inputs], targets: tuple[int, ...] = TARGETS) -> str:
     """The generated part of docs/capacity.md (between ``START`` and ``END``)."""
     lines = [
-        "| case | WCU/item | RCU/item (items) | RCU/item (catalog) | items/s per partition"
-        " | items/s per table | items/s per queue (catalog) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| case | WCU/item | WCU/item (hottest key) | RCU/item (items) | RCU/item (catalog)"
+        " | items/s per partition | items/s per table | items/s per queue (catalog) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in cases:
         lines.append(
-            f"| {c.case} | {c.wcu_per_item:.2f} | {c.rcu_per_item:.2f} | {c.catalog_rcu_per_item:.2f}"
+            f"| {c.case} | {c.wcu_per_item:.2f} | {c.partition_wcu_per_item:.2f} | {c.rcu_per_item:.2f}"
+            f" | {c.catalog_rcu_per_item:.2f}"
             f" | {per_partition(c):,.0f} | {per_table(c):,.0f} | {_rate(per_queue(c))} |"
         )
     lines += [
@@ -124,7 +133,8 @@ def _rate(value: float) -> str:
 
 
 _INPUT_ROW = re.compile(
-    r"^\| (?P<case>[^|]+?) \| (?P<w>[\d.]+) \| (?P<r>[\d.]+) \| (?P<c>[\d.]+) \|", re.MULTILINE
+    r"^\| (?P<case>[^|]+?) \| (?P<w>[\d.]+) \| (?P<h>[\d.]+) \| (?P<r>[\d.]+) \| (?P<c>[\d.]+) \|",
+    re.MULTILINE,
 )
 
 
@@ -137,7 +147,7 @@ def parse_inputs(block: str) -> list[Inputs]:
     """The inputs printed in the first table of a generated block."""
     first_table = block.split("\n\n", 1)[0]
     return [
-        Inputs(m["case"], float(m["w"]), float(m["r"]), float(m["c"]))
+        Inputs(m["case"], float(m["w"]), float(m["r"]), float(m["c"]), float(m["h"]))
         for m in _INPUT_ROW.finditer(first_table)
     ]
 
@@ -145,7 +155,13 @@ def parse_inputs(block: str) -> list[Inputs]:
 def as_printed(cases: list[Inputs]) -> list[Inputs]:
     """The inputs rounded as the doc prints them, so re-deriving from the doc gives the same block."""
     return [
-        Inputs(c.case, round(c.wcu_per_item, 2), round(c.rcu_per_item, 2), round(c.catalog_rcu_per_item, 2))
+        Inputs(
+            c.case,
+            round(c.wcu_per_item, 2),
+            round(c.rcu_per_item, 2),
+            round(c.catalog_rcu_per_item, 2),
+            round(c.partition_wcu_per_item, 2),
+        )
         for c in cases
     ]
 

@@ -83,10 +83,15 @@ class PhaseCost:
     #: The share of the catalog table (PynamoDB) in ``requests`` and ``read_units``.
     catalog_requests: int = 0
     catalog_read_units: float = 0.0
+    #: Write units by partition key (``CostSnapshot.write_units_by_key``).
+    write_units_by_key: dict[str, float] = field(default_factory=dict)
 
     def plus(self, snap: CostSnapshot, catalog: CostSnapshot) -> PhaseCost:
         ops = Counter(self.requests_by_operation)
         ops.update(snap.requests_by_operation)
+        by_key = dict(self.write_units_by_key)
+        for key, units in snap.write_units_by_key.items():
+            by_key[key] = by_key.get(key, 0.0) + units
         return PhaseCost(
             requests=self.requests + snap.requests,
             write_units=self.write_units + snap.write_units,
@@ -95,6 +100,7 @@ class PhaseCost:
             requests_by_operation=dict(sorted(ops.items())),
             catalog_requests=self.catalog_requests + catalog.requests,
             catalog_read_units=self.catalog_read_units + catalog.read_units,
+            write_units_by_key=by_key,
         )
 
 
@@ -134,6 +140,17 @@ class CaseResult:
     @property
     def failed_conditional_writes(self) -> int:
         return int(self._total("failed_conditional_writes"))
+
+    def hottest_key_write_units_per_item(self) -> float:
+        """Write units per item of the partition key that took the most: DynamoDB takes 1,000 a
+        second on one key, so this bounds a queue partition (engine v3 spreads a log over two keys,
+        its head's and its rows'; engine v2 writes a partition under one)."""
+        by_key: dict[str, float] = {}
+        for phase in self.phases.values():
+            for key, units in phase.write_units_by_key.items():
+                by_key[key] = by_key.get(key, 0.0) + units
+        hottest = max(by_key.values(), default=0.0)
+        return hottest / self.delivered if self.delivered else float("nan")
 
     def summary(self) -> dict[str, Any]:
         """Every figure, the derived ones included, for ``--json``."""
@@ -314,7 +331,7 @@ def _stored_size(service: QueueService, raw: DynamoDBClient, queue: str, partiti
             TableName=table,
             KeyConditionExpression="pk = :pk AND sk <= :sk",
             ExpressionAttributeValues={
-                ":pk": {"S": schema.log_partition_key(queue, partition, lane)},
+                ":pk": {"S": schema.log_rows_key(queue, partition, lane)},
                 ":sk": {"S": f"{schema.LOG_ROW_PREFIX}{at:016x}"},
             },
             ScanIndexForward=False,

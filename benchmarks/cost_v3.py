@@ -200,7 +200,7 @@ def measure(
     # The depth cases first: moto copies every table for each transaction, so they fill faster on
     # an empty server.
     runs = [depth_v3(endpoint, depth), depth_v2(endpoint, v2_depth)] if depth else []
-    metered = metered_service(endpoint)
+    metered = metered_service(endpoint, engine=2)
     figures: list[Figures] = []
     for workload in workloads:
         n = max(workload.batch, count if workload.consumers == 1 else contention_count)

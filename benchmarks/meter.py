@@ -14,6 +14,8 @@ Approximations, all documented where they apply:
   item in between can be measured instead;
 * reads of missing items and empty queries are charged one unit (0.5 if eventually consistent);
 * a cancelled ``TransactWriteItems`` is charged 2 x the units of each target's current size;
+* write units are also kept per partition key (``CostSnapshot.write_units_by_key``): DynamoDB
+  takes at most 1,000 a second on one key, so the hottest key bounds what a queue partition carries;
 * only the table's own units are counted: writes that secondary indexes replicate (and LSI
   fetches of unprojected attributes) are not, so add them separately for a model with indexes.
 
@@ -159,6 +161,12 @@ class CostSnapshot:
     write_units: float
     read_units: float
     failed_conditional_writes: int
+    #: Write units by the partition key (its value) of the items written.
+    write_units_by_key: dict[str, float]
+
+    def hottest_key_write_units(self) -> float:
+        """The write units of the partition key that took the most (0 without writes)."""
+        return max(self.write_units_by_key.values(), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,7 @@ class _Charge:
     write_units: float = 0.0
     read_units: float = 0.0
     failed_conditional_writes: int = 0
+    by_key: tuple[tuple[str, float], ...] = ()
 
 
 class CostMeter:
@@ -220,6 +229,7 @@ class CostMeter:
             self._write_units = 0.0
             self._read_units = 0.0
             self._failed = 0
+            self._by_key: dict[str, float] = {}
 
     def snapshot(self) -> CostSnapshot:
         with self._lock:
@@ -229,6 +239,7 @@ class CostMeter:
                 write_units=self._write_units,
                 read_units=self._read_units,
                 failed_conditional_writes=self._failed,
+                write_units_by_key=dict(self._by_key),
             )
 
     # -- event handlers -------------------------------------------------------------------------
@@ -267,25 +278,36 @@ class CostMeter:
             self._write_units += charge.write_units
             self._read_units += charge.read_units
             self._failed += charge.failed_conditional_writes
+            for key, units in charge.by_key:
+                self._by_key[key] = self._by_key.get(key, 0.0) + units
 
     # -- charging -------------------------------------------------------------------------------
 
     def _charge(self, call: _Call, parsed: dict[str, Any], error: str | None) -> _Charge:
         op, params, writes, old_sizes = call.op, call.params, call.writes, call.old_sizes
         if error == "ConditionalCheckFailedException" and op in _SINGLE_WRITES:
-            return _Charge(write_units=write_units(old_sizes[0]), failed_conditional_writes=1)
+            units = write_units(old_sizes[0])
+            return _Charge(
+                write_units=units, failed_conditional_writes=1, by_key=((self._hash_of(writes[0]), units),)
+            )
         if error == "TransactionCanceledException" and op == "TransactWriteItems":
             # Nothing was written, so each target is charged on its current size, at the
             # transactional rate; a condition among the reasons makes it a failed conditional write.
             reasons = parsed.get("CancellationReasons", [])
             failed = any(r.get("Code") == "ConditionalCheckFailed" for r in reasons)
+            by_key = tuple(
+                (self._hash_of(w), 2.0 * write_units(s)) for w, s in zip(writes, old_sizes, strict=True)
+            )
             return _Charge(
-                write_units=sum(2 * write_units(s) for s in old_sizes), failed_conditional_writes=int(failed)
+                write_units=sum(units for _, units in by_key),
+                failed_conditional_writes=int(failed),
+                by_key=by_key,
             )
         if error is not None:
             return _Charge()
         if writes:
-            return _Charge(write_units=self._write_charge(op, writes, old_sizes, parsed))
+            by_key = self._write_charge(op, writes, old_sizes, parsed)
+            return _Charge(write_units=sum(units for _, units in by_key), by_key=by_key)
         return _Charge(read_units=self._read_charge(op, params, parsed))
 
     def _read_charge(self, op: str, params: dict[str, Any], parsed: dict[str, Any]) -> float:
@@ -316,12 +338,13 @@ class CostMeter:
 
     def _write_charge(
         self, op: str, writes: list[_Write], old_sizes: list[int], parsed: dict[str, Any]
-    ) -> int:
+    ) -> tuple[tuple[str, float], ...]:
+        """The units of each item written, with its partition key."""
         # BatchWriteItem does not charge the items it hands back as unprocessed.
         unprocessed = self._writes("BatchWriteItem", {"RequestItems": parsed.get("UnprocessedItems", {})})
         skipped = [(w.table, w.key) for w in unprocessed]
         factor = 2 if op == "TransactWriteItems" else 1
-        units = 0
+        charged: list[tuple[str, float]] = []
         for write, old in zip(writes, old_sizes, strict=True):
             if (write.table, write.key) in skipped:
                 continue
@@ -331,8 +354,14 @@ class CostMeter:
                 new = self._peek(write.table, write.key)
             else:
                 new = 0
-            units += factor * write_units(max(old, new))
-        return units
+            charged.append((self._hash_of(write), float(factor * write_units(max(old, new)))))
+        return tuple(charged)
+
+    def _hash_of(self, write: _Write) -> str:
+        """The partition key value of the item ``write`` targets (its table's hash key)."""
+        names = self._key_names.get(write.table) or list(write.key)
+        value = write.key.get(names[0], {}) if names else {}
+        return f"{write.table}:{next(iter(value.values()), '')}" if value else write.table
 
     # -- peeking --------------------------------------------------------------------------------
 

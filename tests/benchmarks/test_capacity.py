@@ -25,6 +25,17 @@ def test_a_partition_carries_its_write_limit_divided_by_the_units_per_item() -> 
     assert capacity.per_partition(read_bound) == pytest.approx(500)
 
 
+def test_a_partition_over_two_keys_carries_what_its_hottest_key_takes() -> None:
+    # Engine v3 at 100 B x 10: 0.50 write units an item in all, 0.30 on the log head's key (its
+    # take, claim and complete), the rest on the rows' key.
+    split = Inputs(
+        "100B x10", wcu_per_item=0.5, rcu_per_item=0.36, catalog_rcu_per_item=0.01, hottest_wcu_per_item=0.3
+    )
+    assert capacity.per_partition(split) == pytest.approx(1000 / 0.3)
+    # A table's quota counts every key's units.
+    assert capacity.per_table(split) == pytest.approx(40_000 / 0.5)
+
+
 def test_a_table_carries_its_default_quota_divided_by_the_units_per_item() -> None:
     assert capacity.per_table(SMALL) == pytest.approx(40_000 / 3)
 

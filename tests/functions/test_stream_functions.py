@@ -506,7 +506,7 @@ def test_engine_v3_packed_rows_name_their_queue_and_no_other_row_of_a_log_does()
 
 def test_a_filler_row_names_no_queue_when_its_image_says_so() -> None:
     now = datetime.now(UTC)
-    row = {"pk": {"S": "jobs~0~vp3"}, "sk": {"S": "D00062b1c3e5f1a20"}}
+    row = {"pk": {"S": "jobs~0~vp3~r"}, "sk": {"S": "D00062b1c3e5f1a20"}}
 
     def record(image: dict[str, Any] | None) -> dict[str, Any]:
         change: dict[str, Any] = {"Keys": row}

@@ -39,7 +39,7 @@ def written_queues(records: Iterable[dict[str, Any]], now: datetime) -> set[str]
 
     Only inserts of rows that hold items count: engine v2's item rows (the sort key is the item's
     id, of any priority) and engine v3's packed rows (a claim log's ``D<position>`` rows, under
-    ``<queue>~<partition>~v<lane>``: a produce, and an expired lease or a retry appended at the
+    ``<queue>~<partition>~v<lane>~r``: a produce, and an expired lease or a retry appended at the
     tail). Head rows, lease records (in the head or spilled), idempotency and chunk records,
     updates (claims, renewals) and removals do not make anything leasable. An item scheduled for
     later is left to the sweep, which runs when it may be due: a v2 row visible later, and every
@@ -71,11 +71,13 @@ def written_queues(records: Iterable[dict[str, Any]], now: datetime) -> set[str]
 
 def _log_row_queue(pk: str, sk: str, image: dict[str, Any] | None) -> str | None:
     """The queue of an engine v3 packed row's key (``None`` for any other key, or a filler's
-    image): ``<queue>~<partition>~v<lane>`` and ``D`` + 16 hex digits of position."""
+    image): ``<queue>~<partition>~v<lane>~r`` (``schema.log_rows_key``) and ``D`` + 16 hex digits
+    of position."""
     queue, _, rest = pk.partition(schema.SEPARATOR)
-    partition, _, lane = rest.partition(schema.SEPARATOR)
+    partition, _, rest = rest.partition(schema.SEPARATOR)
+    lane, _, mark = rest.partition(schema.SEPARATOR)
     # Queue names and lanes hold no separator (``validate_queue_name``, ``lane_of``).
-    if not partition.isdigit() or not lane.startswith(schema.LOG_MARK) or schema.SEPARATOR in lane:
+    if not partition.isdigit() or not lane.startswith(schema.LOG_MARK) or mark != schema.LOG_ROWS_MARK:
         return None
     position = sk[len(schema.LOG_ROW_PREFIX) :]
     if not sk.startswith(schema.LOG_ROW_PREFIX) or len(position) != _POSITION_DIGITS:

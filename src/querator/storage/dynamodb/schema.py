@@ -28,15 +28,23 @@ Items table (docs/adr/0050-engine-v2.md)
     a day after they were last full.
 
 Claim logs (engine v3, docs/adr/0100-engine-v3-candidates.md; ``querator.ports.log``)
-    One log (``LogKey``: a lane of a partition) is one partition key of the items table,
-    ``<queue>~<partition>~v<lane>`` (``log_partition_key``), apart from engine v2's keys. Under it,
-    told apart by their first character:
+    One log (``LogKey``: a lane of a partition) is two partition keys of the items table, apart from
+    engine v2's keys: its rows under ``<queue>~<partition>~v<lane>~r`` (``log_rows_key``), the rest
+    under ``<queue>~<partition>~v<lane>`` (``log_partition_key``). The two take DynamoDB's 1,000
+    write units a second each: the head's three small writes a call (take, claim, complete) on one,
+    the rows' bytes on the other, so a partition carries 3,333 items a second in calls of 10, where
+    one key for both carried 2,000 (docs/adr/0100-engine-v3-candidates.md, the ceiling).
+
+    Under the rows' key:
 
     - ``D<16 hex position>``: a packed row, written once, holding the items (codec maps without
       ids) at consecutive positions from the one in its key; ``ttl`` is its items' latest expire
       deadline plus a day (DynamoDB deletes it free). A filler row (``f``, no items) marks one
       position of a filled hole: one per position, so a late writer whose row starts anywhere in
       a filled range finds its first position taken.
+
+    Under the log's key, told apart by their first character:
+
     - ``H``: the head: the sequencer ``tail``, the claim cursor ``cur``, lease records in ``ls``
       (token -> count, deadline, claimed at, settled positions, version, explicit positions of a
       split-off record, the coming priorities of positions reprioritized while leased) with each
@@ -157,6 +165,8 @@ def bucket_key(queue: str, bucket: str) -> dict[str, dict[str, str]]:
 
 # Claim logs (engine v3): row kinds and attributes (see the docstring). Short: every name is billed.
 LOG_MARK = "v"
+#: After a log's partition key and the separator: the key of its packed rows.
+LOG_ROWS_MARK = "r"
 LOG_HEAD_SK = "H"
 LOG_ROW_PREFIX = "D"
 LOG_RECORD_PREFIX = "P"
@@ -210,6 +220,12 @@ LOG_RECORD_REF = "r"
 def log_partition_key(queue: str, partition: int, lane: str) -> str:
     """The partition key of a claim log: a lane of a queue partition (``querator.ports.log``)."""
     return f"{queue}{SEPARATOR}{partition}{SEPARATOR}{LOG_MARK}{lane}"
+
+
+def log_rows_key(queue: str, partition: int, lane: str) -> str:
+    """The partition key of a claim log's packed rows (``D…``): apart from its head's, so the two
+    do not share one key's write units."""
+    return f"{log_partition_key(queue, partition, lane)}{SEPARATOR}{LOG_ROWS_MARK}"
 
 
 # Catalog table.

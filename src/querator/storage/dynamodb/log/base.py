@@ -72,6 +72,15 @@ def _key(key: LogKey, sort_key: str) -> AttributeMap:
     return {schema.PK: _pk(key), schema.SK: {"S": sort_key}}
 
 
+def _rows_pk(key: LogKey) -> dict[str, str]:
+    """The partition key of the log's packed rows (``schema.log_rows_key``)."""
+    return {"S": schema.log_rows_key(key.queue, key.partition, key.lane)}
+
+
+def _row_key(key: LogKey, position: int) -> AttributeMap:
+    return {schema.PK: _rows_pk(key), schema.SK: {"S": _row_sk(position)}}
+
+
 def _row_sk(position: int) -> str:
     return f"{schema.LOG_ROW_PREFIX}{position:016x}"
 
@@ -198,7 +207,7 @@ def _pack(entries: Sequence[AttributeMap]) -> list[range]:
 def _row(key: LogKey, first: int, entries: Sequence[AttributeMap], items: Sequence[Item]) -> AttributeMap:
     latest = max(item.expire_deadline for item in items)
     return {
-        **_key(key, _row_sk(first)),
+        **_row_key(key, first),
         schema.LOG_ITEMS: {"L": [{"M": entry} for entry in entries]},
         # DynamoDB's TTL deletes the row free (within ~48 h) a day after its last item expired.
         schema.TTL: _num(int((latest + _ROW_TTL).timestamp())),
@@ -209,7 +218,7 @@ def _filler(key: LogKey, position: int, now: datetime, count: int = 1) -> Attrib
     """A filler row. A lease fills one position per row (a late writer's row may start at any of
     them); only a writer giving up positions of its own fills several with one (``count``)."""
     attrs = {
-        **_key(key, _row_sk(position)),
+        **_row_key(key, position),
         schema.LOG_FILLER: {"BOOL": True},
         schema.TTL: _num(int((now + _ROW_TTL).timestamp())),
     }
@@ -616,7 +625,22 @@ class DynamoDBLogBase(_Port):
         self, key: LogKey, first: int, last: int, operation: str, *, consistent: bool = True
     ) -> list[AttributeMap]:
         """The rows holding positions ``first`` .. ``last``, read backwards from ``last`` to the row
-        that starts at or before ``first``, in position order."""
+        that starts at or before ``first``, in position order.
+
+        Rows live under the log's rows key. A log written before they had a key of their own keeps
+        its earlier rows under the head's: when the rows key has none at or before ``first``, the
+        rest is read there (one more Query, only then: a hole at a run's start pays it too)."""
+        rows = self._rows_back_in(_rows_pk(key), first, last, operation, consistent=consistent)
+        if rows and _row_position(rows[0]) <= first:
+            return rows
+        below = _row_position(rows[0]) - 1 if rows else last
+        earlier = self._rows_back_in(_pk(key), first, below, operation, consistent=consistent)
+        return earlier + rows
+
+    def _rows_back_in(
+        self, pk: dict[str, str], first: int, last: int, operation: str, *, consistent: bool
+    ) -> list[AttributeMap]:
+        """``_rows_back`` under one partition key."""
         rows: list[AttributeMap] = []
         start_key: AttributeMap | None = None
         limit = 1
@@ -625,7 +649,7 @@ class DynamoDBLogBase(_Port):
                 "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :lo AND :hi",
                 "ExpressionAttributeNames": {"#pk": schema.PK, "#sk": schema.SK},
                 "ExpressionAttributeValues": {
-                    ":pk": _pk(key),
+                    ":pk": pk,
                     ":lo": {"S": schema.LOG_ROW_PREFIX},
                     ":hi": {"S": _row_sk(last)},
                 },
@@ -714,7 +738,7 @@ class DynamoDBLogBase(_Port):
     def _get_row(self, key: LogKey, position: int) -> AttributeMap | None:
         try:
             reply = self._client.get_item(
-                TableName=self._table, Key=_key(key, _row_sk(position)), ConsistentRead=True
+                TableName=self._table, Key=_row_key(key, position), ConsistentRead=True
             )
         except ClientError as exc:
             raise translate(exc, "fill") from exc

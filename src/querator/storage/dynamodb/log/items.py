@@ -43,6 +43,7 @@ from querator.storage.dynamodb.log.base import (
     _row_length,
     _row_position,
     _row_sk,
+    _rows_pk,
     _schedule_sk,
     _scheduled_id_for,
     _seconds,
@@ -339,17 +340,26 @@ class DynamoDBLogItems(DynamoDBLogBase):
         """Rows from the one holding ``position`` on, up to a page."""
         back = self._rows_back(key, position, position, "list")
         first = back[0] if back else None
-        rows, _ = self._query(
-            "list",
-            KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
-            ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
-            ExpressionAttributeValues={
-                ":pk": _pk(key),
-                ":lo": {"S": _row_sk(position + 1)},
-                ":hi": {"S": f"{schema.LOG_ROW_PREFIX}~"},
-            },
-            Limit=max(1, min(limit, _ROW_PAGE)),
-        )
+        # Rows under the log's rows key; a log written before they had a key of their own keeps
+        # its earlier ones under the head's, so a listing that starts among those reads both.
+        keys = [_rows_pk(key)]
+        if first is not None and first[schema.PK] == _pk(key):
+            keys.insert(0, _pk(key))
+        rows = []
+        for pk in keys:
+            page, _ = self._query(
+                "list",
+                KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
+                ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
+                ExpressionAttributeValues={
+                    ":pk": pk,
+                    ":lo": {"S": _row_sk(position + 1)},
+                    ":hi": {"S": f"{schema.LOG_ROW_PREFIX}~"},
+                },
+                Limit=max(1, min(limit, _ROW_PAGE)),
+            )
+            rows += page
+        rows = sorted(rows, key=_row_position)[: max(1, min(limit, _ROW_PAGE))]
         if first is not None:
             at = _row_position(first)
             length = _row_length(first)

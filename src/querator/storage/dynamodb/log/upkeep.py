@@ -25,6 +25,7 @@ from querator.storage.dynamodb.log.base import (
     _num,
     _numbers,
     _pk,
+    _rows_pk,
 )
 
 if TYPE_CHECKING:
@@ -211,20 +212,25 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
     def purge(self, key: LogKey, *, limit: int) -> int:
         if limit <= 0:
             return 0
-        rows, _ = self._query(
-            "purge",
-            KeyConditionExpression="#pk = :pk",
-            ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
-            ExpressionAttributeValues={":pk": _pk(key)},
-            ProjectionExpression="#pk, #sk",
-            Limit=limit + 1,
-        )
-        if len(rows) <= limit:
-            # The last page: everything left goes, the head with it.
-            chosen = rows
-        else:
-            # The head goes last: other rows first.
-            chosen = [r for r in rows if r[schema.SK]["S"] != schema.LOG_HEAD_SK][:limit]
-        keys = [{schema.PK: r[schema.PK], schema.SK: r[schema.SK]} for r in chosen]
-        self._batch_delete(keys, "purge")
-        return len(keys)
+        # The rows' key first (it holds nothing else), then the log's own, its head last.
+        for pk in (_rows_pk(key), _pk(key)):
+            rows, _ = self._query(
+                "purge",
+                KeyConditionExpression="#pk = :pk",
+                ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
+                ExpressionAttributeValues={":pk": pk},
+                ProjectionExpression="#pk, #sk",
+                Limit=limit + 1,
+            )
+            if not rows:
+                continue
+            if len(rows) <= limit or pk != _pk(key):
+                # The rows' key, or the last page of the log's: everything read goes.
+                chosen = rows[:limit]
+            else:
+                # The head goes last: other rows first.
+                chosen = [r for r in rows if r[schema.SK]["S"] != schema.LOG_HEAD_SK][:limit]
+            keys = [{schema.PK: r[schema.PK], schema.SK: r[schema.SK]} for r in chosen]
+            self._batch_delete(keys, "purge")
+            return len(keys)
+        return 0
