@@ -7,18 +7,27 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
+import struct
 import threading
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from querator.domain.model import Item, NewItem, QueueInfo
+from querator.domain.model import Item, NewItem, QueueInfo, timestamp_us
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id
 from querator.ports import Guard
 from querator.ports.log import Claim, LeaseRun, LogAges, LogKey, Settlement
 from querator.storage import memory, sqlite
-from querator.storage.log_engine import ROW_BYTES, ClaimLogEngine, PackedRow
+from querator.storage.log_engine import (
+    ROW_BYTES,
+    ClaimLogEngine,
+    PackedRow,
+    decode_items,
+    encode_item,
+    pack_row,
+)
 from querator.storage.memory import InMemoryClaimLog
 from querator.storage.sqlite import SCHEMA_VERSION, SQLiteClaimLog, SQLiteDatabase
 from querator.testing import EPOCH, FakeClock, sqlite_service
@@ -437,6 +446,74 @@ def test_a_claim_of_part_of_a_packed_row_reads_that_row_and_takes_only_its_run(l
     second = log.claim(KEY, count=2, deadline=NOW + timedelta(minutes=1), now=NOW)
     assert [i.id for i in first.items + second.items] == [i.id for i in stored[:5]]
     assert log.head(KEY).leased == 5
+
+
+def test_an_item_that_never_failed_is_encoded_byte_for_byte_as_before_failures_were_kept():
+    # The layout before failure reasons: times, attempts, next priority, six string lengths, payload.
+    before = struct.Struct("<qqqIb6H")
+    plain = item(1, size=100)
+    created, expire = timestamp_us(plain.created_at), timestamp_us(plain.expire_deadline)
+
+    data, reply = encode_item(plain)
+
+    assert data == before.pack(created, expire, -(2**63), 0, -1, 0, 0, 0, 0, 0, 0) + plain.payload
+    assert len(data) == 41 + 100 and reply == 100
+    strings = item(2, reference="r", group="g", attempts=2, next_priority=3)
+    data, _ = encode_item(strings)
+    assert data == before.pack(created, expire, -(2**63), 2, 3, 1, 0, 0, 0, 0, 1) + b"rg" + strings.payload
+
+
+def test_a_failed_item_carries_its_reason_and_count_and_rows_of_the_old_layout_still_read():
+    failed = item(1, last_reason="ValueError: café", failures=3, next_priority=0, group="g")
+    never = item(2, next_priority=9)
+    old_row = pack_row([encode_item(never)[0]])  # what a file written before failures holds
+
+    data, reply = encode_item(failed)
+
+    assert len(data) == len(encode_item(replace(failed, last_reason="", failures=0))[0]) + 6 + 17
+    assert reply == failed.reply_size()
+    [back] = decode_items(pack_row([data]), 0, [0], "", deadline=None, bump=0)
+    assert (back.last_reason, back.failures, back.next_priority, back.group) == (
+        "ValueError: café",
+        3,
+        0,
+        "g",
+    )
+    assert back.payload == failed.payload
+    [old] = decode_items(old_row, 0, [0], "", deadline=None, bump=0)
+    assert (old.last_reason, old.failures, old.next_priority) == ("", 0, 9)
+    # A count without a reason (an import) and a reason of the most bytes keep too.
+    for given in (item(3, failures=1), item(4, last_reason="x" * 1024, failures=65_000)):
+        [again] = decode_items(pack_row([encode_item(given)[0]]), 0, [0], "", deadline=None, bump=0)
+        assert (again.last_reason, again.failures, again.payload) == (
+            given.last_reason,
+            given.failures,
+            given.payload,
+        )
+
+
+def test_a_failed_item_keeps_its_reason_through_a_claim_a_move_and_a_listing(log):
+    [stored] = log.append(KEY, [item(1, last_reason="boom", failures=1)], now=NOW)
+    claim = log.claim(KEY, count=1, deadline=NOW + timedelta(minutes=1), now=NOW)
+    assert [(i.last_reason, i.failures) for i in claim.items] == [("boom", 1)]
+
+    moved = replace(claim.items[0], last_reason="again", failures=2)
+    settled = log.settle(
+        KEY, [Settlement(id=stored.id, to=DEAD, item=moved)], guard=Guard.LEASE_VALID, now=NOW
+    )
+
+    assert settled.applied == [stored.id]
+    [listed] = log.list_items(DEAD, after="", limit=10, now=NOW)
+    assert (listed.last_reason, listed.failures) == ("again", 2)
+    assert [(i.last_reason, i.failures) for i in log.get(DEAD, [listed.id], now=NOW).values()] == [
+        ("again", 2)
+    ]
+    # The schedule keeps them too.
+    later = replace(moved, enqueue_at=NOW + timedelta(minutes=1))
+    [scheduled] = log.append(KEY, [later], now=NOW)
+    assert log.promote(KEY, now=NOW + timedelta(minutes=1), limit=10) == 1
+    claim = log.claim(KEY, count=5, deadline=NOW + timedelta(minutes=5), now=NOW + timedelta(minutes=1))
+    assert [(i.last_reason, i.failures) for i in claim.items] == [("again", 2)] and scheduled.id
 
 
 # -- reads O(returned) ------------------------------------------------------------------------------
