@@ -42,6 +42,7 @@ pytestmark = pytest.mark.disable_socket
 NOW = EPOCH + timedelta(days=1)
 KEY = LogKey("jobs", 0)
 DEAD = LogKey("jobs-dead", 0)
+OTHER = LogKey("other", 0)
 
 
 def item(n: int, *, size: int = 0, at: datetime = NOW, **fields: Any) -> Item:
@@ -301,6 +302,8 @@ def test_the_migration_from_schema_7_keeps_leases_in_flight_and_gives_them_comin
     # The file as schema 7 left it: lease records without their coming priorities, and rows and
     # records without the sums of their items' creation times.
     old = sqlite3.connect(path)
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")  # schema 9's
+    old.execute("ALTER TABLE items DROP COLUMN failures")
     old.execute("ALTER TABLE log_leases DROP COLUMN priorities")
     old.execute("ALTER TABLE log_leases DROP COLUMN created")
     old.execute("ALTER TABLE log_rows DROP COLUMN created")
@@ -312,7 +315,7 @@ def test_the_migration_from_schema_7_keeps_leases_in_flight_and_gives_them_comin
     log, database = sqlite_log(path)
 
     with contextlib.closing(sqlite3.connect(path)) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     ids = [i.id for i in claim.items]
     assert [i.next_priority for i in log.get(KEY, ids, now=NOW).values()] == [None] * 3
     assert log.set_next_priority(KEY, ids[1:], priority=0, now=NOW).applied == ids[1:]
@@ -349,6 +352,8 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
     old = sqlite3.connect(path)
     for table in ("log_heads", "log_rows", "log_leases", "log_schedule"):
         old.execute(f"DROP TABLE {table}")
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")  # schema 9's
+    old.execute("ALTER TABLE items DROP COLUMN failures")
     old.execute("UPDATE querator_meta SET value = '6' WHERE key = 'schema_version'")
     old.execute("PRAGMA user_version = 6")
     old.commit()
@@ -358,10 +363,13 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
 
     upgraded = sqlite_service(path, clock=clock)
     with contextlib.closing(sqlite3.connect(path)) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         columns = {row[1] for row in check.execute("PRAGMA table_info(log_rows)")}
         assert "created" in columns  # schema 8: the rows' sums of creation times
-        assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == v2_rows
+        # Schema 9 adds the items' failure columns, empty on every item that was there.
+        assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == [
+            (*row, None, None) for row in v2_rows
+        ]
         assert check.execute("SELECT * FROM heads").fetchall() == v2_heads
     # v2 goes on: its lease honoured, its waiting items leased in order.
     assert upgraded.complete("jobs", 0, [held.id]).failed == []
@@ -373,6 +381,56 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_by_v2(tmp_path):
     log.append(KEY, [item(1)], now=NOW)
     claim = log.claim(KEY, count=5, deadline=NOW + timedelta(minutes=1), now=NOW)
     assert [i.payload for i in claim.items] == [b"1|"]
+
+
+def test_the_migration_from_schema_8_keeps_every_item_and_then_records_failures_on_both_engines(tmp_path):
+    path = tmp_path / "q.db"
+    clock = FakeClock(NOW)
+    service = sqlite_service(path, clock=clock, engine=2)
+    service.create_queue(
+        QueueInfo(
+            name="jobs",
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(days=1),
+            created_at=NOW,
+            updated_at=NOW,
+        )
+    )
+    service.produce("jobs", [NewItem(payload=b"v2-held"), NewItem(payload=b"v2-waiting")])
+    [held] = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+    log = SQLiteClaimLog(service.store._db)  # type: ignore[attr-defined]
+    [logged] = log.append(OTHER, [item(1)], now=NOW)
+    service.store._db.close()  # type: ignore[attr-defined]
+    # The file as schema 8 left it: items without their failure columns.
+    old = sqlite3.connect(path)
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")
+    old.execute("ALTER TABLE items DROP COLUMN failures")
+    old.execute("UPDATE querator_meta SET value = '8' WHERE key = 'schema_version'")
+    old.execute("PRAGMA user_version = 8")
+    old.commit()
+    v2_rows = old.execute("SELECT * FROM items ORDER BY id").fetchall()
+    v3_rows = old.execute("SELECT * FROM log_rows").fetchall()
+    old.close()
+
+    upgraded = sqlite_service(path, clock=clock, engine=3)
+
+    with contextlib.closing(sqlite3.connect(path)) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone() == (
+            "9",
+        )
+        assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == [
+            (*r, None, None) for r in v2_rows
+        ]
+        assert check.execute("SELECT * FROM log_rows").fetchall() == v3_rows
+    assert [(i.payload, i.last_reason, i.failures) for i in upgraded.list_items("jobs", 0)] == [
+        (b"v2-held", "", 0),
+        (b"v2-waiting", "", 0),
+    ]
+    assert held.id
+    log = SQLiteClaimLog(upgraded.store._db)  # type: ignore[attr-defined]
+    [read] = log.get(OTHER, [logged.id], now=NOW).values()
+    assert (read.payload, read.last_reason, read.failures) == (logged.payload, "", 0)
 
 
 # -- atomic calls -----------------------------------------------------------------------------------

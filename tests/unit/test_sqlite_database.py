@@ -80,6 +80,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     old.execute("ALTER TABLE items DROP COLUMN source_queue")
     old.execute("ALTER TABLE items DROP COLUMN next_priority")
     old.execute("ALTER TABLE items DROP COLUMN item_group")
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")
+    old.execute("ALTER TABLE items DROP COLUMN failures")
     old.execute("ALTER TABLE heads DROP COLUMN bands")
     old.execute("ALTER TABLE heads DROP COLUMN produced")
     old.execute("ALTER TABLE heads DROP COLUMN completed")
@@ -120,8 +122,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
     assert len(upgraded.lease("jobs", batch_size=10, client_id="c", timeout=timedelta(0)).items) == 1
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
-    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "8"
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "9"
     check.close()
 
 

@@ -99,7 +99,7 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: Lease rate-limit buckets: a bucket's ``tat`` (``querator.domain.ratelimit``), one row per queue
 #: and per group that leased under a limit, dropped with the queue.
 _RATE_BUCKETS = (
@@ -148,6 +148,13 @@ _CLAIM_LOG_AGES = (
 #: A leased log item's coming priority (``ClaimLog.set_next_priority``, ``queue.reprioritize``):
 #: ``(position, priority)`` pairs of a lease record, as int64s; NULL for none (most records).
 _LEASE_PRIORITIES = ("ALTER TABLE log_leases ADD COLUMN priorities BLOB",)
+#: Why an item last failed and how many failures it had (``Item.last_reason``, ``Item.failures``):
+#: NULL on an item that never failed. The claim logs' rows carry them in their items' encoding
+#: (``storage.log_engine``), which a Querator older than schema 9 would misread: hence the version.
+_FAILURE_COLUMNS = (
+    "ALTER TABLE items ADD COLUMN last_reason TEXT",
+    "ALTER TABLE items ADD COLUMN failures INTEGER",
+)
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: the queue a dead letter came from, for queue.redrive.
@@ -176,6 +183,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 8: the claim logs' sums of their items' creation times, for queue.stats' ages; and the
     # priority a leased log item goes back with, kept with its lease record.
     8: (*_CLAIM_LOG_AGES, *_LEASE_PRIORITIES),
+    # 9: failure reasons: on v2's items as columns, in v3's rows as part of an item's encoding.
+    9: _FAILURE_COLUMNS,
 }
 #: Pages the write-ahead log takes before a commit copies them back into the file (SQLite's default
 #: is 1,000). A checkpoint flushes the log and the file to disk, the one flush ``synchronous=NORMAL``
@@ -199,7 +208,7 @@ CREATE TABLE items (
     created_us INTEGER NOT NULL, enqueue_us INTEGER, size INTEGER NOT NULL,
     payload BLOB NOT NULL, reference TEXT NOT NULL, encoding TEXT NOT NULL, kind TEXT NOT NULL,
     source_id TEXT NOT NULL, source_queue TEXT NOT NULL DEFAULT '', next_priority INTEGER,
-    item_group TEXT NOT NULL DEFAULT '',
+    item_group TEXT NOT NULL DEFAULT '', last_reason TEXT, failures INTEGER,
     PRIMARY KEY (queue, part, id)
 ) WITHOUT ROWID;
 CREATE TABLE heads (
@@ -247,7 +256,7 @@ _SELECT_QUEUE = (
 _STATE_COLUMNS = "id, attempts, lease_us, expire_us, created_us, enqueue_us, size"
 _ITEM_COLUMNS = (
     f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id, source_queue, next_priority,"
-    " item_group"
+    " item_group, last_reason, failures"
 )
 _HEAD_COLUMNS = (
     "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
@@ -339,6 +348,8 @@ def _item(row: Any) -> Item:
         source_queue=row[12],
         next_priority=row[13],
         group=row[14],
+        last_reason=row[15] or "",
+        failures=row[16] or 0,
     )
 
 
@@ -545,7 +556,7 @@ _COUNT_PRODUCED = (
 
 _PUT_ITEM = (
     f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 
@@ -569,6 +580,9 @@ def _item_row(queue: str, partition: int, item: Item) -> tuple[Any, ...]:
         item.source_queue,
         item.next_priority,
         item.group,
+        # NULL (one byte of the row's header each) unless the item failed.
+        item.last_reason or None,
+        item.failures or None,
     )
 
 
