@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from querator.domain.model import Item, NewItem, QueueInfo, timestamp_us
+from querator.domain.model import Item, NewItem, QueueInfo, RetryRequest, timestamp_us
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id
 from querator.ports import Guard
 from querator.ports.log import Claim, LeaseRun, LogAges, LogKey, Settlement
@@ -427,7 +427,11 @@ def test_the_migration_from_schema_8_keeps_every_item_and_then_records_failures_
         (b"v2-held", "", 0),
         (b"v2-waiting", "", 0),
     ]
-    assert held.id
+    # The item leased before the upgrade is retried within v2's rows, its reason kept there.
+    assert upgraded.retry("jobs", 0, [RetryRequest(id=held.id, reason="db down")]).failed == []
+    listed = {i.payload: i for i in upgraded.list_items("jobs", 0)}
+    assert (listed[b"v2-held"].last_reason, listed[b"v2-held"].failures) == ("db down", 1)
+    assert not listed[b"v2-held"].id.count("l")  # still a v2 id
     log = SQLiteClaimLog(upgraded.store._db)  # type: ignore[attr-defined]
     [read] = log.get(OTHER, [logged.id], now=NOW).values()
     assert (read.payload, read.last_reason, read.failures) == (logged.payload, "", 0)

@@ -17,7 +17,7 @@ import pytest
 
 from querator.domain.errors import StoreThrottledError
 from querator.domain.ids import IdFactory, key_after
-from querator.domain.model import Item, NewItem, QueueInfo, QueueUpdate
+from querator.domain.model import Item, NewItem, QueueInfo, QueueUpdate, RetryRequest
 from querator.ports import Guard
 from querator.storage import sqlite as sqlite_module
 from querator.storage.engine import SortedRowsStore
@@ -125,6 +125,22 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "9"
     check.close()
+
+
+def test_v2_items_store_their_failure_columns_only_when_they_failed(tmp_path):
+    path = tmp_path / "querator.db"
+    service = sqlite_service(path, clock=FakeClock(), engine=2)
+    make_queue(service)
+    service.produce("jobs", [NewItem(payload=b"fine"), NewItem(payload=b"failing")])
+    leased = service.lease("jobs", batch_size=2, client_id="c", timeout=timedelta(0)).items
+    service.retry("jobs", 0, [RetryRequest(id=leased[1].id, reason="ValueError: no")])
+
+    check = sqlite3.connect(path)
+    rows = check.execute("SELECT payload, last_reason, failures FROM items ORDER BY payload").fetchall()
+    check.close()
+
+    # NULL, one byte of the record's header each, on the item that never failed.
+    assert rows == [(b"failing", "ValueError: no", 1), (b"fine", None, None)]
 
 
 def test_a_database_of_a_newer_schema_is_refused_and_left_as_it_was(tmp_path):
