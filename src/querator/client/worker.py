@@ -43,7 +43,15 @@ from querator.client.errors import (
     UnknownMethodError,
     UnsupportedContentError,
 )
-from querator.client.models import Duration, LeasedItem, Renewal, RetryItem, duration_seconds
+from querator.client.models import (
+    Duration,
+    LeasedItem,
+    Renewal,
+    RetryItem,
+    duration_seconds,
+    duration_to_wire,
+    reason_text,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -98,8 +106,24 @@ class RetryLater(Exception):  # noqa: N818 - an instruction to the worker, not a
     def __init__(self, delay: Duration, message: str = "") -> None:
         if duration_seconds(delay) < 0:
             raise ValueError(f"RetryLater takes a delay of 0 or more, not {delay!r}")
-        super().__init__(message or f"retry in {delay}")
+        super().__init__(message or f"retry in {duration_to_wire(delay)}")
         self.delay = delay
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason the worker sends with the retry or dead letter of an item whose handler raised
+    ``exc`` (the server keeps it as the item's ``last_reason``): a ``DeadLetter`` or ``RetryLater``
+    says its own message (``DeadLetter("cannot handle it")``: ``"cannot handle it"``); any other
+    exception its type and message (``"ValueError: bad input"``; the type alone when it has no
+    message). On one line and cut to ``MAX_REASON_BYTES`` (``reason_text``)."""
+    try:
+        text = str(exc)
+    # The exception is the user's: one whose __str__ fails still fails only its item, by its type.
+    except Exception:
+        text = ""
+    if isinstance(exc, DeadLetter | RetryLater):
+        return reason_text(text or type(exc).__name__)
+    return reason_text(f"{type(exc).__name__}: {text}" if text.strip() else type(exc).__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -893,12 +917,14 @@ class _Worker:
             last = self.max_attempts > 0 and item.attempts >= self.max_attempts
             log.info("item %s of %s: retry in %s", item.id, self.queue_name, exc.delay)
             self._settle(
-                job, RetryItem(id=item.id, retry_in=exc.delay), "dead_lettered" if last else "retried"
+                job,
+                RetryItem(id=item.id, retry_in=exc.delay, reason=failure_reason(exc)),
+                "dead_lettered" if last else "retried",
             )
         except self.dead_letter_on as exc:
             self.state.count("failures")
             log.info("item %s of %s: dead letter (%r)", item.id, self.queue_name, exc)
-            self._settle(job, RetryItem(id=item.id, dead=True), "dead_lettered")
+            self._settle(job, RetryItem(id=item.id, dead=True, reason=failure_reason(exc)), "dead_lettered")
         # The handler is the user's code: whatever it raises (even SystemExit) is that item's
         # failure, never the worker's, so this is the one place that catches everything; a thread
         # that died here would leave its item held until the worker stops.
@@ -910,7 +936,11 @@ class _Worker:
             delay = self.backoff(item.attempts)
             log.info("item %s of %s failed on attempt %d (%r)", item.id, self.queue_name, item.attempts, exc)
             # The server dead-letters a retried item that used its max_attempts; count it as such.
-            self._settle(job, RetryItem(id=item.id, retry_in=delay), "dead_lettered" if last else "retried")
+            self._settle(
+                job,
+                RetryItem(id=item.id, retry_in=delay, reason=failure_reason(exc)),
+                "dead_lettered" if last else "retried",
+            )
         else:
             self._settle(job, None, "completed")
 
