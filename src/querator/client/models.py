@@ -142,16 +142,18 @@ def check_reason(value: object, what: str = "reason") -> str:
     return value
 
 
-def reason_text(text: str, *, keep_end: bool = False) -> str:
+def reason_text(text: str, *, keep_end: bool = False, limit: int = MAX_REASON_BYTES) -> str:
     """``text`` as a reason the server takes: each run of whitespace, control characters and line
-    breaks one space, the ends stripped, and cut to ``MAX_REASON_BYTES`` at a character boundary
-    (``…`` where it was cut): its start kept, or (``keep_end``) its end, as for the tail of a log."""
+    breaks one space, the ends stripped, and cut to ``limit`` bytes of UTF-8 (``MAX_REASON_BYTES``
+    at most) at a character boundary (``…`` where it was cut): its start kept, or (``keep_end``) its
+    end, as for the tail of a log."""
+    limit = min(limit, MAX_REASON_BYTES)
     words = "".join(" " if c.isspace() or unicodedata.category(c) in _NOT_PRINTABLE else c for c in text)
     flat = " ".join(words.split())
     data = flat.encode()
-    if len(data) <= MAX_REASON_BYTES:
+    if len(data) <= limit:
         return flat
-    room = MAX_REASON_BYTES - len(_ELLIPSIS.encode())
+    room = limit - len(_ELLIPSIS.encode())
     if keep_end:
         return _ELLIPSIS + data[len(data) - room :].decode(errors="ignore")
     return data[:room].decode(errors="ignore") + _ELLIPSIS
