@@ -202,3 +202,27 @@ def test_items_a_stopping_worker_puts_back_record_no_failure(client: Client, que
 
     [back] = client.list_items(queue_name)
     assert (back.last_reason, back.failures, back.is_leased) == ("", 0, False)
+
+
+def test_a_reason_hook_of_its_own_words_and_one_that_fails(client: Client, queue_name: str) -> None:
+    client.create_queue(queue_name, lease_timeout="30s", expire_timeout="1h", max_attempts=3)
+    client.produce(queue_name, [b"a"])
+
+    def handler(item: LeasedItem) -> None:
+        raise OSError(5, "input/output error")
+
+    def words(exc: BaseException) -> str:
+        if isinstance(exc, OSError):
+            return f"disk\nerror {exc.errno}"  # two lines: put on one
+        raise AssertionError("never")
+
+    client.consume(queue_name, handler, reason=words, max_items=1, **QUICK)
+    [item] = client.list_items(queue_name)
+    assert (item.last_reason, item.failures) == ("disk error 5", 1)
+
+    def broken(exc: BaseException) -> str:
+        raise RuntimeError("bug in the hook")
+
+    client.consume(queue_name, handler, reason=broken, max_items=1, **QUICK)
+    [item] = client.list_items(queue_name)
+    assert (item.last_reason, item.failures) == ("OSError: [Errno 5] input/output error", 2)
