@@ -134,7 +134,7 @@ class ItemCalls:
             )
         if dead:
             moved, _ = self._settler.dead_letter(
-                queue, partition, dead, Guard.LEASE_VALID, now, failed=lambda item: failing[item.id]
+                queue, partition, dead, Guard.LEASE_VALID, now, entering=failing
             )
             done |= moved
         failed += [IdFailure(id=i, reason=NOT_LEASED) for i in attempted if i not in done]

@@ -36,7 +36,7 @@ from querator.service.settle import SettleOutcome
 from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, REPLY_ITEM_OVERHEAD, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime
 
     from querator.domain.model import QueueInfo, RetryRequest
@@ -360,7 +360,7 @@ class Logs:
         expired = [item for item in items if item.expire_deadline <= now]
         if not expired:
             return items
-        gone = set(self._dead_letter(queue, key, expired, Guard.LEASE_VALID, now, failed=_expired))
+        gone = set(self._dead_letter(queue, key, expired, Guard.LEASE_VALID, now, entering=_expired(expired)))
         return [item for item in items if item.id not in gone]
 
     # -- settling -------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ class Logs:
                         dead,
                         Guard.LEASE_VALID,
                         now,
-                        failed=lambda item, given=failing: given[item.id],
+                        entering=failing,
                     )
                 )
         return applied
@@ -462,7 +462,7 @@ class Logs:
                             [item],
                             Guard.NOT_VALIDLY_LEASED,
                             now,
-                            failed=lambda item, why=decision: reasons.after_decision(item, why, now),
+                            entering={item_id: reasons.after_decision(item, decision, now)},
                         )
                     except DeadLetterQueueMissingError:
                         log.warning("dead_queue of %s is missing; the item stays", queue.name)
@@ -552,11 +552,11 @@ class Logs:
         guard: Guard,
         now: datetime,
         *,
-        failed: Callable[[Item], Item],
+        entering: Mapping[str, Item],
     ) -> list[str]:
         """Move ``items`` to the queue's dead-letter queue (drop them when it has none); the ids
-        that went. ``failed``: each item as it enters the dead-letter queue, with the failure that
-        sends it there (``querator.domain.reasons``)."""
+        that went. ``entering``: by id, each item as it enters the dead-letter queue, with the
+        failure that sends it there (``querator.domain.reasons``)."""
         if not queue.dead_queue:
             return self._settle(key, [Settlement(id=i.id) for i in items], guard=guard, now=now).applied
         try:
@@ -573,7 +573,7 @@ class Logs:
                 to=lane_key(
                     target, item.landing_partition(target.partitions), item.returning_priority, item.group
                 ),
-                item=failed(item).as_dead_letter(
+                item=entering.get(item.id, item).as_dead_letter(
                     new_id="",  # the dead-letter queue's log assigns it
                     source_queue=queue.name,
                     expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
@@ -619,17 +619,12 @@ class Logs:
                 }
             for reason, items in dead.items():
                 decision = lifecycle.Decision(Action.DEAD_LETTER, reason)
+                entering = {
+                    i.id: reasons.after_decision(replace(i, lease_deadline=run.deadline), decision, now)
+                    for i in items
+                }
                 try:
-                    gone = self._dead_letter(
-                        queue,
-                        key,
-                        items,
-                        Guard.LEASE_EXPIRED,
-                        now,
-                        failed=lambda item, why=decision, at=run.deadline: reasons.after_decision(
-                            replace(item, lease_deadline=at), why, now
-                        ),
-                    )
+                    gone = self._dead_letter(queue, key, items, Guard.LEASE_EXPIRED, now, entering=entering)
                 except DeadLetterQueueMissingError:
                     log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(items))
                     outcome.skipped += len(items)
@@ -676,7 +671,7 @@ class Logs:
         expired = [item for item in waiting if item.lease_deadline is None and item.expire_deadline <= now]
         if expired:
             try:
-                gone = self._dead_letter(queue, key, expired, Guard.ANY, now, failed=_expired)
+                gone = self._dead_letter(queue, key, expired, Guard.ANY, now, entering=_expired(expired))
             except DeadLetterQueueMissingError:
                 log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(expired))
                 outcome.skipped += len(expired)
@@ -900,9 +895,9 @@ def _move(
     )
 
 
-def _expired(item: Item) -> Item:
-    """``item`` as the service dead-letters it for outliving ``expire_timeout`` while waiting."""
-    return reasons.ended(item, reasons.EXPIRED)
+def _expired(items: Iterable[Item]) -> dict[str, Item]:
+    """``items`` as the service dead-letters them for outliving ``expire_timeout`` while waiting."""
+    return {item.id: reasons.ended(item, reasons.EXPIRED) for item in items}
 
 
 def _rank(lane: str) -> int:

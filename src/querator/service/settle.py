@@ -17,7 +17,7 @@ from querator.domain.priority import band_of
 from querator.ports import Guard, Move
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
 
     from querator.domain.ids import IdFactory
@@ -116,7 +116,7 @@ class Settler:
                 return outcome
         items = self._store.get_many(queue.name, partition, [state.id for state, _ in found])
         requeue: list[Move] = []
-        dead_items: list[tuple[Item, Guard, str]] = []
+        dead_items: list[tuple[Item, Guard, lifecycle.Decision]] = []
         for state, decision in found:
             item = items.get(state.id)
             if item is None:
@@ -139,24 +139,19 @@ class Settler:
             batch = [(item, decision) for item, g, decision in dead_items if g is guard]
             if not batch:
                 continue
-            decisions = {item.id: decision for item, decision in batch}
+            entering = {item.id: reasons.after_decision(item, why, now) for item, why in batch}
             try:
                 done, moved_out = self.dead_letter(
-                    queue,
-                    partition,
-                    [item for item, _ in batch],
-                    guard,
-                    now,
-                    failed=lambda item, given=decisions: reasons.after_decision(item, given[item.id], now),
+                    queue, partition, [item for item, _ in batch], guard, now, entering=entering
                 )
             except DeadLetterQueueMissingError:
                 log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(batch))
                 outcome.skipped += len(batch)
                 continue
             outcome.add(moved_out)
-            for item, decision in batch:
+            for item, why in batch:
                 if item.id in done:
-                    outcome.count(decision.reason)
+                    outcome.count(why.reason)
         return outcome
 
     def _delete_dead(
@@ -220,13 +215,13 @@ class Settler:
         guard: Guard,
         now: datetime,
         *,
-        failed: Callable[[Item], Item] | None = None,
+        entering: Mapping[str, Item] | None = None,
     ) -> tuple[set[str], SettleOutcome]:
         """Move ``items`` to the queue's dead-letter queue (delete them when it has none).
 
-        ``failed``: each item as it enters the dead-letter queue, with the failure that sends it
-        there (``querator.domain.reasons``); the stored item is what the move is guarded by.
-        Returns the ids that moved (or were deleted) and the outcome.
+        ``entering``: by id, an item as it enters the dead-letter queue, with the failure that sends
+        it there (``querator.domain.reasons``); the stored item (``items``) is what the move is
+        guarded by. Returns the ids that moved (or were deleted) and the outcome.
         """
         outcome = SettleOutcome()
         if not queue.dead_queue:
@@ -241,10 +236,14 @@ class Settler:
             ) from exc
         moves = []
         for item in items:
-            dead = (item if failed is None else failed(item)).as_dead_letter(
-                new_id=self._ids.new_id(now, item.returning_priority, target.lane_for(item.group)),
-                source_queue=queue.name,
-                expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+            dead = (
+                (entering or {})
+                .get(item.id, item)
+                .as_dead_letter(
+                    new_id=self._ids.new_id(now, item.returning_priority, target.lane_for(item.group)),
+                    source_queue=queue.name,
+                    expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+                )
             )
             # The same item always lands in the same partition of the dead-letter queue.
             target_partition = item.landing_partition(target.partitions)
