@@ -739,6 +739,77 @@ def test_dead_letters_redrive_selected_and_all_back_to_the_source_queue(page: Pa
     assert sorted(item.reference for item in moved) == [f"r{n}" for n in range(5)]
 
 
+def item_columns(page: PageType) -> dict[str, dict[str, str]] | None:
+    """The items table: item id -> header -> text (None while it is not drawn)."""
+    headers = [th.text for th in page.driver.find_elements(By.CSS_SELECTOR, "section table thead th")]
+    rows = page.driver.find_elements(By.CSS_SELECTOR, "tr[data-id]")
+    if not headers or not rows:
+        return None
+    return {
+        row.get_attribute("data-id"): dict(
+            zip(headers, [td.text for td in row.find_elements(By.TAG_NAME, "td")], strict=True)
+        )
+        for row in rows
+    }
+
+
+def test_dead_letters_show_their_source_queue_failures_and_last_reason(page: PageType, api: Client) -> None:
+    prefix = fresh("why")
+    source, dead = f"{prefix}-jobs", f"{prefix}-dead"
+    api.create_queue(dead, lease_timeout="1m", expire_timeout="1h")
+    api.create_queue(source, lease_timeout="1m", expire_timeout="1h", dead_queue=dead, max_attempts=2)
+    api.produce(source, [b"flaky", b"poison", b"fine"])
+    flaky, poison, fine = api.lease(source, batch_size=3).items
+    api.retry(source, [flaky], reason="TimeoutError: db did not answer")
+    long = "ValueError: " + "<b>bad</b> input " * 60  # user data: text, never HTML; over a line long
+    api.retry(source, [poison], dead=True, reason=long[:1000])
+    api.retry(source, [api.lease(source, batch_size=1).items[0]], reason="KeyError: 'sku'")
+    stored = {item.payload: item for item in api.list_items(dead)}
+    assert set(stored) == {b"flaky", b"poison"}
+
+    # The dead-letter queue's items: where they came from, how often and why they failed.
+    page.open(f"#/queue/{dead}")
+    shown = page.until(lambda d: (c := item_columns(page)) and len(c) == 2 and c)
+    assert {row["Source queue"] for row in shown.values()} == {source}
+    assert shown[stored[b"flaky"].id]["Failures"] == "2"
+    assert shown[stored[b"flaky"].id]["Last reason"] == "max attempts: KeyError: 'sku'"
+    assert shown[stored[b"poison"].id]["Failures"] == "1"
+    cell = page.element(f'tr[data-id="{stored[b"poison"].id}"] td.reason')
+    assert cell.get_attribute("title") == long[:1000]  # all of it on hover, one line in the table
+    assert (cell.value_of_css_property("white-space"), cell.value_of_css_property("text-overflow")) == (
+        "nowrap",
+        "ellipsis",
+    )
+    assert cell.size["width"] < 600  # cut, not the whole kilobyte across the page
+    assert page.driver.find_elements(By.CSS_SELECTOR, "tr[data-id] b") == []
+
+    # The item page says it all.
+    page.element(f'tr[data-id="{stored[b"poison"].id}"] a').click()
+    fields = page.until(lambda d: (f := detail_fields(page)) and "Source queue" in f and f)
+    assert (fields["Source queue"], fields["Failures"], fields["Source id"]) == (source, "1", poison.id)
+    assert page.text_of("#last-reason") == long[:1000].strip()
+    assert page.driver.find_elements(By.CSS_SELECTOR, "#last-reason b") == []
+
+    # A queue whose items never failed keeps its columns; one where an item failed shows why.
+    page.go(f"#/queue/{source}")
+    listed = page.until(lambda d: (c := item_columns(page)) and len(c) == 1 and c)
+    assert "Last reason" not in next(iter(listed.values())) and "Source queue" not in next(
+        iter(listed.values())
+    )
+    api.complete(source, [fine])
+    api.produce(source, [b"again"])
+    retried = api.lease(source, batch_size=1).items[0]
+    api.retry(source, [retried], reason="RuntimeError: once")
+    page.go(f"#/queue/{dead}")
+    page.go(f"#/queue/{source}")
+    listed = page.until(lambda d: (c := item_columns(page)) and "Last reason" in next(iter(c.values())) and c)
+    assert [(row["Failures"], row["Last reason"]) for row in listed.values()] == [("1", "RuntimeError: once")]
+    page.element("tr[data-id] a").click()
+    page.until(lambda d: detail_fields(page).get("Failures") == "1")
+    assert page.text_of("#last-reason") == "RuntimeError: once"
+    assert detail_fields(page)["Source queue"] == "—"
+
+
 def test_the_page_refreshes_by_itself(page: PageType, api: Client) -> None:
     queue = fresh("live")
     api.create_queue(queue, lease_timeout="1m", expire_timeout="1h")

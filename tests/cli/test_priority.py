@@ -175,8 +175,12 @@ def test_peek_and_dead_letters_show_the_priority(run: Run, queue_name: str) -> N
     leased = _lease(run, queue_name, 1)
     run("retry", queue_name, leased["items"][0]["id"], "--dead", "-p", str(leased["partition"]))
     letters = run("dead-letters", queue_name).out.splitlines()
-    assert letters[1].split()[:6] == ["PARTITION", "ID", "SOURCE", "ID", "ATTEMPTS", "PRIORITY"]
-    assert letters[3].split()[3:5] == ["1", "1"] and letters[3].endswith("high")
+    assert letters[1].split()[:9] == [
+        "PARTITION", "ID", "SOURCE", "QUEUE", "SOURCE", "ID", "ATTEMPTS", "FAILURES", "PRIORITY"
+    ]  # fmt: skip
+    # partition, id, source queue, source id, attempts 1, no failure (retried without a reason), priority 1
+    assert letters[3].split()[2] == queue_name
+    assert letters[3].split()[4:7] == ["1", "0", "1"] and letters[3].endswith("high")
 
 
 CONSUMER = """

@@ -97,7 +97,8 @@ def test_a_handler_sets_its_own_delay_with_retry_later(fake: FakeServer, fake_cl
 
     assert (report.retried, report.failures) == (1, 1)
     retries = [seen.json() for seen in fake.seen if seen.plain == "/v1/queue.retry"]
-    assert retries[0]["items"] == [{"id": "a" * 30, "retry_in": "2m0s"}]
+    # The reason the server records: RetryLater's own words (here, the default ones).
+    assert retries[0]["items"] == [{"id": "a" * 30, "retry_in": "2m0s", "reason": "retry in 2m0s"}]
 
 
 def test_the_backoff_may_answer_seconds_or_a_duration_string(fake: FakeServer, fake_client: Client) -> None:

@@ -237,6 +237,92 @@ def test_retry_now_later_and_dead(api):
     assert payloads(dead) == [b"dead"] and dead[0]["source_id"] == dead_id
 
 
+def test_retry_reasons_show_in_the_lease_and_the_dead_letter_listing_with_the_source_queue(api):
+    make_queue(api, queue_name="dead")
+    make_queue(api, dead_queue="dead", max_attempts=2)
+    produce(api, "flaky", "fine")
+    flaky, fine = lease(api)["items"]
+    # An item that never failed carries neither key: the reply is as it was before reasons.
+    assert "last_reason" not in fine and "failures" not in fine
+    retry = {
+        "queue_name": "jobs",
+        "partition": 0,
+        "items": [{"id": flaky["id"], "reason": "TimeoutError: db"}],
+    }
+    api.ok("/v1/queue.retry", retry)
+
+    (again,) = lease(api, client="c2")["items"]
+    assert (again["last_reason"], again["failures"], again["attempts"]) == ("TimeoutError: db", 1, 2)
+    api.ok(
+        "/v1/queue.retry",
+        {"queue_name": "jobs", "partition": 0, "items": [{"id": again["id"], "reason": "ValueError: café"}]},
+    )
+
+    (dead,) = api.ok("/v1/storage/items.list", {"queue_name": "dead", "partition": 0})["items"]
+    assert (dead["last_reason"], dead["failures"], dead["source_queue"], dead["source_id"]) == (
+        "max attempts: ValueError: café",
+        2,
+        "jobs",
+        again["id"],
+    )
+    (listed,) = api.ok("/v1/storage/items.list", {"queue_name": "jobs", "partition": 0})["items"]
+    assert {"last_reason", "failures", "source_queue"}.isdisjoint(listed)
+
+
+@pytest.mark.parametrize(
+    ("reason", "detail"),
+    [
+        ("x" * 1025, "items[1].reason: reason is longer than 1024 bytes of UTF-8 (1025)"),
+        ("é" * 513, "items[1].reason: reason is longer than 1024 bytes of UTF-8 (1026)"),
+        ("two\nlines", "items[1].reason: reason may not hold control characters"),
+        (7, "items[1].reason: Input should be a valid string"),
+    ],
+)
+def test_a_bad_reason_is_a_400_naming_it_and_nothing_is_applied(api, reason, detail):
+    make_queue(api)
+    produce(api, "a", "b")
+    first, second = lease(api)["items"]
+    body = {
+        "queue_name": "jobs",
+        "partition": 0,
+        "items": [{"id": first["id"], "reason": "fine"}, {"id": second["id"], "reason": reason}],
+    }
+
+    reply = api.call("/v1/queue.retry", body)
+
+    assert_error(reply, 400, "Invalid request")
+    assert detail in reply.body["message"]
+    listed = api.ok("/v1/storage/items.list", {"queue_name": "jobs", "partition": 0})["items"]
+    assert [i["is_leased"] for i in listed] == [True, True] and "last_reason" not in listed[0]
+    api.ok("/v1/queue.complete", {"queue_name": "jobs", "partition": 0, "ids": [first["id"], second["id"]]})
+
+
+def test_import_keeps_source_queue_reason_and_failures_of_a_listed_dead_letter(api):
+    make_queue(api)
+    item = {
+        "payload": base64.b64encode(b"p").decode(),
+        "source_queue": "orders",
+        "last_reason": "max attempts: boom",
+        "failures": 3,
+    }
+    api.ok("/v1/storage/items.import", {"queue_name": "jobs", "partition": 0, "items": [item]})
+
+    (listed,) = api.ok("/v1/storage/items.list", {"queue_name": "jobs", "partition": 0})["items"]
+
+    assert (listed["source_queue"], listed["last_reason"], listed["failures"]) == (
+        "orders",
+        "max attempts: boom",
+        3,
+    )
+    # A listing goes back in as it is.
+    again = api.ok("/v1/storage/items.import", {"queue_name": "jobs", "partition": 0, "items": [listed]})
+    assert len(again["items"]) == 1
+    bad = {**item, "last_reason": "x" * 1025}
+    reply = api.call("/v1/storage/items.import", {"queue_name": "jobs", "partition": 0, "items": [bad]})
+    assert_error(reply, 400, "Invalid request")
+    assert "items[0].last_reason" in reply.body["message"]
+
+
 def test_renew_returns_new_deadlines_and_refuses_stale_ids(api):
     make_queue(api)
     produce(api, "a")

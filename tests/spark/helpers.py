@@ -46,7 +46,7 @@ def fresh_store(endpoint: str) -> Store:
     )
 
 
-def create_queue(service: QueueService, name: str, *, partitions: int = 4) -> str:
+def create_queue(service: QueueService, name: str, *, partitions: int = 4, dead_queue: str = "") -> str:
     now = datetime.now(UTC)
     service.create_queue(
         QueueInfo(
@@ -54,6 +54,7 @@ def create_queue(service: QueueService, name: str, *, partitions: int = 4) -> st
             lease_timeout=timedelta(minutes=1),
             expire_timeout=timedelta(days=1),
             partitions=partitions,
+            dead_queue=dead_queue,
             created_at=now,
             updated_at=now,
         )

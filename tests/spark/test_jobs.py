@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from querator.config import EnvVar, Settings
-from querator.domain.model import NewItem
+from querator.domain.model import NewItem, RetryRequest
 from querator.spark.cli import EXIT_INVALID_ROWS, EXIT_OK, export_main, produce_main
 from querator.spark.producer import DirectTarget, HttpTarget
 from querator.testing import serve_process
@@ -171,28 +171,43 @@ def test_the_export_job_writes_every_item_of_every_partition_to_parquet(
         store.service.produce(queue, [NewItem(payload=f"{batch}-{i}".encode(), kind="k") for i in range(10)])
     later = datetime.now(UTC) + timedelta(days=1)
     store.service.produce(queue, [NewItem(payload=b"scheduled", enqueue_at=later)])
+    # One dead letter, with its source queue and why it failed.
+    source = create_queue(store.service, "source", partitions=1, dead_queue=queue)
+    store.service.produce(source, [NewItem(payload=b"poison")])
+    (poison,) = store.service.lease(source, batch_size=1, client_id="c").items
+    store.service.retry(source, 0, [RetryRequest(id=poison.id, dead=True, reason="KeyError: 'sku'")])
     output = str(tmp_path / "export")
 
     assert (
         export_main(["--queue", queue, "--output", output, *store_arguments(store)], spark=spark) == EXIT_OK
     )
 
-    assert last_json_line(capsys.readouterr().out)["items"] == 61
+    assert last_json_line(capsys.readouterr().out)["items"] == 62
     exported = spark.read.parquet(output).collect()
     payloads = sorted(bytes(row.payload) for row in exported)
-    expected = sorted([f"{b}-{i}".encode() for b in range(6) for i in range(10)] + [b"scheduled"])
+    expected = sorted([f"{b}-{i}".encode() for b in range(6) for i in range(10)] + [b"scheduled", b"poison"])
     assert payloads == expected
     assert {row.partition for row in exported} == {0, 1, 2}
     (scheduled,) = [row for row in exported if row.scheduled]
     assert bytes(scheduled.payload) == b"scheduled"
-    assert len({row.id for row in exported}) == 61
+    assert len({row.id for row in exported}) == 62
+    (dead,) = [row for row in exported if bytes(row.payload) == b"poison"]
+    assert (dead.source_queue, dead.last_reason, dead.failures, dead.source_id) == (
+        source,
+        "KeyError: 'sku'",
+        1,
+        poison.id,
+    )
+    assert {(row.source_queue, row.last_reason, row.failures) for row in exported if row is not dead} == {
+        (None, None, None)
+    }
 
     # Appending reports the rows this run wrote, not what the path holds after it.
     store.service.produce(queue, [NewItem(payload=b"one more")])
     append = ["--queue", queue, "--output", output, "--mode", "append", *store_arguments(store)]
     assert export_main(append, spark=spark) == EXIT_OK
-    assert last_json_line(capsys.readouterr().out)["items"] == 62
-    assert spark.read.parquet(output).count() == 61 + 62
+    assert last_json_line(capsys.readouterr().out)["items"] == 63
+    assert spark.read.parquet(output).count() == 62 + 63
 
 
 def test_the_http_write_path_produces_through_querator_serve(spark, moto_server: str, tmp_path, capsys):

@@ -7,17 +7,19 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
+import struct
 import threading
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from querator.domain.model import Item, NewItem, QueueInfo
+from querator.domain.model import Item, NewItem, QueueInfo, RetryRequest, timestamp_us
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id
 from querator.ports import Guard
 from querator.ports.log import Claim, LeaseRun, LogAges, LogKey, Settlement
-from querator.storage.embedded.log.codec import ROW_BYTES
+from querator.storage.embedded.log.codec import ROW_BYTES, decode_items, encode_item, pack_row
 from querator.storage.memory import InMemoryClaimLog
 from querator.storage.memory.log import store as memory_log_store
 from querator.storage.sqlite import SCHEMA_VERSION, SQLiteClaimLog, SQLiteDatabase
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.disable_socket
 NOW = EPOCH + timedelta(days=1)
 KEY = LogKey("jobs", 0)
 DEAD = LogKey("jobs-dead", 0)
+OTHER = LogKey("other", 0)
 
 
 def item(n: int, *, size: int = 0, at: datetime = NOW, **fields: Any) -> Item:
@@ -296,6 +299,8 @@ def test_the_migration_from_schema_7_keeps_leases_in_flight_and_gives_them_comin
     # The file as schema 7 left it: lease records without their coming priorities, and rows and
     # records without the sums of their items' creation times.
     old = sqlite3.connect(path)
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")  # schema 9's
+    old.execute("ALTER TABLE items DROP COLUMN failures")
     old.execute("ALTER TABLE log_leases DROP COLUMN priorities")
     old.execute("ALTER TABLE log_leases DROP COLUMN created")
     old.execute("ALTER TABLE log_rows DROP COLUMN created")
@@ -307,7 +312,7 @@ def test_the_migration_from_schema_7_keeps_leases_in_flight_and_gives_them_comin
     log, database = sqlite_log(path)
 
     with contextlib.closing(sqlite3.connect(path)) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     ids = [i.id for i in claim.items]
     assert [i.next_priority for i in log.get(KEY, ids, now=NOW).values()] == [None] * 3
     assert log.set_next_priority(KEY, ids[1:], priority=0, now=NOW).applied == ids[1:]
@@ -344,6 +349,8 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_on_the_default_en
     old = sqlite3.connect(path)
     for table in ("log_heads", "log_rows", "log_leases", "log_schedule"):
         old.execute(f"DROP TABLE {table}")
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")  # schema 9's
+    old.execute("ALTER TABLE items DROP COLUMN failures")
     old.execute("UPDATE querator_meta SET value = '6' WHERE key = 'schema_version'")
     old.execute("PRAGMA user_version = 6")
     old.commit()
@@ -353,10 +360,13 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_on_the_default_en
 
     upgraded = sqlite_service(path, clock=clock)
     with contextlib.closing(sqlite3.connect(path)) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         columns = {row[1] for row in check.execute("PRAGMA table_info(log_rows)")}
         assert "created" in columns  # schema 8: the rows' sums of creation times
-        assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == v2_rows
+        # Schema 9 adds the items' failure columns, empty on every item that was there.
+        assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == [
+            (*row, None, None) for row in v2_rows
+        ]
         assert check.execute("SELECT * FROM heads").fetchall() == v2_heads
     # v2 goes on: its lease honoured, its waiting items leased in order.
     assert upgraded.complete("jobs", 0, [held.id]).failed == []
@@ -368,6 +378,60 @@ def test_the_migration_from_schema_6_leaves_v2s_items_leasable_on_the_default_en
     log.append(KEY, [item(1)], now=NOW)
     claim = log.claim(KEY, count=5, deadline=NOW + timedelta(minutes=1), now=NOW)
     assert [i.payload for i in claim.items] == [b"1|"]
+
+
+def test_the_migration_from_schema_8_keeps_every_item_and_then_records_failures_on_both_engines(tmp_path):
+    path = tmp_path / "q.db"
+    clock = FakeClock(NOW)
+    service = sqlite_service(path, clock=clock, engine=2)
+    service.create_queue(
+        QueueInfo(
+            name="jobs",
+            lease_timeout=timedelta(minutes=1),
+            expire_timeout=timedelta(days=1),
+            created_at=NOW,
+            updated_at=NOW,
+        )
+    )
+    service.produce("jobs", [NewItem(payload=b"v2-held"), NewItem(payload=b"v2-waiting")])
+    [held] = service.lease("jobs", batch_size=1, client_id="c", timeout=timedelta(0)).items
+    log = SQLiteClaimLog(service.store._db)  # type: ignore[attr-defined]
+    [logged] = log.append(OTHER, [item(1)], now=NOW)
+    service.store._db.close()  # type: ignore[attr-defined]
+    # The file as schema 8 left it: items without their failure columns.
+    old = sqlite3.connect(path)
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")
+    old.execute("ALTER TABLE items DROP COLUMN failures")
+    old.execute("UPDATE querator_meta SET value = '8' WHERE key = 'schema_version'")
+    old.execute("PRAGMA user_version = 8")
+    old.commit()
+    v2_rows = old.execute("SELECT * FROM items ORDER BY id").fetchall()
+    v3_rows = old.execute("SELECT * FROM log_rows").fetchall()
+    old.close()
+
+    upgraded = sqlite_service(path, clock=clock, engine=3)
+
+    with contextlib.closing(sqlite3.connect(path)) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone() == (
+            "9",
+        )
+        assert check.execute("SELECT * FROM items ORDER BY id").fetchall() == [
+            (*r, None, None) for r in v2_rows
+        ]
+        assert check.execute("SELECT * FROM log_rows").fetchall() == v3_rows
+    assert [(i.payload, i.last_reason, i.failures) for i in upgraded.list_items("jobs", 0)] == [
+        (b"v2-held", "", 0),
+        (b"v2-waiting", "", 0),
+    ]
+    # The item leased before the upgrade is retried within v2's rows, its reason kept there.
+    assert upgraded.retry("jobs", 0, [RetryRequest(id=held.id, reason="db down")]).failed == []
+    listed = {i.payload: i for i in upgraded.list_items("jobs", 0)}
+    assert (listed[b"v2-held"].last_reason, listed[b"v2-held"].failures) == ("db down", 1)
+    assert not listed[b"v2-held"].id.count("l")  # still a v2 id
+    log = SQLiteClaimLog(upgraded.store._db)  # type: ignore[attr-defined]
+    [read] = log.get(OTHER, [logged.id], now=NOW).values()
+    assert (read.payload, read.last_reason, read.failures) == (logged.payload, "", 0)
 
 
 # -- atomic calls -----------------------------------------------------------------------------------
@@ -443,6 +507,74 @@ def test_a_claim_of_part_of_a_packed_row_reads_that_row_and_takes_only_its_run(l
     second = log.claim(KEY, count=2, deadline=NOW + timedelta(minutes=1), now=NOW)
     assert [i.id for i in first.items + second.items] == [i.id for i in stored[:5]]
     assert log.head(KEY).leased == 5
+
+
+def test_an_item_that_never_failed_is_encoded_byte_for_byte_as_before_failures_were_kept():
+    # The layout before failure reasons: times, attempts, next priority, six string lengths, payload.
+    before = struct.Struct("<qqqIb6H")
+    plain = item(1, size=100)
+    created, expire = timestamp_us(plain.created_at), timestamp_us(plain.expire_deadline)
+
+    data, reply = encode_item(plain)
+
+    assert data == before.pack(created, expire, -(2**63), 0, -1, 0, 0, 0, 0, 0, 0) + plain.payload
+    assert len(data) == 41 + 100 and reply == 100
+    strings = item(2, reference="r", group="g", attempts=2, next_priority=3)
+    data, _ = encode_item(strings)
+    assert data == before.pack(created, expire, -(2**63), 2, 3, 1, 0, 0, 0, 0, 1) + b"rg" + strings.payload
+
+
+def test_a_failed_item_carries_its_reason_and_count_and_rows_of_the_old_layout_still_read():
+    failed = item(1, last_reason="ValueError: café", failures=3, next_priority=0, group="g")
+    never = item(2, next_priority=9)
+    old_row = pack_row([encode_item(never)[0]])  # what a file written before failures holds
+
+    data, reply = encode_item(failed)
+
+    assert len(data) == len(encode_item(replace(failed, last_reason="", failures=0))[0]) + 6 + 17
+    assert reply == failed.reply_size()
+    [back] = decode_items(pack_row([data]), 0, [0], "", deadline=None, bump=0)
+    assert (back.last_reason, back.failures, back.next_priority, back.group) == (
+        "ValueError: café",
+        3,
+        0,
+        "g",
+    )
+    assert back.payload == failed.payload
+    [old] = decode_items(old_row, 0, [0], "", deadline=None, bump=0)
+    assert (old.last_reason, old.failures, old.next_priority) == ("", 0, 9)
+    # A count without a reason (an import) and a reason of the most bytes keep too.
+    for given in (item(3, failures=1), item(4, last_reason="x" * 1024, failures=65_000)):
+        [again] = decode_items(pack_row([encode_item(given)[0]]), 0, [0], "", deadline=None, bump=0)
+        assert (again.last_reason, again.failures, again.payload) == (
+            given.last_reason,
+            given.failures,
+            given.payload,
+        )
+
+
+def test_a_failed_item_keeps_its_reason_through_a_claim_a_move_and_a_listing(log):
+    [stored] = log.append(KEY, [item(1, last_reason="boom", failures=1)], now=NOW)
+    claim = log.claim(KEY, count=1, deadline=NOW + timedelta(minutes=1), now=NOW)
+    assert [(i.last_reason, i.failures) for i in claim.items] == [("boom", 1)]
+
+    moved = replace(claim.items[0], last_reason="again", failures=2)
+    settled = log.settle(
+        KEY, [Settlement(id=stored.id, to=DEAD, item=moved)], guard=Guard.LEASE_VALID, now=NOW
+    )
+
+    assert settled.applied == [stored.id]
+    [listed] = log.list_items(DEAD, after="", limit=10, now=NOW)
+    assert (listed.last_reason, listed.failures) == ("again", 2)
+    assert [(i.last_reason, i.failures) for i in log.get(DEAD, [listed.id], now=NOW).values()] == [
+        ("again", 2)
+    ]
+    # The schedule keeps them too.
+    later = replace(moved, enqueue_at=NOW + timedelta(minutes=1))
+    [scheduled] = log.append(KEY, [later], now=NOW)
+    assert log.promote(KEY, now=NOW + timedelta(minutes=1), limit=10) == 1
+    claim = log.claim(KEY, count=5, deadline=NOW + timedelta(minutes=5), now=NOW + timedelta(minutes=1))
+    assert [(i.last_reason, i.failures) for i in claim.items] == [("again", 2)] and scheduled.id
 
 
 # -- reads O(returned) ------------------------------------------------------------------------------

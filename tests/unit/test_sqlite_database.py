@@ -17,7 +17,7 @@ import pytest
 
 from querator.domain.errors import StoreThrottledError
 from querator.domain.ids import IdFactory, key_after
-from querator.domain.model import Item, NewItem, QueueInfo, QueueUpdate
+from querator.domain.model import Item, NewItem, QueueInfo, QueueUpdate, RetryRequest
 from querator.ports import Guard
 from querator.storage.embedded.store import SortedRowsStore
 from querator.storage.sqlite import SCHEMA_VERSION, DatabaseFileError, SQLiteDatabase, SQLiteItemStore
@@ -81,6 +81,8 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     old.execute("ALTER TABLE items DROP COLUMN source_queue")
     old.execute("ALTER TABLE items DROP COLUMN next_priority")
     old.execute("ALTER TABLE items DROP COLUMN item_group")
+    old.execute("ALTER TABLE items DROP COLUMN last_reason")
+    old.execute("ALTER TABLE items DROP COLUMN failures")
     old.execute("ALTER TABLE heads DROP COLUMN bands")
     old.execute("ALTER TABLE heads DROP COLUMN produced")
     old.execute("ALTER TABLE heads DROP COLUMN completed")
@@ -121,9 +123,25 @@ def test_a_database_of_schema_1_is_upgraded_in_place_and_keeps_its_items(tmp_pat
     upgraded.produce("jobs", [NewItem(payload=b"a"), NewItem(payload=b"b")])
     assert len(upgraded.lease("jobs", batch_size=10, client_id="c", timeout=timedelta(0)).items) == 1
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
-    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "8"
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert check.execute("SELECT value FROM querator_meta WHERE key = 'schema_version'").fetchone()[0] == "9"
     check.close()
+
+
+def test_v2_items_store_their_failure_columns_only_when_they_failed(tmp_path):
+    path = tmp_path / "querator.db"
+    service = sqlite_service(path, clock=FakeClock(), engine=2)
+    make_queue(service)
+    service.produce("jobs", [NewItem(payload=b"fine"), NewItem(payload=b"failing")])
+    leased = service.lease("jobs", batch_size=2, client_id="c", timeout=timedelta(0)).items
+    service.retry("jobs", 0, [RetryRequest(id=leased[1].id, reason="ValueError: no")])
+
+    check = sqlite3.connect(path)
+    rows = check.execute("SELECT payload, last_reason, failures FROM items ORDER BY payload").fetchall()
+    check.close()
+
+    # NULL, one byte of the record's header each, on the item that never failed.
+    assert rows == [(b"failing", "ValueError: no", 1), (b"fine", None, None)]
 
 
 def test_a_database_of_a_newer_schema_is_refused_and_left_as_it_was(tmp_path):

@@ -39,6 +39,7 @@ from querator.domain.model import (
     MAX_BATCH,
     MAX_LEASED_PER_GROUP_LIMIT,
     MAX_PAYLOAD_BYTES,
+    MAX_REASON_BYTES,
 )
 from querator.domain.priority import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from querator.domain.ratelimit import MAX_RATE_LIMIT
@@ -81,6 +82,14 @@ QUEUE_NAME: Final = Text(check=domain.validate_queue_name)
 #: keep theirs, so lookups use ``QUEUE_NAME``).
 NEW_QUEUE_NAME: Final = Text(check=domain.validate_new_queue_name)
 GROUP: Final = Text(check=validate_group)
+#: A failure reason: at most ``MAX_REASON_BYTES`` of UTF-8, printable (``domain.validate_reason``).
+REASON: Final = Text(check=domain.validate_reason)
+
+
+def _last_reason(value: str) -> str:
+    return domain.validate_reason(value, "last_reason")
+
+
 COUNT: Final = Integer()
 FLAG: Final = Boolean()
 ITEM_IDS: Final = ListOf(TEXT, min_items=1, max_items=MAX_BATCH)
@@ -110,6 +119,18 @@ _NEXT_LEASE_AT_TEXT: Final = (
 _ENQUEUE_IN_TEXT: Final = "Scheduled this long after the server's clock at the call; not with enqueue_at"
 _RETRY_IN_TEXT: Final = "Back this long after the server's clock at the call; not with retry_at"
 _GROUP_TEXT: Final = f'The item\'s group (a tenant, a customer): up to {MAX_GROUP_BYTES} bytes, "" is none'
+_REASON_TEXT: Final = (
+    f"Why the item failed (an error's type and message, say): up to {MAX_REASON_BYTES:,} bytes of UTF-8"
+    " without control characters or line breaks; kept on the item as its last_reason, and counted in"
+    ' its failures. Absent or "": no reason, and the item\'s last_reason and failures stay as they are'
+)
+_LAST_REASON_TEXT: Final = (
+    "Why the item last failed: the reason a consumer's queue.retry gave, or the service's own"
+    ' ("lease ran out"; when dead-lettered, "max attempts: ..." or "expired: ..." with the cause of its'
+    " last attempt); absent when it never failed"
+)
+_FAILURES_TEXT: Final = "How many failures were recorded on the item (each set last_reason); absent: none"
+_SOURCE_QUEUE_TEXT: Final = "In a dead-letter queue: the queue the item was dead-lettered from"
 
 
 def _one_time(at: datetime | None, delay: timedelta | None, at_name: str, delay_name: str) -> None:
@@ -382,6 +403,9 @@ class LeaseItem(WireResponse):
     encoding: str = field(TEXT, default="")
     kind: str = field(TEXT, default="")
     bytes: bytes = field(PAYLOAD, default=b"")
+    # Left out unless the item failed before: a lease of items that never failed replies as it did.
+    last_reason: str | None = field(TEXT, default=None, description=_LAST_REASON_TEXT)
+    failures: int | None = field(COUNT, default=None, description=_FAILURES_TEXT)
 
     @classmethod
     def from_domain(cls, item: domain.Item) -> Self:
@@ -395,6 +419,8 @@ class LeaseItem(WireResponse):
             encoding=item.encoding,
             kind=item.kind,
             bytes=item.payload,
+            last_reason=item.last_reason or None,
+            failures=item.failures or None,
         )
 
 
@@ -438,13 +464,19 @@ class RetryItem(WireRequest):
     dead: bool = field(FLAG, default=False)
     #: The priority the item goes back with; absent: the one it has.
     priority: int | None = field(PRIORITY, default=None, nullable=True, description=_PRIORITY_TEXT)
+    reason: str = field(REASON, default="", description=_REASON_TEXT)
 
     def check(self) -> None:
         _one_time(self.retry_at, self.retry_in, "retry_at", "retry_in")
 
     def to_domain(self) -> domain.RetryRequest:
         return domain.RetryRequest(
-            id=self.id, retry_at=self.retry_at, retry_in=self.retry_in, dead=self.dead, priority=self.priority
+            id=self.id,
+            retry_at=self.retry_at,
+            retry_in=self.retry_in,
+            dead=self.dead,
+            priority=self.priority,
+            reason=self.reason,
         )
 
 
@@ -660,6 +692,8 @@ class StorageItemResponse(WireResponse):
 
     id: str = field(TEXT)
     source_id: str = field(TEXT, default="")
+    # Left out when empty: a listing of items that never failed nor were dead-lettered is as it was.
+    source_queue: str | None = field(TEXT, default=None, description=_SOURCE_QUEUE_TEXT)
     is_leased: bool = field(FLAG, default=False)
     lease_deadline: datetime | None = field(TIMESTAMP, default=None)
     expire_deadline: datetime = field(TIMESTAMP)
@@ -672,6 +706,8 @@ class StorageItemResponse(WireResponse):
     encoding: str = field(TEXT, default="")
     kind: str = field(TEXT, default="")
     payload: bytes = field(PAYLOAD, default=b"")
+    last_reason: str | None = field(TEXT, default=None, description=_LAST_REASON_TEXT)
+    failures: int | None = field(COUNT, default=None, description=_FAILURES_TEXT)
 
     @classmethod
     def from_domain(cls, item: domain.Item, now: datetime) -> Self:
@@ -679,6 +715,9 @@ class StorageItemResponse(WireResponse):
         return cls(
             id=item.id,
             source_id=item.source_id,
+            source_queue=item.source_queue or None,
+            last_reason=item.last_reason or None,
+            failures=item.failures or None,
             is_leased=item.is_leased(now),
             lease_deadline=item.lease_deadline,
             expire_deadline=item.expire_deadline,
@@ -713,6 +752,7 @@ class ImportItem(WireRequest):
 
     id: str = field(TEXT, default="")
     source_id: str = field(TEXT, default="")
+    source_queue: str = field(TEXT, default="", description=_SOURCE_QUEUE_TEXT)
     is_leased: bool = field(FLAG, default=False)
     lease_deadline: datetime | None = field(TIMESTAMP, default=None, nullable=True)
     expire_deadline: datetime | None = field(TIMESTAMP, default=None, nullable=True)
@@ -726,6 +766,8 @@ class ImportItem(WireRequest):
     encoding: str = field(TEXT, default="")
     kind: str = field(TEXT, default="")
     payload: bytes = field(PAYLOAD, default=b"")
+    last_reason: str = field(Text(check=_last_reason), default="", description=_LAST_REASON_TEXT)
+    failures: int = field(Integer(ge=0), default=0, description=_FAILURES_TEXT)
 
     def check(self) -> None:
         _one_time(self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
@@ -745,6 +787,9 @@ class ImportItem(WireRequest):
             source_id=self.source_id,
             priority=self.priority,
             group=self.group,
+            source_queue=self.source_queue,
+            last_reason=self.last_reason,
+            failures=self.failures,
         )
 
 

@@ -54,13 +54,14 @@ from querator.client.models import (
     MIN_PRIORITY,
     check_group,
     check_priority,
+    check_reason,
 )
 from querator.domain.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
-    from querator.client import Lease, QueueInfo, QueueStats, StoredItem
+    from querator.client import Lease, LeasedItem, QueueInfo, QueueStats, StoredItem
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -156,6 +157,25 @@ def priority_arg(text: str) -> int:
             f"must be between {MIN_PRIORITY} and {MAX_PRIORITY} (lower leases first), not {value}"
         )
     return value
+
+
+def reason_arg(text: str) -> str:
+    """``--reason``: a failure reason as the server takes it (at most 1,024 bytes, one line)."""
+    try:
+        return check_reason(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def failure_columns(items: Sequence[LeasedItem | StoredItem]) -> bool:
+    """Whether a listing shows FAILURES and LAST REASON: when one of its items failed (most listings
+    hold none that did, and keep their width)."""
+    return any(item.failures or item.last_reason for item in items)
+
+
+def reason_cell(text: str, limit: int = 60) -> str:
+    """A failure reason for a table: its start, cut with ``…`` (``-o json`` has all of it)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def seconds(text: str, what: str) -> float:
@@ -746,8 +766,9 @@ def _register_lease(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Lease up to --batch-size items of one partition, oldest first, waiting up to --wait for one.\n"
             "Prints the partition and each item's id, attempts, priority, group, lease deadline and\n"
-            "payload; complete, retry or renew them with the ids and --partition. Items of a lower\n"
-            "priority lease first. Exits 4 when there was nothing to lease."
+            "payload (and, when one of them failed before, its failures and last reason); complete,\n"
+            "retry or renew them with the ids and --partition. Items of a lower priority lease first.\n"
+            "Exits 4 when there was nothing to lease."
         ),
     )
     lease.add_argument("queue_name", metavar="QUEUE")
@@ -772,7 +793,14 @@ def _lease(args: argparse.Namespace) -> int:
         rows = [
             [i.id, i.attempts, i.priority, i.group, i.lease_deadline, preview(i.payload)] for i in lease.items
         ]
-        print(table(["ID", "ATTEMPTS", "PRIORITY", "GROUP", "LEASE DEADLINE", "PAYLOAD"], rows))  # noqa: T201
+        headers = ["ID", "ATTEMPTS", "PRIORITY", "GROUP", "LEASE DEADLINE", "PAYLOAD"]
+        if failure_columns(lease.items):
+            headers += ["FAILURES", "LAST REASON"]
+            rows = [
+                [*row, i.failures, reason_cell(i.last_reason)]
+                for row, i in zip(rows, lease.items, strict=True)
+            ]
+        print(table(headers, rows))  # noqa: T201
     # A rate limit says when it has a lease again (the JSON output carries next_lease_at).
     back_at = (
         f"; the rate limit has a lease again at {cell(lease.next_lease_at)}" if lease.next_lease_at else ""
@@ -823,6 +851,8 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
             "the server's clock), or with --dead\n"
             "into the queue's dead-letter queue (a queue without one: exit 3, nothing is done).\n"
             "--priority N puts them back with priority N (0-9, lower leases first) instead of their own.\n"
+            "--reason TEXT says why: each item keeps it as its last reason (peek, lease and\n"
+            "dead-letters show it) and counts one more failure.\n"
             "A stale or unknown id exits 3 naming it; the others apply."
         ),
     )
@@ -841,6 +871,13 @@ def _register_settle(commands: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="come back with this priority, 0-9 (default: the item's own)",
+    )
+    retry.add_argument(
+        "--reason",
+        type=reason_arg,
+        default="",
+        metavar="TEXT",
+        help="why: kept as the items' last reason and counted as a failure (at most 1,024 bytes, one line)",
     )
 
     renew = add_command(
@@ -969,7 +1006,12 @@ def _retry(args: argparse.Namespace) -> int:
                 args.queue_name,
                 [
                     RetryItem(
-                        id=i, retry_at=retry_at, retry_in=retry_in, dead=args.dead, priority=args.priority
+                        id=i,
+                        retry_at=retry_at,
+                        retry_in=retry_in,
+                        dead=args.dead,
+                        priority=args.priority,
+                        reason=args.reason,
                     )
                     for i in ids
                 ],
@@ -1184,8 +1226,9 @@ def _register_dead_letters(commands: Any, common: argparse.ArgumentParser) -> No
         help="list the items in a queue's dead-letter queue",
         description=(
             "List the items of QUEUE's dead-letter queue (its dead_queue setting), every partition,\n"
-            "with each item's source_id (its last id in QUEUE) and attempts. With --direct, QUEUE is\n"
-            "itself the dead-letter queue."
+            "with each item's source queue and source_id (its last id there), attempts, failures and\n"
+            "last reason: why it was dead-lettered ('max attempts: ValueError: ...'). With --direct,\n"
+            "QUEUE is itself the dead-letter queue."
         ),
     )
     dead.add_argument("queue_name", metavar="QUEUE")
@@ -1212,10 +1255,34 @@ def _dead_letters(args: argparse.Namespace) -> int:
     else:
         print(f"dead-letter queue {shown(dead_info.queue_name)}: {len(items)} item(s)")  # noqa: T201
         rows = [
-            [p, i.id, i.source_id, i.attempts, i.priority, i.created_at, i.reference, preview(i.payload, 40)]
+            [
+                p,
+                i.id,
+                i.source_queue,
+                i.source_id,
+                i.attempts,
+                i.failures,
+                i.priority,
+                i.created_at,
+                i.reference,
+                preview(i.payload, 40),
+                reason_cell(i.last_reason),
+            ]
             for p, i in items
         ]
-        headers = ["PARTITION", "ID", "SOURCE ID", "ATTEMPTS", "PRIORITY", "CREATED", "REFERENCE", "PAYLOAD"]
+        headers = [
+            "PARTITION",
+            "ID",
+            "SOURCE QUEUE",
+            "SOURCE ID",
+            "ATTEMPTS",
+            "FAILURES",
+            "PRIORITY",
+            "CREATED",
+            "REFERENCE",
+            "PAYLOAD",
+            "LAST REASON",
+        ]
         print(table(headers, rows))  # noqa: T201
     return ExitCode.OK
 
@@ -1328,8 +1395,9 @@ def _register_peek(commands: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Show the first items of a queue in lease order (storage/items.list: priority, then FIFO),\n"
             "partition by partition, without leasing or changing them: id, whether leased, attempts,\n"
-            "priority, group, created time, reference and payload. --scheduled shows the scheduled items\n"
-            "(storage/scheduled.list) instead."
+            "priority, group, created time, reference and payload, and when one of them failed, its\n"
+            "failures and last reason. --scheduled shows the scheduled items (storage/scheduled.list)\n"
+            "instead."
         ),
     )
     peek.add_argument("queue_name", metavar="QUEUE")
@@ -1367,6 +1435,11 @@ def _peek(args: argparse.Namespace) -> int:
     ]
     when = "ENQUEUE AT" if args.scheduled else "CREATED"
     headers = ["PARTITION", "ID", "LEASED", "ATTEMPTS", "PRIORITY", "GROUP", when, "REFERENCE", "PAYLOAD"]
+    if failure_columns([i for _, i in items]):
+        headers += ["FAILURES", "LAST REASON"]
+        rows = [
+            [*row, i.failures, reason_cell(i.last_reason)] for row, (_, i) in zip(rows, items, strict=True)
+        ]
     print(table(headers, rows))  # noqa: T201
     return ExitCode.OK
 

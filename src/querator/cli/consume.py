@@ -3,23 +3,35 @@ command per item.
 
 Each item's payload goes to the command's stdin and its details to environment variables. Exit 0
 completes the item, ``--dead-letter-exit`` sends it to the dead-letter queue, any other exit retries it
-with backoff; the worker renews the lease while the command runs and, on SIGTERM / Ctrl-C, stops
-leasing, lets running commands finish for ``--shutdown-timeout`` and puts back every item it holds.
+with backoff, the exit status and the tail of the command's stderr as the item's failure reason; the
+worker renews the lease while the command runs and, on SIGTERM / Ctrl-C, stops leasing, lets running
+commands finish for ``--shutdown-timeout`` and puts back every item it holds.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from querator.cli.commands import add_command, make_client, seconds
 from querator.cli.output import CliError, ExitCode, print_json
-from querator.client import DeadLetter, WorkerReport, consume, default_backoff
+from querator.client import (
+    MAX_REASON_BYTES,
+    DeadLetter,
+    WorkerReport,
+    consume,
+    default_backoff,
+    failure_reason,
+    reason_text,
+)
 
 #: Where ``consume --stream`` connects when ``--stream-url`` is not given (a deployed stack's StreamUrl).
 STREAM_URL_ENV: Final = "QUERATOR_STREAM_URL"
@@ -34,6 +46,9 @@ if TYPE_CHECKING:
 BACKOFF_CAP: Final = 300.0
 #: How long a command gets after SIGTERM before SIGKILL, once the worker has put its item back.
 _KILL_GRACE: Final = 5.0
+#: How long to wait, once a command exited, for the rest of its stderr (held open only by a process
+#: it left running in the background).
+_TAIL_WAIT: Final = 1.0
 #: The environment variables each command gets (docs/cli.md).
 ENV_QUEUE: Final = "QUERATOR_QUEUE"
 ENV_ID: Final = "QUERATOR_ITEM_ID"
@@ -49,8 +64,84 @@ ENV_GROUP: Final = "QUERATOR_ITEM_GROUP"
 log = logging.getLogger(__name__)
 
 
+#: Bytes of a command's stderr kept for its failure reason (its end; more than the reason takes,
+#: since runs of whitespace become one space).
+STDERR_TAIL_BYTES: Final = 4 * MAX_REASON_BYTES
+
+
 class CommandFailedError(Exception):
-    """The command exited with a status other than 0 and the dead-letter one: retry the item."""
+    """The command exited with a status other than 0 and the dead-letter one: retry the item. Its
+    message is the failure reason: the exit status and the tail of the command's stderr."""
+
+
+def _reason(exc: BaseException) -> str:
+    """The command's own words (``"sh exited 3: ..."``) rather than a Python type name; any other
+    exception (the command could not start) by the worker's rule."""
+    if isinstance(exc, CommandFailedError | DeadLetter):
+        return str(exc)
+    return failure_reason(exc)
+
+
+def failure_text(program: str, code: int, stderr: bytes) -> str:
+    """The failure reason of a command that exited ``code`` (negative: killed by that signal), with
+    the tail of what it wrote on stderr: ``"sh exited 3: error: no such file"``, one line, the end of
+    the stderr kept within ``MAX_REASON_BYTES``."""
+    if code < 0:
+        try:
+            how = f"{program} was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"{program} was killed by signal {-code}"
+    else:
+        how = f"{program} exited {code}"
+    head = reason_text(how, limit=MAX_REASON_BYTES // 2)
+    tail = reason_text(
+        stderr.decode("utf-8", errors="replace"),
+        keep_end=True,
+        limit=MAX_REASON_BYTES - len(head.encode()) - 2,
+    )
+    return f"{head}: {tail}" if tail else head
+
+
+class StderrTail:
+    """Copies a command's stderr (``fd``) to ours (``out``) as it comes (the command's output is the
+    user's to see) and keeps its last ``STDERR_TAIL_BYTES``, in a thread of its own; closes ``fd`` at
+    its end."""
+
+    def __init__(self, fd: int, out: int = 2) -> None:
+        self._fd = fd
+        self._out = out
+        self._kept: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._copy, name="querator-stderr", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 65536):
+                _write_all(self._out, chunk)
+                with self._lock:
+                    self._kept.append(chunk)
+                    self._size += len(chunk)
+                    while self._size - len(self._kept[0]) >= STDERR_TAIL_BYTES:
+                        self._size -= len(self._kept.popleft())
+        finally:
+            os.close(self._fd)
+
+    def tail(self, wait: float) -> bytes:
+        """What was kept, once the command's stderr closed or ``wait`` seconds passed (a process the
+        command left running in the background may hold it open)."""
+        self._thread.join(wait)
+        with self._lock:
+            return b"".join(self._kept)[-STDERR_TAIL_BYTES:]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError:
+        pass  # our own stderr is gone (closed, a broken pipe): the tail is still kept
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -69,7 +160,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
             "Exit 0 completes the item; --dead-letter-exit CODE sends it to the dead-letter queue\n"
             "(deleted when the queue has none); any other exit puts it back after a backoff that\n"
             "doubles per attempt (--backoff, up to 5m, half of it random), and the queue's\n"
-            "max_attempts dead-letters it in the end. Leases are renewed while COMMAND runs.\n"
+            "max_attempts dead-letters it in the end. Each failure gives the item its reason: the\n"
+            "exit status and the end of COMMAND's stderr ('sh exited 3: error: ...'), which\n"
+            "peek, lease and dead-letters show. COMMAND's stderr is passed through as it comes.\n"
+            "Leases are renewed while COMMAND runs.\n"
             "SIGTERM or Ctrl-C: stop leasing, let running commands finish for --shutdown-timeout,\n"
             "then put back every item still held (a second signal: at once) and exit 0.\n"
             "A summary goes to stderr (-o json: to stdout, after the commands' own output)."
@@ -188,6 +282,7 @@ def _consume(args: argparse.Namespace) -> int:
                 idle_backoff=idle_backoff,
                 idle_backoff_max=idle_backoff_max,
                 mode="stream" if args.stream else "poll",
+                reason=_reason,
             )
         finally:
             # Items of commands still running were put back; their commands must not go on.
@@ -232,11 +327,21 @@ class _Runner:
             ENV_PRIORITY: str(item.priority),
             ENV_GROUP: item.group,
         }
-        # Its own session: Ctrl-C in the terminal stops the consumer, which lets the command finish
-        # (--shutdown-timeout) instead of the terminal killing it mid-item.
-        child = subprocess.Popen(  # noqa: S603 - the user's own command, by design
-            self.command, stdin=subprocess.PIPE, env=env, start_new_session=True
-        )
+        # Its stderr through a pipe of ours, copied to our stderr as it comes, so its tail can go
+        # with a failure (a pipe rather than Popen's, which communicate() would read to the end).
+        read_end, write_end = os.pipe()
+        try:
+            # Its own session: Ctrl-C in the terminal stops the consumer, which lets the command
+            # finish (--shutdown-timeout) instead of the terminal killing it mid-item.
+            child = subprocess.Popen(  # noqa: S603 - the user's own command, by design
+                self.command, stdin=subprocess.PIPE, stderr=write_end, env=env, start_new_session=True
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        stderr = StderrTail(read_end)
         with self._lock:
             self._running.add(child)
         try:
@@ -247,10 +352,13 @@ class _Runner:
                 self._running.discard(child)
         code = child.returncode
         if code == 0:
+            stderr.tail(_TAIL_WAIT)  # what it wrote reaches our stderr before the next item's
             return
+        # The program's name, not its path: the reason's 1,024 bytes are for what went wrong.
+        reason = failure_text(Path(self.command[0]).name, code, stderr.tail(_TAIL_WAIT))
         if self.dead_letter_exit is not None and code == self.dead_letter_exit:
-            raise DeadLetter(f"{self.command[0]} exited {code}")
-        raise CommandFailedError(f"{self.command[0]} exited {code}")
+            raise DeadLetter(reason)
+        raise CommandFailedError(reason)
 
     def stop_all(self) -> None:
         """SIGTERM, then SIGKILL after a grace period, to every command still running."""

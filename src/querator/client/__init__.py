@@ -34,6 +34,7 @@ from querator.client.errors import (
     UnsupportedContentError,
 )
 from querator.client.models import (
+    MAX_REASON_BYTES,
     ImportedItems,
     Lease,
     LeasedItem,
@@ -47,11 +48,21 @@ from querator.client.models import (
     RenewedItem,
     RetryItem,
     StoredItem,
+    check_reason,
+    reason_text,
 )
-from querator.client.worker import DeadLetter, RetryLater, WorkerReport, consume, default_backoff
+from querator.client.worker import (
+    DeadLetter,
+    RetryLater,
+    WorkerReport,
+    consume,
+    default_backoff,
+    failure_reason,
+)
 
 __all__ = [
     "DEFAULT_URL",
+    "MAX_REASON_BYTES",
     "ApiError",
     "AuthError",
     "BadRequestError",
@@ -87,6 +98,9 @@ __all__ = [
     "UnknownMethodError",
     "UnsupportedContentError",
     "WorkerReport",
+    "check_reason",
     "consume",
     "default_backoff",
+    "failure_reason",
+    "reason_text",
 ]

@@ -49,6 +49,7 @@ from querator.client.models import (
     Timestamp,
     as_new_item,
     check_priority,
+    check_reason,
     duration_seconds,
     duration_to_wire,
     when_to_wire,
@@ -507,18 +508,23 @@ class Client:
         retry_in: Duration | None = None,
         dead: bool = False,
         priority: int | None = None,
+        reason: str = "",
     ) -> None:
         """``queue.retry``: put leased items back now, at ``retry_at``, after ``retry_in`` (a delay
         from the server's clock: ``timedelta(seconds=30)``, ``30`` or ``"30s"``), or (``dead``) into
         the dead-letter queue; with ``priority`` (0-9) instead of their own. ``retry_at`` takes a
-        delay too (sent as ``retry_in``). ``retry_at`` / ``retry_in`` / ``dead`` / ``priority`` apply
-        to the items not given as ``RetryItem``.
+        delay too (sent as ``retry_in``). ``reason`` says why (at most 1,024 bytes of UTF-8 on one
+        line; ``reason_text`` makes one of any text): the server keeps it as each item's
+        ``last_reason`` and counts a failure (``""``: records nothing). ``retry_at`` / ``retry_in`` /
+        ``dead`` / ``priority`` / ``reason`` apply to the items not given as ``RetryItem``.
 
         Raises ``ItemNotLeasedError`` naming the ids that were not applied; the others were. A bad
-        ``priority``, a negative delay or both times raise ``ValueError`` before anything is sent.
+        ``priority`` or ``reason``, a negative delay or both times raise ``ValueError`` before
+        anything is sent.
         """
         if priority is not None:
             check_priority(priority)
+        check_reason(reason)
         when_to_wire({}, retry_at, retry_in, "retry_at", "retry_in")
         retry_items: list[RetryItem] = []
         partitions: set[int] = set()
@@ -530,7 +536,14 @@ class Client:
                 partitions.add(item.partition)
             item_id = item.id if isinstance(item, LeasedItem) else item
             retry_items.append(
-                RetryItem(id=item_id, retry_at=retry_at, retry_in=retry_in, dead=dead, priority=priority)
+                RetryItem(
+                    id=item_id,
+                    retry_at=retry_at,
+                    retry_in=retry_in,
+                    dead=dead,
+                    priority=priority,
+                    reason=reason,
+                )
             )
         body = {
             "queue_name": queue_name,

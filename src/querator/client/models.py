@@ -32,7 +32,11 @@ MAX_PRIORITY: Final = 9
 DEFAULT_PRIORITY: Final = 5
 #: An item's group: at most this many bytes of UTF-8 (a copy of ``querator.domain.groups``).
 MAX_GROUP_BYTES: Final = 128
+#: A failure reason (``queue.retry``'s ``reason``): at most this many bytes of UTF-8 (a copy of
+#: ``querator.domain.model.MAX_REASON_BYTES``).
+MAX_REASON_BYTES: Final = 1024
 _NOT_PRINTABLE: Final = frozenset({"Cc", "Cs", "Zl", "Zp"})
+_ELLIPSIS: Final = "\u2026"
 
 
 def duration_to_wire(value: Duration) -> str:
@@ -123,6 +127,36 @@ def check_group(value: object, what: str = "group") -> str:
     if len(value.encode()) > MAX_GROUP_BYTES:
         raise ValueError(f"{what} is longer than {MAX_GROUP_BYTES} bytes")
     return value
+
+
+def check_reason(value: object, what: str = "reason") -> str:
+    """``value`` as a failure reason, or ``ValueError``: a ``str`` of at most ``MAX_REASON_BYTES``
+    bytes of UTF-8 without control characters or line breaks (``""``: none), checked before anything
+    is sent. ``reason_text`` makes one of any text."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, not {value!r}")
+    if any(unicodedata.category(c) in _NOT_PRINTABLE for c in value):
+        raise ValueError(f"{what} may not hold control characters or line breaks: {value[:80]!r}")
+    if len(value.encode()) > MAX_REASON_BYTES:
+        raise ValueError(f"{what} is longer than {MAX_REASON_BYTES} bytes of UTF-8 ({len(value.encode())})")
+    return value
+
+
+def reason_text(text: str, *, keep_end: bool = False, limit: int = MAX_REASON_BYTES) -> str:
+    """``text`` as a reason the server takes: each run of whitespace, control characters and line
+    breaks one space, the ends stripped, and cut to ``limit`` bytes of UTF-8 (``MAX_REASON_BYTES``
+    at most) at a character boundary (``…`` where it was cut): its start kept, or (``keep_end``) its
+    end, as for the tail of a log."""
+    limit = min(limit, MAX_REASON_BYTES)
+    words = "".join(" " if c.isspace() or unicodedata.category(c) in _NOT_PRINTABLE else c for c in text)
+    flat = " ".join(words.split())
+    data = flat.encode()
+    if len(data) <= limit:
+        return flat
+    room = limit - len(_ELLIPSIS.encode())
+    if keep_end:
+        return _ELLIPSIS + data[len(data) - room :].decode(errors="ignore")
+    return data[:room].decode(errors="ignore") + _ELLIPSIS
 
 
 def _duration(body: Mapping[str, Any], key: str) -> timedelta:
@@ -309,6 +343,10 @@ class LeasedItem:
     priority: int = DEFAULT_PRIORITY
     #: As produced; ``""``: none.
     group: str = ""
+    #: Why the item last failed (a consumer's ``retry`` reason, or the server's own, such as
+    #: ``"lease ran out"``) and how many failures it had; ``""`` and 0 when it never failed.
+    last_reason: str = ""
+    failures: int = 0
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any], *, partition: int) -> LeasedItem:
@@ -323,10 +361,12 @@ class LeasedItem:
             partition=partition,
             priority=_priority(body),
             group=_str(body, "group"),
+            last_reason=_str(body, "last_reason"),
+            failures=_int(body, "failures"),
         )
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "id": self.id,
             "attempts": self.attempts,
             "priority": self.priority,
@@ -337,6 +377,12 @@ class LeasedItem:
             "kind": self.kind,
             "bytes": base64.b64encode(self.payload).decode("ascii"),
         }
+        # As the server sends them: only for an item that failed before.
+        if self.last_reason:
+            body["last_reason"] = self.last_reason
+        if self.failures:
+            body["failures"] = self.failures
+        return body
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -385,6 +431,9 @@ class RetryItem:
     ``retry_at`` takes a delay too (``timedelta(seconds=30)`` or ``"30s"``), sent as ``retry_in``.
 
     ``priority`` (0-9) puts it back with that priority instead of its own; ``None`` keeps its own.
+    ``reason`` says why (``check_reason``: at most 1,024 bytes, one line; ``reason_text`` makes one
+    of any text): the server keeps it as the item's ``last_reason`` and counts a failure; ``""``
+    records nothing.
     """
 
     id: str
@@ -392,10 +441,12 @@ class RetryItem:
     retry_in: Duration | None = None
     dead: bool = False
     priority: int | None = None
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.priority is not None:
             check_priority(self.priority)
+        check_reason(self.reason)
         when_to_wire({}, self.retry_at, self.retry_in, "retry_at", "retry_in")
 
     def to_wire(self) -> dict[str, Any]:
@@ -405,6 +456,9 @@ class RetryItem:
             body["dead"] = True
         if self.priority is not None:
             body["priority"] = self.priority
+        # Left out when empty: a server from before reasons refuses unknown keys.
+        if self.reason:
+            body["reason"] = self.reason
         return body
 
 
@@ -533,6 +587,11 @@ class StoredItem:
     priority: int = DEFAULT_PRIORITY
     #: As produced; ``""``: none.
     group: str = ""
+    #: In a dead-letter queue: the queue the item came from.
+    source_queue: str = ""
+    #: Why the item last failed and how many failures it had (``""`` and 0: it never failed).
+    last_reason: str = ""
+    failures: int = 0
 
     @classmethod
     def from_wire(cls, body: Mapping[str, Any]) -> StoredItem:
@@ -540,6 +599,9 @@ class StoredItem:
             id=_str(body, "id"),
             payload=_payload(body, "payload"),
             source_id=_str(body, "source_id"),
+            source_queue=_str(body, "source_queue"),
+            last_reason=_str(body, "last_reason"),
+            failures=_int(body, "failures"),
             is_leased=bool(body.get("is_leased")),
             lease_deadline=_timestamp(body, "lease_deadline"),
             expire_deadline=_timestamp(body, "expire_deadline"),
@@ -571,6 +633,10 @@ class StoredItem:
             value = getattr(self, key)
             if value is not None:
                 body[key] = format_timestamp(value)
+        # Left out when empty, as the server does: a server from before them refuses the keys.
+        for key in ("source_queue", "last_reason", "failures"):
+            if value := getattr(self, key):
+                body[key] = value
         return body
 
 

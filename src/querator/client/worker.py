@@ -43,7 +43,15 @@ from querator.client.errors import (
     UnknownMethodError,
     UnsupportedContentError,
 )
-from querator.client.models import Duration, LeasedItem, Renewal, RetryItem, duration_seconds
+from querator.client.models import (
+    Duration,
+    LeasedItem,
+    Renewal,
+    RetryItem,
+    duration_seconds,
+    duration_to_wire,
+    reason_text,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -98,8 +106,24 @@ class RetryLater(Exception):  # noqa: N818 - an instruction to the worker, not a
     def __init__(self, delay: Duration, message: str = "") -> None:
         if duration_seconds(delay) < 0:
             raise ValueError(f"RetryLater takes a delay of 0 or more, not {delay!r}")
-        super().__init__(message or f"retry in {delay}")
+        super().__init__(message or f"retry in {duration_to_wire(delay)}")
         self.delay = delay
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason the worker sends with the retry or dead letter of an item whose handler raised
+    ``exc`` (the server keeps it as the item's ``last_reason``): a ``DeadLetter`` or ``RetryLater``
+    says its own message (``DeadLetter("cannot handle it")``: ``"cannot handle it"``); any other
+    exception its type and message (``"ValueError: bad input"``; the type alone when it has no
+    message). On one line and cut to ``MAX_REASON_BYTES`` (``reason_text``)."""
+    try:
+        text = str(exc)
+    # The exception is the user's: one whose __str__ fails still fails only its item, by its type.
+    except Exception:
+        text = ""
+    if isinstance(exc, DeadLetter | RetryLater):
+        return reason_text(text or type(exc).__name__)
+    return reason_text(f"{type(exc).__name__}: {text}" if text.strip() else type(exc).__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +245,7 @@ def consume(
     idle_backoff: float = DEFAULT_IDLE_BACKOFF,
     idle_backoff_max: float = DEFAULT_IDLE_BACKOFF_MAX,
     mode: str = "poll",
+    reason: Callable[[BaseException], str] = failure_reason,
 ) -> WorkerReport:
     """Lease items of ``queue_name`` and run ``handler(item)`` for each until stopped.
 
@@ -268,6 +293,11 @@ def consume(
         without a close frame) it subscribes again at once and, while that fails, long-polls and
         tries again after 0.1 s doubling to 5 s (``RESUBSCRIBE_BACKOFF``), so it streams again
         soon after the server is back (``WorkerReport.transport``, ``subscribed``, ``closed_by``).
+    reason
+        ``exception -> text``: the reason sent with the retry or dead letter of an item whose
+        handler raised (the server keeps it as the item's ``last_reason``); ``failure_reason`` (the
+        type and message) by default. Its text is put on one line and cut to ``MAX_REASON_BYTES``
+        (``reason_text``); if it raises, ``failure_reason`` is sent instead.
 
     Raises
     ------
@@ -292,6 +322,7 @@ def consume(
         idle_backoff=idle_backoff,
         idle_backoff_max=idle_backoff_max,
         mode=mode,
+        reason=reason,
     )
     return worker.run(handle_signals=handle_signals)
 
@@ -316,7 +347,9 @@ class _Worker:
         idle_backoff: float = 0.0,
         idle_backoff_max: float = 0.0,
         mode: str = "poll",
+        reason: Callable[[BaseException], str] = failure_reason,
     ) -> None:
+        self.reason = reason
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be at least 1")
         if mode not in MODES:
@@ -893,12 +926,14 @@ class _Worker:
             last = self.max_attempts > 0 and item.attempts >= self.max_attempts
             log.info("item %s of %s: retry in %s", item.id, self.queue_name, exc.delay)
             self._settle(
-                job, RetryItem(id=item.id, retry_in=exc.delay), "dead_lettered" if last else "retried"
+                job,
+                RetryItem(id=item.id, retry_in=exc.delay, reason=self._reason(exc)),
+                "dead_lettered" if last else "retried",
             )
         except self.dead_letter_on as exc:
             self.state.count("failures")
             log.info("item %s of %s: dead letter (%r)", item.id, self.queue_name, exc)
-            self._settle(job, RetryItem(id=item.id, dead=True), "dead_lettered")
+            self._settle(job, RetryItem(id=item.id, dead=True, reason=self._reason(exc)), "dead_lettered")
         # The handler is the user's code: whatever it raises (even SystemExit) is that item's
         # failure, never the worker's, so this is the one place that catches everything; a thread
         # that died here would leave its item held until the worker stops.
@@ -910,9 +945,26 @@ class _Worker:
             delay = self.backoff(item.attempts)
             log.info("item %s of %s failed on attempt %d (%r)", item.id, self.queue_name, item.attempts, exc)
             # The server dead-letters a retried item that used its max_attempts; count it as such.
-            self._settle(job, RetryItem(id=item.id, retry_in=delay), "dead_lettered" if last else "retried")
+            self._settle(
+                job,
+                RetryItem(id=item.id, retry_in=delay, reason=self._reason(exc)),
+                "dead_lettered" if last else "retried",
+            )
         else:
             self._settle(job, None, "completed")
+
+    def _reason(self, exc: BaseException) -> str:
+        """What the server records as the failure of ``exc``: ``reason``'s text, one line within the
+        limit; ``failure_reason``'s when it fails (the caller's code must not cost the item its retry)."""
+        if self.reason is failure_reason:
+            return failure_reason(exc)
+        try:
+            return reason_text(self.reason(exc))
+        except Exception:
+            log.exception(
+                "the reason= function of the worker on %s failed; sending the exception's", self.queue_name
+            )
+            return failure_reason(exc)
 
     def _settle(self, job: _Job, retry: RetryItem | None, outcome: str) -> None:
         with self.state.lock:

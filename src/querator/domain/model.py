@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import enum
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from querator.domain.errors import InvalidRequestError
 from querator.domain.groups import group_lane, validate_group
 from querator.domain.priority import DEFAULT_PRIORITY, priority_of, validate_priority
 from querator.domain.ratelimit import RateLimit, validate_rate_limit
-from querator.domain.text import check_printable
+from querator.domain.text import check_printable, clip_utf8
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -28,6 +28,8 @@ MAX_BATCH = 1000
 MAX_PARTITIONS = 256
 #: DynamoDB stores at most 400 KB per item; keys and attributes need some of it.
 MAX_PAYLOAD_BYTES = 380_000
+#: Most bytes of UTF-8 in a failure reason (``queue.retry``'s ``reason``, ``Item.last_reason``).
+MAX_REASON_BYTES = 1024
 #: Items whose ``reply_size`` is under this count as this much when a lease sizes its reply, so the
 #: store need only record the size of larger ones.
 REPLY_SIZE_THRESHOLD = 1024
@@ -77,6 +79,20 @@ def check_aware(value: datetime, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidRequestError(f"{what} must be timezone-aware", field=what)
     return value.astimezone(UTC)
+
+
+def validate_reason(value: object, what: str = "reason") -> str:
+    """``value`` as a failure reason, or ``InvalidRequestError`` naming ``what``: a string of at most
+    ``MAX_REASON_BYTES`` bytes of UTF-8 without control characters or line separators (shown on one
+    line in listings, the CLI's tables and the console, as queue names are)."""
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{what} must be a string", field=what)
+    check_printable(value, what)
+    if len(value.encode()) > MAX_REASON_BYTES:
+        raise InvalidRequestError(
+            f"{what} is longer than {MAX_REASON_BYTES} bytes of UTF-8 ({len(value.encode())})", field=what
+        )
+    return value
 
 
 def validate_queue_name(name: str) -> str:
@@ -290,6 +306,12 @@ class Item:
     next_priority: int | None = None
     #: The item's group (``querator.domain.groups``); ``""``: none.
     group: str = ""
+    #: Why the item last failed: the reason a consumer gave ``queue.retry``, or the service's own
+    #: (``querator.domain.reasons``); ``""``: it never failed. Kept through retries, dead-lettering
+    #: and redrive; stored only when set, so an item that never fails stores nothing more.
+    last_reason: str = ""
+    #: How many failures were recorded on the item (each one set ``last_reason``).
+    failures: int = 0
 
     @property
     def priority(self) -> int:
@@ -325,6 +347,8 @@ class Item:
             created_at=now,
             expire_deadline=expire_deadline,
             source_id=self.id,
+            last_reason=self.last_reason,
+            failures=self.failures,
         )
 
     def as_dead_letter(self, *, new_id: str, source_queue: str, expire_deadline: datetime) -> Item:
@@ -342,12 +366,20 @@ class Item:
             expire_deadline=expire_deadline,
             source_id=self.id,
             source_queue=source_queue,
+            last_reason=self.last_reason,
+            failures=self.failures,
         )
+
+    def with_failure(self, reason: str) -> Item:
+        """This item with one more failure, ``reason`` (clipped to ``MAX_REASON_BYTES``) its last."""
+        return replace(self, last_reason=clip_utf8(reason, MAX_REASON_BYTES), failures=self.failures + 1)
 
     def reply_size(self) -> int:
         """Bytes the item's variable fields may add to a reply: the payload, and its strings twice
         (JSON escapes can double them). Leases keep their replies under the cap with it."""
-        strings = sum(len(s.encode()) for s in (self.reference, self.encoding, self.kind, self.group))
+        strings = sum(
+            len(s.encode()) for s in (self.reference, self.encoding, self.kind, self.group, self.last_reason)
+        )
         return len(self.payload) + 2 * strings
 
     def state(self) -> ItemState:
@@ -402,8 +434,12 @@ class RetryRequest:
     dead: bool = False
     #: The priority the item goes back with (``None``: the one it has; doq's nack with a priority).
     priority: int | None = None
+    #: Why the consumer gives the item back (``validate_reason``); ``""``: no reason, and the item's
+    #: ``last_reason`` and ``failures`` stay as they are.
+    reason: str = ""
 
     def __post_init__(self) -> None:
+        validate_reason(self.reason)
         if self.priority is not None:
             validate_priority(self.priority)
         if self.retry_at is not None:
@@ -520,10 +556,18 @@ class StorageItem:
     source_id: str = ""
     priority: int = DEFAULT_PRIORITY
     group: str = ""
+    #: A dead letter's source queue, last failure reason and failure count, as a listing gives them.
+    source_queue: str = ""
+    last_reason: str = ""
+    failures: int = 0
 
     def __post_init__(self) -> None:
         validate_priority(self.priority)
         validate_group(self.group)
+        validate_reason(self.last_reason, "last_reason")
+        check_printable(self.source_queue, "source_queue")
+        if self.failures < 0:
+            raise InvalidRequestError("failures must not be negative", field="failures")
         if self.enqueue_at is not None:
             object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
         if self.enqueue_in is not None:

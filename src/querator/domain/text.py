@@ -1,7 +1,8 @@
-"""Domain layer: which characters a name the service shows may hold.
+"""Domain layer: which characters a name the service shows may hold, and how long text is cut.
 
-Queue names and item groups end up in logs, listings, the CLI's tables and the console, each on one
-line; a name holding ESC, BEL or NUL would reach a terminal as a command. One rule serves both.
+Queue names, item groups and failure reasons end up in logs, listings, the CLI's tables and the
+console, each on one line; a name holding ESC, BEL or NUL would reach a terminal as a command. One
+rule serves them all.
 """
 
 from __future__ import annotations
@@ -24,4 +25,17 @@ def check_printable(value: str, what: str) -> str:
     return value
 
 
-__all__ = ["check_printable"]
+def clip_utf8(value: str, limit: int, *, keep_end: bool = False) -> str:
+    """``value`` cut to at most ``limit`` bytes of UTF-8, at a character boundary: its start kept
+    (``keep_end``: its end, as for the tail of a log), and ``…`` where it was cut."""
+    data = value.encode()
+    if len(data) <= limit:
+        return value
+    mark = "\u2026"
+    room = limit - len(mark.encode())
+    if keep_end:
+        return mark + data[len(data) - room :].decode(errors="ignore")
+    return data[:room].decode(errors="ignore") + mark
+
+
+__all__ = ["check_printable", "clip_utf8"]

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from querator.domain import lifecycle
+from querator.domain import lifecycle, reasons
 from querator.domain.errors import InvalidRequestError
 from querator.domain.ids import parse_item_id, visible_at_of, visible_bound
 from querator.domain.lifecycle import Action
@@ -108,17 +108,20 @@ class ItemCalls:
         items = self._store.get_many(queue.name, partition, list(wanted)) if wanted else {}
         requeue: list[Move] = []
         dead: list[Item] = []
+        # Each item as it goes back (or to the dead-letter queue), with the failure this retry records.
+        failing: dict[str, Item] = {}
         for item_id, request in wanted.items():
             item = items.get(item_id)
             if item is None or not item.is_leased(now):
                 failed.append(IdFailure(id=item_id, reason=NOT_LEASED))
                 continue
             plan = lifecycle.plan_retry(request, item.attempts, queue, now)
+            failing[item_id] = reasons.after_retry(item, plan, request.reason)
             if plan.action is Action.DEAD_LETTER:
                 dead.append(item)
                 continue
             assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
-            replacement = self._settler.requeued(queue, item, plan.visible_at, request.priority)
+            replacement = self._settler.requeued(queue, failing[item_id], plan.visible_at, request.priority)
             if plan.visible_at > now:
                 replacement = replace(replacement, enqueue_at=plan.visible_at)
             requeue.append(
@@ -130,7 +133,9 @@ class ItemCalls:
                 self._store.move(queue.name, partition, requeue, guard=Guard.LEASE_VALID, now=now).applied
             )
         if dead:
-            moved, _ = self._settler.dead_letter(queue, partition, dead, Guard.LEASE_VALID, now)
+            moved, _ = self._settler.dead_letter(
+                queue, partition, dead, Guard.LEASE_VALID, now, entering=failing
+            )
             done |= moved
         failed += [IdFailure(id=i, reason=NOT_LEASED) for i in attempted if i not in done]
         self._free_slots(queue, partition, [i for i in done if not is_log_id(i)])
@@ -408,6 +413,9 @@ class ItemCalls:
                     created_at=created,
                     enqueue_at=enqueue_at if visible > now else None,
                     source_id=item.source_id,
+                    source_queue=item.source_queue,
+                    last_reason=item.last_reason,
+                    failures=item.failures,
                 )
             )
         leased = [i for i in fresh if i.lease_deadline is not None and i.lease_deadline > now]

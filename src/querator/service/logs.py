@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from querator.domain import lifecycle
+from querator.domain import lifecycle, reasons
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError, RetryLaterError
 from querator.domain.lifecycle import Action
 from querator.domain.model import REPLY_SIZE_THRESHOLD, ClearScope, IdFailure, Item, timestamp_us
@@ -36,7 +36,7 @@ from querator.service.settle import SettleOutcome
 from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, REPLY_ITEM_OVERHEAD, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime
 
     from querator.domain.model import QueueInfo, RetryRequest
@@ -409,7 +409,7 @@ class Logs:
         expired = [item for item in items if item.expire_deadline <= now]
         if not expired:
             return items
-        gone = set(self._dead_letter(queue, key, expired, Guard.LEASE_VALID, now))
+        gone = set(self._dead_letter(queue, key, expired, Guard.LEASE_VALID, now, entering=_expired(expired)))
         return [item for item in items if item.id not in gone]
 
     # -- settling -------------------------------------------------------------------------------------
@@ -435,23 +435,35 @@ class Logs:
             items = self.log.get(key, key_ids, now=now)
             back: list[Settlement] = []
             dead: list[Item] = []
+            # Each item with the failure this retry records on it (``querator.domain.reasons``).
+            failing: dict[str, Item] = {}
             for item_id in key_ids:
                 item = items.get(item_id)
                 if item is None or not item.is_leased(now):
                     continue
                 request = wanted[item_id]
                 plan = lifecycle.plan_retry(request, item.attempts, queue, now)
+                failing[item_id] = reasons.after_retry(item, plan, request.reason)
                 if plan.action is Action.DEAD_LETTER:
                     dead.append(item)
                     continue
                 assert plan.visible_at is not None  # noqa: S101 - plan_retry sets it for REQUEUE
                 # A priority ``queue.reprioritize`` gave it while leased, unless the retry names one.
                 priority = item.returning_priority if request.priority is None else request.priority
-                back.append(_move(queue, partition, item, priority, plan.visible_at, now))
+                back.append(_move(queue, partition, failing[item_id], priority, plan.visible_at, now))
             if back:
                 applied |= set(self._settle(key, back, guard=Guard.LEASE_VALID, now=now).applied)
             if dead:
-                applied |= set(self._dead_letter(queue, key, dead, Guard.LEASE_VALID, now))
+                applied |= set(
+                    self._dead_letter(
+                        queue,
+                        key,
+                        dead,
+                        Guard.LEASE_VALID,
+                        now,
+                        entering=failing,
+                    )
+                )
         return applied
 
     def renew(
@@ -486,12 +498,21 @@ class Logs:
                     failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
                 elif item.is_leased(now):
                     leased.append(item_id)
-                elif lifecycle.decide_for_lease(item.state(), queue, now).action is Action.DEAD_LETTER:
+                elif (
+                    decision := lifecycle.decide_for_lease(item.state(), queue, now)
+                ).action is Action.DEAD_LETTER:
                     # Moving it would give it attempts past max_attempts (or it outlived
                     # expire_timeout): it goes where the next lease would send it, and the id
                     # fails, the item being no longer in the queue.
                     try:
-                        self._dead_letter(queue, key, [item], Guard.NOT_VALIDLY_LEASED, now)
+                        self._dead_letter(
+                            queue,
+                            key,
+                            [item],
+                            Guard.NOT_VALIDLY_LEASED,
+                            now,
+                            entering={item_id: reasons.after_decision(item, decision, now)},
+                        )
                     except DeadLetterQueueMissingError:
                         log.warning("dead_queue of %s is missing; the item stays", queue.name)
                     failed.append(IdFailure(id=item_id, reason=UNKNOWN_ITEM))
@@ -573,10 +594,18 @@ class Logs:
         log.warning("a failed lease of %s gave back %d of %d claimed item(s)", queue.name, given, len(items))
 
     def _dead_letter(
-        self, queue: QueueInfo, key: LogKey, items: Sequence[Item], guard: Guard, now: datetime
+        self,
+        queue: QueueInfo,
+        key: LogKey,
+        items: Sequence[Item],
+        guard: Guard,
+        now: datetime,
+        *,
+        entering: Mapping[str, Item],
     ) -> list[str]:
         """Move ``items`` to the queue's dead-letter queue (drop them when it has none); the ids
-        that went."""
+        that went. ``entering``: by id, each item as it enters the dead-letter queue, with the
+        failure that sends it there (``querator.domain.reasons``)."""
         if not queue.dead_queue:
             return self._settle(key, [Settlement(id=i.id) for i in items], guard=guard, now=now).applied
         try:
@@ -593,7 +622,7 @@ class Logs:
                 to=lane_key(
                     target, item.landing_partition(target.partitions), item.returning_priority, item.group
                 ),
-                item=item.as_dead_letter(
+                item=entering.get(item.id, item).as_dead_letter(
                     new_id="",  # the dead-letter queue's log assigns it
                     source_queue=queue.name,
                     expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
@@ -621,11 +650,13 @@ class Logs:
                 if decision.action is Action.DEAD_LETTER:
                     dead.setdefault(decision.reason, []).append(item)
                 else:
+                    # Its lease ran out: the failure is recorded on the item it goes back as.
+                    lapsed = reasons.after_decision(replace(item, lease_deadline=run.deadline), decision, now)
                     back.append(
                         Settlement(
                             id=item.id,
                             to=lane_key(queue, key.partition, item.returning_priority, item.group),
-                            item=replace(item, lease_deadline=None, enqueue_at=None, next_priority=None),
+                            item=replace(lapsed, lease_deadline=None, enqueue_at=None, next_priority=None),
                         )
                     )
             if back:
@@ -636,8 +667,13 @@ class Logs:
                     s.to.lane for s in back if s.id in went and s.to is not None and s.to.lane != key.lane
                 }
             for reason, items in dead.items():
+                decision = lifecycle.Decision(Action.DEAD_LETTER, reason)
+                entering = {
+                    i.id: reasons.after_decision(replace(i, lease_deadline=run.deadline), decision, now)
+                    for i in items
+                }
                 try:
-                    gone = self._dead_letter(queue, key, items, Guard.LEASE_EXPIRED, now)
+                    gone = self._dead_letter(queue, key, items, Guard.LEASE_EXPIRED, now, entering=entering)
                 except DeadLetterQueueMissingError:
                     log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(items))
                     outcome.skipped += len(items)
@@ -683,7 +719,7 @@ class Logs:
         expired = [item for item in waiting if item.lease_deadline is None and item.expire_deadline <= now]
         if expired:
             try:
-                gone = self._dead_letter(queue, key, expired, Guard.ANY, now)
+                gone = self._dead_letter(queue, key, expired, Guard.ANY, now, entering=_expired(expired))
             except DeadLetterQueueMissingError:
                 log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(expired))
                 outcome.skipped += len(expired)
@@ -905,6 +941,11 @@ def _move(
         to=lane_key(queue, partition, priority, item.group),
         item=replace(item, lease_deadline=None, enqueue_at=later, next_priority=None),
     )
+
+
+def _expired(items: Iterable[Item]) -> dict[str, Item]:
+    """``items`` as the service dead-letters them for outliving ``expire_timeout`` while waiting."""
+    return {item.id: reasons.ended(item, reasons.EXPIRED) for item in items}
 
 
 def _rank(lane: str) -> int:

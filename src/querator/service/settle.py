@@ -10,14 +10,14 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from querator.domain import lifecycle
+from querator.domain import lifecycle, reasons
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError
 from querator.domain.lifecycle import Action
 from querator.domain.priority import band_of
 from querator.ports import Guard, Move
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
 
     from querator.domain.ids import IdFactory
@@ -116,16 +116,16 @@ class Settler:
                 return outcome
         items = self._store.get_many(queue.name, partition, [state.id for state, _ in found])
         requeue: list[Move] = []
-        dead_items: list[tuple[Item, Guard, str]] = []
+        dead_items: list[tuple[Item, Guard, lifecycle.Decision]] = []
         for state, decision in found:
             item = items.get(state.id)
             if item is None:
                 continue  # someone else got there first
             if decision.action is Action.REQUEUE:
-                requeue.append(self.requeue_move(queue, partition, item, now))
+                requeue.append(self.requeue_move(queue, partition, item, now, decision))
             elif decision.action is Action.DEAD_LETTER:
                 guard = Guard.LEASE_EXPIRED if item.lease_deadline is not None else Guard.NOT_VALIDLY_LEASED
-                dead_items.append((item, guard, decision.reason))
+                dead_items.append((item, guard, decision))
         if requeue:
             moved = self._store.move(queue.name, partition, requeue, guard=requeue_guard, now=now)
             outcome.requeued += len(moved.applied)
@@ -136,19 +136,22 @@ class Settler:
                 if m.item.id in applied and band_of(m.replacement.id) != band_of(m.item.id)
             }
         for guard in (Guard.LEASE_EXPIRED, Guard.NOT_VALIDLY_LEASED):
-            batch = [(item, reason) for item, g, reason in dead_items if g is guard]
+            batch = [(item, decision) for item, g, decision in dead_items if g is guard]
             if not batch:
                 continue
+            entering = {item.id: reasons.after_decision(item, why, now) for item, why in batch}
             try:
-                done, moved_out = self.dead_letter(queue, partition, [item for item, _ in batch], guard, now)
+                done, moved_out = self.dead_letter(
+                    queue, partition, [item for item, _ in batch], guard, now, entering=entering
+                )
             except DeadLetterQueueMissingError:
                 log.warning("dead_queue of %s is missing; %d item(s) stay", queue.name, len(batch))
                 outcome.skipped += len(batch)
                 continue
             outcome.add(moved_out)
-            for item, reason in batch:
+            for item, why in batch:
                 if item.id in done:
-                    outcome.count(reason)
+                    outcome.count(why.reason)
         return outcome
 
     def _delete_dead(
@@ -173,12 +176,22 @@ class Settler:
                     outcome.count(decision.reason)
         return outcome
 
-    def requeue_move(self, queue: QueueInfo, partition: int, item: Item, visible_at: datetime) -> Move:
+    def requeue_move(
+        self,
+        queue: QueueInfo,
+        partition: int,
+        item: Item,
+        visible_at: datetime,
+        decision: lifecycle.Decision | None = None,
+    ) -> Move:
+        """``item`` back at the tail at ``visible_at``; with the failure ``decision`` records (a lease
+        that ran out), if any."""
+        back = item if decision is None else reasons.after_decision(item, decision, visible_at)
         return Move(
             item=item,
             target_queue=queue.name,
             target_partition=partition,
-            replacement=self.requeued(queue, item, visible_at),
+            replacement=self.requeued(queue, back, visible_at),
         )
 
     def requeued(
@@ -195,11 +208,20 @@ class Settler:
         return replace(item, id=new_id, lease_deadline=None, enqueue_at=None, next_priority=None)
 
     def dead_letter(
-        self, queue: QueueInfo, partition: int, items: Sequence[Item], guard: Guard, now: datetime
+        self,
+        queue: QueueInfo,
+        partition: int,
+        items: Sequence[Item],
+        guard: Guard,
+        now: datetime,
+        *,
+        entering: Mapping[str, Item] | None = None,
     ) -> tuple[set[str], SettleOutcome]:
         """Move ``items`` to the queue's dead-letter queue (delete them when it has none).
 
-        Returns the ids that moved (or were deleted) and the outcome.
+        ``entering``: by id, an item as it enters the dead-letter queue, with the failure that sends
+        it there (``querator.domain.reasons``); the stored item (``items``) is what the move is
+        guarded by. Returns the ids that moved (or were deleted) and the outcome.
         """
         outcome = SettleOutcome()
         if not queue.dead_queue:
@@ -214,10 +236,14 @@ class Settler:
             ) from exc
         moves = []
         for item in items:
-            dead = item.as_dead_letter(
-                new_id=self._ids.new_id(now, item.returning_priority, target.lane_for(item.group)),
-                source_queue=queue.name,
-                expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+            dead = (
+                (entering or {})
+                .get(item.id, item)
+                .as_dead_letter(
+                    new_id=self._ids.new_id(now, item.returning_priority, target.lane_for(item.group)),
+                    source_queue=queue.name,
+                    expire_deadline=lifecycle.expire_deadline(now, target.expire_timeout),
+                )
             )
             # The same item always lands in the same partition of the dead-letter queue.
             target_partition = item.landing_partition(target.partitions)

@@ -31,7 +31,8 @@ PAGE_SIZE = 1000
 
 
 def export_schema() -> StructType:
-    """The Parquet columns: the contract's ``storage/items.list`` fields plus queue and partition."""
+    """The Parquet columns: the contract's ``storage/items.list`` fields plus queue and partition
+    (``source_queue``, ``last_reason`` and ``failures`` null when empty)."""
     from pyspark.sql import types as T  # noqa: N812, PLC0415 - pyspark only where Spark runs
 
     return T.StructType(
@@ -51,6 +52,11 @@ def export_schema() -> StructType:
             T.StructField("encoding", T.StringType()),
             T.StructField("kind", T.StringType()),
             T.StructField("payload", T.BinaryType()),
+            # Why items failed (a dead-letter queue's export is read for that): null when they did
+            # not. Last, so the files of an export made before them read with this schema too.
+            T.StructField("source_queue", T.StringType()),
+            T.StructField("last_reason", T.StringType()),
+            T.StructField("failures", T.IntegerType()),
         ]
     )
 
@@ -97,6 +103,9 @@ class _PartitionReader:
                 item.encoding,
                 item.kind,
                 bytearray(item.payload),
+                item.source_queue or None,
+                item.last_reason or None,
+                item.failures or None,
             )
 
 

@@ -704,7 +704,9 @@ async function moveItems(from, partition, items, target) {
     if (!groups.has(p)) groups.set(p, []);
     groups.get(p).push({ source_id: item.id, attempts: 0, created_at: new Date(now).toISOString(), expire_deadline: expire,
       reference: item.reference, encoding: item.encoding, kind: item.kind, payload: item.payload,
-      priority: item.priority ?? 5, group: item.group || undefined });
+      priority: item.priority ?? 5, group: item.group || undefined,
+      // Why it failed stays with it, as queue.redrive keeps it.
+      last_reason: item.last_reason || undefined, failures: item.failures || undefined });
   }
   for (const [p, batch] of groups) {
     await api("storage/items.import", { queue_name: target.queue_name, partition: p, items: batch });
@@ -745,6 +747,10 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
     if (!params.get("pivot")) params.delete("pivot");
     return `${base}?${params}`;
   };
+  // A dead-letter queue's items say where they came from; a page where an item failed says why
+  // (a page of items that never failed keeps its columns).
+  const showSource = sources.length > 0 || items.some((item) => item.source_queue);
+  const showFailures = items.some((item) => item.failures || item.last_reason);
   const render = () => {
     const wanted = stateFilter.value;
     const has = (value, filter) => !filter.value || (value || "").toLowerCase().includes(filter.value.toLowerCase());
@@ -763,7 +769,10 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
         h("td", {}, item.reference || ""),
         h("td", {}, item.group || ""),
         h("td", { class: "num" }, fmtAge(ageOf(item.created_at))),
-        h("td", {}, tab === "scheduled" ? item.enqueue_at || "" : item.lease_deadline || ""));
+        h("td", {}, tab === "scheduled" ? item.enqueue_at || "" : item.lease_deadline || ""),
+        showSource ? h("td", { class: "source-queue" }, item.source_queue || "") : null,
+        showFailures ? h("td", { class: "num failures" }, item.failures || 0) : null,
+        showFailures ? h("td", { class: "reason", title: item.last_reason || "" }, item.last_reason || "") : null);
     }));
   };
   stateFilter.addEventListener("change", render);
@@ -840,7 +849,10 @@ async function itemsPanel(info, tab, partition, pivot, sources, all) {
         h("th", { scope: "col" }, "Id"), h("th", { scope: "col" }, "State"), h("th", { scope: "col", class: "num" }, "Attempts"),
         h("th", { scope: "col", class: "num" }, "Priority"), h("th", { scope: "col" }, "Reference"), h("th", { scope: "col" }, "Group"),
         h("th", { scope: "col", class: "num" }, "Age"),
-        h("th", { scope: "col" }, tab === "scheduled" ? "Enqueue at" : "Lease deadline"))),
+        h("th", { scope: "col" }, tab === "scheduled" ? "Enqueue at" : "Lease deadline"),
+        showSource ? h("th", { scope: "col" }, "Source queue") : null,
+        showFailures ? h("th", { scope: "col", class: "num" }, "Failures") : null,
+        showFailures ? h("th", { scope: "col" }, "Last reason") : null)),
       body),
     items.length ? null : h("p", { class: "muted" }, "No items here."),
     h("div", { class: "actions" },
@@ -886,9 +898,13 @@ async function itemView(view, name, partition, id) {
       field("State", item.is_leased ? "leased" : item.scheduled ? "scheduled" : "ready"),
       field("Attempts", item.attempts || 0), field("Priority", item.priority ?? 5),
       field("Reference", item.reference), field("Group", item.group), field("Kind", item.kind),
-      field("Encoding", item.encoding), field("Source id", item.source_id), field("Created at", item.created_at),
+      field("Encoding", item.encoding), field("Source queue", item.source_queue), field("Source id", item.source_id),
+      field("Created at", item.created_at),
       field("Enqueue at", item.enqueue_at), field("Lease deadline", item.lease_deadline),
-      field("Expire deadline", item.expire_deadline), field("Payload size", `${bytes.length} bytes`)),
+      field("Expire deadline", item.expire_deadline), field("Payload size", `${bytes.length} bytes`),
+      field("Failures", item.failures || 0)),
+    h("h2", {}, "Last failure"),
+    h("p", { class: "reason-full", id: "last-reason" }, item.last_reason || "It never failed."),
     h("h2", {}, "Payload"), tabs, pre);
   showFormat(formats[0]);
 }

@@ -101,9 +101,12 @@ def encode_item(queue: str, partition: int, item: Item) -> AttributeMap:
         (schema.SOURCE_ID, item.source_id),
         (schema.SOURCE_QUEUE, item.source_queue),
         (schema.GROUP, item.group),
+        (schema.LAST_REASON, item.last_reason),
     ):
         if value:
             attrs[name] = {"S": value}
+    if item.failures:
+        attrs[schema.FAILURES] = {"N": str(item.failures)}
     if item.lease_deadline is not None:
         attrs[schema.LEASE_DEADLINE] = num(item.lease_deadline)
     if item.enqueue_at is not None:
@@ -130,6 +133,8 @@ def decode_item(attrs: AttributeMap) -> Item:
         source_queue=_str(attrs, schema.SOURCE_QUEUE),
         next_priority=int(attrs[schema.NEXT_PRIORITY]["N"]) if schema.NEXT_PRIORITY in attrs else None,
         group=_str(attrs, schema.GROUP),
+        last_reason=_str(attrs, schema.LAST_REASON),
+        failures=_int(attrs, schema.FAILURES),
     )
 
 

@@ -88,6 +88,10 @@ SOURCE_QUEUE = "sq"
 NEXT_PRIORITY = "np"
 #: The item's group (absent: none).
 GROUP = "grp"
+#: Why the item last failed and how many failures it had (absent: it never failed), so an item that
+#: never fails stores not a byte more.
+LAST_REASON = "why"
+FAILURES = "nf"
 #: What the item may add to a lease reply (``codec.reply_size``), stored only from 1 KB on, so a lease
 #: keeps its reply under the Lambda response limit from the scan alone (smaller items count as 1 KB).
 PAYLOAD_SIZE = "sz"

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _STATE_COLUMNS = "id, attempts, lease_us, expire_us, created_us, enqueue_us, size"
 _ITEM_COLUMNS = (
     f"{_STATE_COLUMNS}, payload, reference, encoding, kind, source_id, source_queue, next_priority,"
-    " item_group"
+    " item_group, last_reason, failures"
 )
 _HEAD_COLUMNS = (
     "cursor, sweep, schedule_mark, items, leased, scheduled, created_sum, leased_created_sum,"
@@ -74,6 +74,8 @@ def _item(row: Any) -> Item:
         source_queue=row[12],
         next_priority=row[13],
         group=row[14],
+        last_reason=row[15] or "",
+        failures=row[16] or 0,
     )
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 #: "QRTR": what ``PRAGMA application_id`` holds in a Querator database.
 APPLICATION_ID = 0x51525452
 #: The schema this code writes. A file with a higher version was written by a newer Querator.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: Lease rate-limit buckets: a bucket's ``tat`` (``querator.domain.ratelimit``), one row per queue
 #: and per group that leased under a limit, dropped with the queue.
 _RATE_BUCKETS = (
@@ -67,6 +67,13 @@ _CLAIM_LOG_AGES = (
 #: A leased log item's coming priority (``ClaimLog.set_next_priority``, ``queue.reprioritize``):
 #: ``(position, priority)`` pairs of a lease record, as int64s; NULL for none (most records).
 _LEASE_PRIORITIES = ("ALTER TABLE log_leases ADD COLUMN priorities BLOB",)
+#: Why an item last failed and how many failures it had (``Item.last_reason``, ``Item.failures``):
+#: NULL on an item that never failed. The claim logs' rows carry them in their items' encoding
+#: (``storage.embedded.log.codec``), which a Querator older than schema 9 would misread: hence the version.
+_FAILURE_COLUMNS = (
+    "ALTER TABLE items ADD COLUMN last_reason TEXT",
+    "ALTER TABLE items ADD COLUMN failures INTEGER",
+)
 #: What each version adds to the one before, applied in order when a file of an older version opens.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: the queue a dead letter came from, for queue.redrive.
@@ -95,6 +102,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 8: the claim logs' sums of their items' creation times, for queue.stats' ages; and the
     # priority a leased log item goes back with, kept with its lease record.
     8: (*_CLAIM_LOG_AGES, *_LEASE_PRIORITIES),
+    # 9: failure reasons: on v2's items as columns, in v3's rows as part of an item's encoding.
+    9: _FAILURE_COLUMNS,
 }
 #: Pages the write-ahead log takes before a commit copies them back into the file (SQLite's default
 #: is 1,000). A checkpoint flushes the log and the file to disk, the one flush ``synchronous=NORMAL``
@@ -119,7 +128,7 @@ CREATE TABLE items (
     created_us INTEGER NOT NULL, enqueue_us INTEGER, size INTEGER NOT NULL,
     payload BLOB NOT NULL, reference TEXT NOT NULL, encoding TEXT NOT NULL, kind TEXT NOT NULL,
     source_id TEXT NOT NULL, source_queue TEXT NOT NULL DEFAULT '', next_priority INTEGER,
-    item_group TEXT NOT NULL DEFAULT '',
+    item_group TEXT NOT NULL DEFAULT '', last_reason TEXT, failures INTEGER,
     PRIMARY KEY (queue, part, id)
 ) WITHOUT ROWID;
 CREATE TABLE heads (

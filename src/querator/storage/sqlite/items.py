@@ -57,7 +57,7 @@ _COUNT_PRODUCED = (
 
 _PUT_ITEM = (
     f"INSERT OR REPLACE INTO items (queue, part, {_ITEM_COLUMNS})"  # noqa: S608
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 
@@ -81,6 +81,9 @@ def _item_row(queue: str, partition: int, item: Item) -> tuple[Any, ...]:
         item.source_queue,
         item.next_priority,
         item.group,
+        # NULL (one byte of the row's header each) unless the item failed.
+        item.last_reason or None,
+        item.failures or None,
     )
 
 

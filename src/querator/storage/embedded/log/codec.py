@@ -25,8 +25,17 @@ ROW_BYTES = 16 * 1024
 # attempts (u32), next priority (i8, -1: none), the byte lengths of reference, encoding, kind,
 # source id, source queue and group (u16 each; all are under 2,000 bytes), those strings, and the
 # payload (the rest). Its id is not stored: it is the position's. A lease deadline is not stored:
+# it is the record's. 41 bytes beside the payload, so 100 items of 100 B make one row.
+#
+# An item that failed (``Item.failures``, ``Item.last_reason``) has ``_FAILED`` added to its next
+# priority byte (31-41 then, never a priority) and, after its strings, its failure count (u32), the
+# byte length of its reason (u16) and the reason: 6 bytes and the reason, only on items that failed,
+# so the row of an item that never did is byte for byte what it was (and rows written before
+# failures were kept read as they did).
 
 _ITEM = struct.Struct("<qqqIb6H")
+_FAILED = 32
+_FAILURE = struct.Struct("<IH")
 _ITEM_SIZE = _ITEM.size
 _NO_LENGTHS = [0, 0, 0, 0, 0, 0]
 _EPOCH = utc_from_timestamp_us(0)
@@ -53,8 +62,15 @@ def encode_item(item: Item) -> tuple[bytes, int]:
     enqueue = _NONE if item.enqueue_at is None else _stamp(item.enqueue_at)
     priority = -1 if item.next_priority is None else item.next_priority
     created, expire = _stamp(item.created_at), _stamp(item.expire_deadline)
+    failed = item.failures or item.last_reason
     if not (
-        item.reference or item.encoding or item.kind or item.source_id or item.source_queue or item.group
+        item.reference
+        or item.encoding
+        or item.kind
+        or item.source_id
+        or item.source_queue
+        or item.group
+        or failed
     ):
         payload = item.payload
         return _ITEM.pack(created, expire, enqueue, item.attempts, priority, 0, 0, 0, 0, 0, 0) + payload, len(
@@ -64,11 +80,19 @@ def encode_item(item: Item) -> tuple[bytes, int]:
         s.encode() for s in (item.reference, item.encoding, item.kind, item.source_id, item.source_queue)
     ]
     group = item.group.encode()
+    reason = item.last_reason.encode()
     header = _ITEM.pack(
-        created, expire, enqueue, item.attempts, priority, *(len(p) for p in parts), len(group)
+        created,
+        expire,
+        enqueue,
+        item.attempts,
+        priority + _FAILED if failed else priority,
+        *(len(p) for p in parts),
+        len(group),
     )
-    reply = len(item.payload) + 2 * (len(parts[0]) + len(parts[1]) + len(parts[2]) + len(group))
-    return b"".join((header, *parts, group, item.payload)), reply
+    failure = _FAILURE.pack(item.failures, len(reason)) + reason if failed else b""
+    reply = len(item.payload) + 2 * (len(parts[0]) + len(parts[1]) + len(parts[2]) + len(group) + len(reason))
+    return b"".join((header, *parts, group, failure, item.payload)), reply
 
 
 _ONE = struct.Struct("<HI")
@@ -119,6 +143,13 @@ def decode_items(
                 strings.append(blob[at : at + length].decode())
                 at += length
             reference, encoding, kind, source_id, source_queue, group = strings
+        last_reason, failures = "", 0
+        if priority >= _FAILED - 1:
+            priority -= _FAILED
+            failures, length = _FAILURE.unpack_from(blob, at)
+            at += _FAILURE.size
+            last_reason = blob[at : at + length].decode()
+            at += length
         created_at = times.get(created)
         if created_at is None:
             created_at = times[created] = _EPOCH + timedelta(microseconds=created)
@@ -135,6 +166,8 @@ def decode_items(
                 source_id=source_id,
                 source_queue=source_queue,
                 group=group,
+                last_reason=last_reason,
+                failures=failures,
                 attempts=attempts + bump,
                 lease_deadline=deadline,
                 expire_deadline=expire_at,
@@ -179,4 +212,6 @@ def with_id(item: Item, item_id: str) -> Item:
         source_queue=item.source_queue,
         next_priority=item.next_priority,
         group=item.group,
+        last_reason=item.last_reason,
+        failures=item.failures,
     )
