@@ -102,23 +102,48 @@ def _store(client: DynamoDBClient, table: str) -> DynamoDBItemStore:
         return DynamoDBItemStore(client, table)
 
 
-class Bench:
-    """Two services over the same tables: one for setting up, one metered for the measured call."""
+def _service(client: DynamoDBClient, clock: Any, engine: int) -> QueueService:
+    try:
+        return build_service(client, clock=clock, engine=engine)
+    except TypeError:  # the engines before v3 had no choice to make
+        if engine != 2:
+            raise
+        return build_service(client, clock=clock)
 
-    def __init__(self, clock: Any) -> None:
+
+class Bench:
+    """Two services over the same tables: one for setting up, one metered for the measured call.
+
+    ``engine``: 2 (the item store alone) or 3 (with engine v3's claim log on the same table,
+    ``benchmarks.engine_v3``), whatever ``querator.config.DEFAULT_ENGINE`` says.
+    """
+
+    def __init__(self, clock: Any, *, engine: int = 2) -> None:
         self.clock = clock
+        self.engine = engine
         self.setup_client = dynamodb_client()
         self.client = dynamodb_client()
-        # Engine v2: its rows are what this benchmark writes straight into the table (v3 at depth:
-        # benchmarks.cost_v3).
-        self.setup = build_service(self.setup_client, clock=clock, engine=2)
+        self.setup = _service(self.setup_client, clock, engine)
         self.items_table = self.setup.store._table  # type: ignore[attr-defined,unused-ignore]
         self.meter = CostMeter(dynamodb_client())
         self.meter.attach(self.client)
-        self.metered = QueueService(
+        self.metered = self.service()
+
+    def service(self) -> QueueService:
+        """Another service instance over the same tables through the metered client (a Lambda of
+        another function, say: it shares no process state with ``metered``)."""
+        if self.engine == 2:
+            return QueueService(
+                catalog=self.setup.catalog, store=_store(self.client, self.items_table), clock=self.clock
+            )
+        # Imported here: the engine before v2 (``--label v1``) has no claim log.
+        from querator.storage.dynamodb.log import DynamoDBClaimLog  # noqa: PLC0415
+
+        return QueueService(
             catalog=self.setup.catalog,
             store=_store(self.client, self.items_table),
-            clock=clock,
+            clock=self.clock,
+            log=DynamoDBClaimLog(self.client, self.items_table, concurrency=1),
         )
 
     def queue(self, name: str, **fields: Any) -> None:
@@ -145,13 +170,12 @@ def metered_lease(bench: Bench) -> tuple[int, CostSnapshot]:
     return found, bench.meter.snapshot()
 
 
-def lease_behind(valid: int) -> LeaseBehind:
-    clock = FakeClock()
-    bench = Bench(clock)
-    bench.queue("q")
+def fill_valid_leases(bench: Bench, valid: int, payload: bytes) -> None:
+    """``valid`` items of queue ``q`` validly leased (1 h), written straight into the table as
+    engine v2 leaves them, then 10 more produced, ready to lease."""
+    clock = bench.clock
     now = clock.now()
     ids = IdFactory().new_ids(now, valid)
-    payload = b"x" * 1000
     bench.write_raw(
         [
             codec.encode_item(
@@ -185,6 +209,13 @@ def lease_behind(valid: int) -> LeaseBehind:
     clock.advance(timedelta(seconds=2))
     bench.setup.produce("q", [NewItem(payload=payload) for _ in range(10)])
     clock.advance(timedelta(seconds=2))
+
+
+def lease_behind(valid: int) -> LeaseBehind:
+    clock = FakeClock()
+    bench = Bench(clock)
+    bench.queue("q")
+    fill_valid_leases(bench, valid, b"x" * 1000)
     found, cost = metered_lease(bench)
     return LeaseBehind("product", valid, found, cost.read_units, cost.requests)
 
@@ -205,11 +236,11 @@ def lease_behind_model_c(valid: int) -> LeaseBehind:
     return LeaseBehind("C (sparse index)", valid, found, cost.read_units, cost.requests)
 
 
-def reaper_run(stored: int, due_fraction: float) -> ReaperRun:
-    clock = FakeClock()
-    bench = Bench(clock)
+def fill_stored(bench: Bench, stored: int, due: int) -> None:
+    """Queue ``q`` (``expire_timeout`` 1 h) with ``stored`` items of 100 B produced through the
+    service, 1,000 a call: the first ``due`` of them an ``expire_timeout`` earlier than the rest."""
+    clock = bench.clock
     bench.queue("q", expire_timeout=HOUR, lease_timeout=timedelta(minutes=5))
-    due = int(stored * due_fraction)
     payload = b"y" * 100
     for start in range(0, due, 1000):
         bench.setup.produce("q", [NewItem(payload=payload) for _ in range(min(1000, due - start))])
@@ -217,6 +248,13 @@ def reaper_run(stored: int, due_fraction: float) -> ReaperRun:
     for start in range(due, stored, 1000):
         bench.setup.produce("q", [NewItem(payload=payload) for _ in range(min(1000, stored - start))])
     clock.advance(timedelta(seconds=2))
+
+
+def reaper_run(stored: int, due_fraction: float, *, engine: int = 2) -> ReaperRun:
+    clock = FakeClock()
+    bench = Bench(clock, engine=engine)
+    due = int(stored * due_fraction)
+    fill_stored(bench, stored, due)
     bench.meter.reset()
     report = bench.metered.reap(clock.now(), timedelta(minutes=10))
     reap = bench.meter.snapshot()
