@@ -1,6 +1,6 @@
 """``benchmarks.engine_v3``: what its depth figures claim of engine v3, at sizes a test affords.
 
-The figures themselves are ``python -m benchmarks.engine_v3`` (docs/benchmarks.md, section 18).
+The figures themselves are ``python -m benchmarks.engine_v3`` (docs/benchmarks.md, section 19).
 Each case runs in a moto mock of its own, with the benchmark's lighter moto (whole-table copies and
 scans left out; the requests and their units are the same).
 """
@@ -65,13 +65,8 @@ def test_a_lease_and_its_complete_behind_a_hundred_spilled_leases_cost_what_they
     assert deep.stats == shallow.stats
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the reaper lists the waiting items with ClaimLog.list_items, which reads every spilled"
-    " lease record: O(leases in flight), 9 read units behind 200 held items, 29 behind 10,000, 207"
-    " behind 100,000 (docs/benchmarks.md, section 18)",
-)
 def test_the_reaper_behind_held_leases_reads_no_more_than_behind_a_few() -> None:
+    # It reads the window from the cursor with ``get``, which looks up no lease records.
     shallow = fresh(lambda: behind_leases(3, SHALLOW, via="claim"))
     deep = fresh(lambda: behind_leases(3, DEEP, via="claim"))
     assert deep.reap.read_units <= shallow.reap.read_units + 1
@@ -90,12 +85,8 @@ def test_the_reaper_stats_and_a_lease_cost_the_same_over_ten_times_the_stored_it
     assert large.lease.requests == small.lease.requests
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the reaper dead-letters one page (100) of expired waiting items a run, and a lease whose"
-    " claim took only expired items dead-letters them and answers nothing to lease",
-)
 def test_one_reaper_run_dead_letters_every_expired_item_and_a_lease_then_finds_ten() -> None:
+    # Claimed from the cursor a window at a time and settled as records: no tombstones left.
     run = fresh(lambda: over_stored(3, 20_000, 0.01))
     assert run.reaped == run.due == 200
     assert run.found == 10

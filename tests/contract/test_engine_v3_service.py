@@ -25,7 +25,7 @@ from querator.domain.positions import POSITION_MARK, SCHEDULED_MARK
 from querator.domain.priority import lane_of
 from querator.ports.log import LogKey
 from querator.service import QueueService
-from querator.service.logs import is_log_id
+from querator.service.logs import REAPER_PAGE, is_log_id
 from querator.service.tuning import BAND_IDLE
 from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
@@ -302,6 +302,29 @@ def test_the_reaper_puts_back_expired_leases_and_dead_letters_expired_items(
     assert first.recovered == 1 and first.requeued == 1
     assert second.dead_lettered == 2 and second.counts_by_reason == {"expired": 2}
     assert sorted(payloads(service.list_items("dlq", 0))) == [b"leased", b"waiting"]
+
+
+def test_one_reaper_run_dead_letters_a_backlog_of_expired_items_leaving_no_tombstones(
+    service: QueueService, clock: FakeClock
+) -> None:
+    """More than a window (REAPER_PAGE) of expired items go in one run, taken from the cursor as a
+    lease takes them (the cursor passes them), so the log keeps no tombstone per item and the next
+    lease finds the items that did not expire."""
+    make_queue(service, "dlq")
+    make_queue(service, dead_queue="dlq", expire_timeout=timedelta(minutes=10))
+    old = REAPER_PAGE * 2 + 5
+    service.produce("jobs", items(*(f"old-{n}" for n in range(old))))
+    clock.advance(timedelta(minutes=9))
+    service.produce("jobs", items("young-0", "young-1"))
+    clock.advance(timedelta(minutes=2))
+
+    report = service.reap(clock.now(), timedelta(seconds=30))
+
+    assert report.dead_lettered == old and report.counts_by_reason == {"expired": old}
+    assert service.log is not None
+    assert service.log.head(LogKey("jobs", 0)).skipped == 0  # the cursor passed them
+    assert payloads(_lease(service, batch=10)) == [b"young-0", b"young-1"]
+    assert service.stats("dlq")[0].total == old
 
 
 def test_delete_items_and_delete_queue_remove_log_items(service: QueueService) -> None:
