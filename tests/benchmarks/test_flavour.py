@@ -87,6 +87,8 @@ def environment_restored() -> Iterator[None]:
 def test_a_short_measurement_runs_and_prices_every_batch() -> None:
     rows = flavour.measure(rounds=1, count=100)
     assert [row.batch for row in rows] == list(flavour.BATCHES)
-    # Batching cuts both the Lambda time and the per-call writes of an item.
+    # Batching cuts both the Lambda time and the per-call writes of an item; on engine v3 a batch's
+    # items share packed rows and one claim, so a large batch costs well under a write per item but
+    # never nothing.
     assert rows[0].lambda_per_million > rows[-1].lambda_per_million > 0
-    assert rows[0].write_units > rows[-1].write_units >= 3
+    assert rows[0].write_units > rows[-1].write_units > 0
