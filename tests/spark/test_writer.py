@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -743,7 +743,10 @@ def test_v3_a_chunk_of_1000_items_of_100_bytes_costs_a_fifth_of_v2s_write_units(
 
 
 @pytest.mark.server
-def test_v3_a_fair_queues_chunk_stays_on_engine_v2_as_the_services_produce_keeps_it(moto_server):
+@pytest.mark.parametrize("cap", [0, 2], ids=["uncapped", "two per group"])
+def test_v3_a_fair_queues_chunk_goes_to_its_groups_lane_logs_and_leases_round_robin(moto_server, cap):
+    # GIVEN a fair queue (capped at two leased items per group, or not) and a chunk of 50 items of
+    # 7 groups (one of them ungrouped), every priority 0
     rig = chunk_rig(moto_server, engine=3)
     now = rig.clock.now()
     rig.service.create_queue(
@@ -753,13 +756,41 @@ def test_v3_a_fair_queues_chunk_stays_on_engine_v2_as_the_services_produce_keeps
             expire_timeout=timedelta(days=7),
             partitions=1,
             delivery="fair",
+            max_leased_per_group=cap,
             created_at=now,
             updated_at=now,
         )
     )
-    recs = [item for _, item in records(50, groups=True)]
+    recs = [replace(item, priority=0) for _, item in records(50, groups=True)]
 
+    # WHEN the chunk is written, then written again (a re-run of the job)
     assert rig.writer.write("fair", recs, chunk_key="c1", owner="task-1").written == 50
+    assert rig.writer.write("fair", recs, chunk_key="c1", owner="run-2").replayed is True
 
+    # THEN it is packed into one lane log per group, no v2 row
     rows = log_rows(rig)
-    assert (rows["v2 items"], rows["packed items"]) == (50, 0)
+    assert (rows["v2 items"], rows["packed items"], rows["head"]) == (0, 50, 7)
+    # AND a lease of 7 takes one item of each group, as the service's fair produce would give it
+    first = rig.service.lease("fair", batch_size=7, client_id="c")
+    assert sorted(item.group for item in first.items) == sorted({item.group for item in recs})
+    # AND with a cap, no group holds more than two leased items however many are asked for
+    if cap:
+        more = rig.service.lease("fair", batch_size=50, client_id="c")
+        held = Counter(item.group for item in [*first.items, *more.items] if item.group)
+        assert held and max(held.values()) == cap
+        ids = [item.id for item in [*first.items, *more.items]]
+        assert not rig.service.complete("fair", 0, ids).failed
+    else:
+        assert not rig.service.complete("fair", 0, [item.id for item in first.items]).failed
+    # AND every item is delivered exactly once
+    delivered = Counter(item.payload for item in first.items)
+    if cap:
+        delivered.update(item.payload for item in more.items)
+    while True:
+        try:
+            lease = rig.service.lease("fair", batch_size=30, client_id="c")
+        except NothingToLeaseError:
+            break
+        delivered.update(item.payload for item in lease.items)
+        assert not rig.service.complete("fair", 0, [item.id for item in lease.items]).failed
+    assert delivered == Counter(item.payload for item in recs)

@@ -93,9 +93,9 @@ class QueueService:
     recount_period
         How often the reaper recounts a partition to heal drift in the counters ``stats`` reads.
     log
-        Engine v3's claim log (``querator.ports.log``; docs/adr/0100): given, new items of FIFO
-        queues are written there and what engine v2 stored is served until it is gone; ``None``:
-        engine v2 alone. Fair queues stay on engine v2 either way, for now.
+        Engine v3's claim log (``querator.ports.log``; docs/adr/0100): given, new items are written
+        there (a fair queue's to its groups' lane logs) and what engine v2 stored is served until it
+        is gone; ``None``: engine v2 alone.
     """
 
     def __init__(

@@ -273,8 +273,9 @@ class ChunkWriter:
             seq=int(first[_TIME_DIGITS : _TIME_DIGITS + _SEQ_DIGITS], 16),
             node=int(first[_TIME_DIGITS + _SEQ_DIGITS :], 16),
             count=len(new_items),
-            # Fair queues stay on engine v2, as the service's produce keeps them.
-            engine=self.engine if not queue.fair else _V2,
+            # A fair queue's items go to their groups' lane logs (``plan.items`` puts each item's
+            # lane in its id), as the service's produce writes them.
+            engine=self.engine,
         )
         claimed, plan, done = self._claim(queue.name, key, proposed, owner, now)
         if not claimed:
