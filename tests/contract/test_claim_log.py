@@ -431,6 +431,20 @@ def test_produced_and_completed_count_produce_and_complete_only(claim_log: Claim
     assert (head.produced, head.completed) == (4, 2)
 
 
+def test_the_largest_item_size_is_raised_before_its_positions_exist(claim_log: ClaimLog) -> None:
+    # A claim sizes its run by the head's largest item (the reply cap): one that reads the head
+    # between a take and its write takes the positions as holes and collects the items later, so the
+    # bound must cover them from the take on.
+    big = _items(b"x" * 300_000)
+    taken = claim_log.take_positions(KEY, 1, now=NOW, largest=big[0].reply_size())
+    assert claim_log.head(KEY).largest >= 300_000
+    claim_log.write_taken(KEY, taken, big, now=NOW)
+    # A smaller item later never lowers it, nor does one under the threshold every item counts as.
+    claim_log.take_positions(KEY, 1, now=NOW, largest=1_000)
+    claim_log.append(KEY, _items("small"), now=NOW)
+    assert claim_log.head(KEY).largest >= 300_000
+
+
 # --- expiry and renewal ------------------------------------------------------------------------------
 
 

@@ -794,3 +794,27 @@ def test_v3_a_fair_queues_chunk_goes_to_its_groups_lane_logs_and_leases_round_ro
         delivered.update(item.payload for item in lease.items)
         assert not rig.service.complete("fair", 0, [item.id for item in lease.items]).failed
     assert delivered == Counter(item.payload for item in recs)
+
+
+@pytest.mark.server
+def test_v3_a_chunk_of_large_items_keeps_a_lease_reply_under_the_cap(moto_server):
+    import json  # noqa: PLC0415 - only this test builds the wire reply
+
+    from querator.api import schemas  # noqa: PLC0415
+    from querator.domain.model import NewItem  # noqa: PLC0415 - a type elsewhere in this file
+    from querator.service import MAX_REPLY_BYTES  # noqa: PLC0415
+
+    # GIVEN a chunk of 20 items of 300,000 bytes (8 MB of base64 in all), written by the bulk path,
+    # which takes its positions before it writes them
+    rig = chunk_rig(moto_server, engine=3)
+    items = [NewItem(payload=bytes([i]) * 300_000) for i in range(20)]
+    rig.writer.write("q", items, chunk_key="c1", owner="task-1", route=0)
+
+    # WHEN a consumer asks for all of them at once
+    lease = rig.service.lease("q", batch_size=20, client_id="c")
+
+    # THEN the reply is sized by them: under the cap, and the rest leased once later
+    assert 0 < len(lease.items) < 20
+    assert len(json.dumps(schemas.LeaseResponse.from_domain(lease).to_wire()).encode()) <= MAX_REPLY_BYTES
+    rest = rig.lease_all()
+    assert sorted(item.payload[0] for item in [*lease.items, *rest]) == list(range(20))

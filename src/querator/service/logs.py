@@ -152,7 +152,8 @@ class Logs:
             ready = [(n, item) for n, item in entries if not _scheduled(item, now)]
             if ready:
                 created = sum(timestamp_us(item.created_at) // 1_000_000 for _, item in ready)
-                taken = self.log.take_positions(key, len(ready), now=now, created=created)
+                largest = max(item.reply_size() for _, item in ready)
+                taken = self.log.take_positions(key, len(ready), now=now, created=created, largest=largest)
                 for (n, _), taken_id in zip(ready, taken, strict=True):
                     ids[n] = taken_id
         return ids

@@ -79,13 +79,18 @@ class LogItemsPort(Protocol):
         """
         ...
 
-    def take_positions(self, key: LogKey, count: int, *, now: datetime, created: int = 0) -> list[str]:
+    def take_positions(
+        self, key: LogKey, count: int, *, now: datetime, created: int = 0, largest: int = 0
+    ) -> list[str]:
         """The first half of ``append``: take ``count`` positions at the tail with one sequencer
         write and return their ids; nothing is written at them yet (they are holes until
         ``write_taken``). An idempotent produce records these ids before it writes, so a retry after
         a crash writes the same positions instead of new ones. ``created``: the sum of the
         ``created_at`` seconds of the items to be written there (``LogAges``; a store that counts
-        waiting items' ages from the take, as DynamoDB's does, needs it then)."""
+        waiting items' ages from the take, as DynamoDB's does, needs it then). ``largest``: the
+        largest ``Item.reply_size`` among them; ``LogHead.largest`` is at least that before the
+        positions exist, so a claim of them, written or still holes, is sized by it (the reply
+        cap)."""
         ...
 
     def write_taken(

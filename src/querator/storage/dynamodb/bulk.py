@@ -350,7 +350,11 @@ class ChunkWriter:
                     # Their ages count as waiting from the take (``LogAges``), as a produce's do.
                     created = sum(timestamp_us(item.created_at) // 1_000_000 for item in ready)
                     ids = self._log.take_positions(
-                        LogKey(queue.name, plan.partition, lane), len(ready), now=now, created=created
+                        LogKey(queue.name, plan.partition, lane),
+                        len(ready),
+                        now=now,
+                        created=created,
+                        largest=max(item.reply_size() for item in ready),
                     )
                     taken.append((lane, _position(ids[0]), len(ids)))
             positions = self._record_positions(queue.name, key, owner, tuple(taken))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 
 from querator.domain.errors import StoreThrottledError
-from querator.domain.model import timestamp_us
+from querator.domain.model import REPLY_SIZE_THRESHOLD, timestamp_us
 from querator.domain.positions import parse_position_id, parse_scheduled_id, position_id, scheduled_id
 from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.base import BATCH_GET_LIMIT, CONDITION_FAILED, WRITE_CONCURRENCY, write_batches
@@ -488,6 +488,9 @@ class DynamoDBLogBase(_Port):
         #: the consumer that leased (the usual case) writes without reading the head first.
         self._mine: OrderedDict[tuple[LogKey, str], _Record] = OrderedDict()
         self._mine_at: dict[tuple[LogKey, int], str] = {}
+        #: What each log's ``lg`` is known to be at least, so a queue of large items raises it once
+        #: per process, not once per produce.
+        self._largest: OrderedDict[LogKey, int] = OrderedDict()
 
     def _each(self, function: Callable[[T], R], values: Sequence[T]) -> list[R]:
         """``function`` over ``values`` with up to ``concurrency`` in flight (results in order); the
@@ -955,7 +958,11 @@ class DynamoDBLogBase(_Port):
                     )
                 largest = max(i.reply_size() for i in ready)
                 if largest > state.largest:
-                    change.sets.append(f"{change.name(schema.LOG_LARGEST)} = {change.value(_num(largest))}")
+                    # In the same step as the tail; conditional, since a producer may have raised it
+                    # further since the read without moving the tail (``_raise_largest``).
+                    lg, size = change.name(schema.LOG_LARGEST), change.value(_num(largest))
+                    change.sets.append(f"{lg} = {size}")
+                    change.conditions.append(f"attribute_not_exists({lg}) OR {lg} < {size}")
             if later:
                 for item in later:
                     item_id = _scheduled_id_for(target.lane, item)
@@ -990,6 +997,28 @@ class DynamoDBLogBase(_Port):
                     for i in items
                 ]
         return others
+
+    def _raise_largest(self, key: LogKey, largest: int) -> None:
+        """Raise the head's ``lg`` (what a claim is sized by, so that its reply stays under the cap)
+        to ``largest`` before the positions of such an item are taken: raised after, a claim that
+        read the head in between would take them (as holes, say) sized by the smaller bound. One
+        conditional write, only for an item larger than any this process saw the log given; under
+        ``REPLY_SIZE_THRESHOLD`` every item counts as that much already."""
+        if largest < REPLY_SIZE_THRESHOLD:
+            return
+        with self._pool_lock:
+            if self._largest.get(key, 0) >= largest:
+                return
+        change = _Change(_key(key, schema.LOG_HEAD_SK))
+        lg, size = change.name(schema.LOG_LARGEST), change.value(_num(largest))
+        change.sets.append(f"{lg} = {size}")
+        # Never lowered: a failed condition means it is at least as large already.
+        change.conditions.append(f"attribute_not_exists({lg}) OR {lg} < {size}")
+        self._update(change, "produce")
+        with self._pool_lock:
+            self._largest[key] = max(largest, self._largest.pop(key, 0))
+            while len(self._largest) > _REMEMBERED:
+                self._largest.popitem(last=False)
 
     def _remember(self, key: LogKey, record: _Record) -> None:
         with self._pool_lock:

@@ -96,8 +96,10 @@ class DynamoDBLogItems(DynamoDBLogBase):
                 stored[n] = item
         return [item for item in stored if item is not None]
 
-    def take_positions(self, key: LogKey, count: int, *, now: datetime, created: int = 0) -> list[str]:
-        return self._take(key, count, timestamp_us(now), 0, created=created)
+    def take_positions(
+        self, key: LogKey, count: int, *, now: datetime, created: int = 0, largest: int = 0
+    ) -> list[str]:
+        return self._take(key, count, timestamp_us(now), largest, created=created)
 
     def _take(
         self, key: LogKey, count: int, now_us: int, largest: int, *, produced: bool = True, created: int = 0
@@ -105,7 +107,8 @@ class DynamoDBLogItems(DynamoDBLogBase):
         """The sequencer write; it also counts the items as produced (``produced``: not for a late
         writer's second positions) and adds their ``created`` seconds to the waiting items' (a late
         writer's second positions add none: its first take did), so counting costs no write of its
-        own."""
+        own. ``largest`` raises the head's ``lg`` first (``_raise_largest``)."""
+        self._raise_largest(key, largest)
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         tail, cur = change.name(schema.LOG_TAIL), change.name(schema.LOG_CURSOR)
         records, starts = change.name(schema.LOG_RECORDS), change.name(schema.LOG_STARTS)
@@ -123,13 +126,6 @@ class DynamoDBLogItems(DynamoDBLogBase):
             change.adds.append(f"{change.name(schema.LOG_PRODUCED)} {change.value(_num(count))}")
         _add_created(change, waiting=created)
         head = _decode_head(self._update(change, "produce", returns="ALL_NEW"))
-        if largest > head.largest:
-            raise_largest = _Change(_key(key, schema.LOG_HEAD_SK))
-            lg = raise_largest.name(schema.LOG_LARGEST)
-            size = raise_largest.value(_num(largest))
-            raise_largest.sets.append(f"{lg} = {size}")
-            raise_largest.conditions.append(f"attribute_not_exists({lg}) OR {lg} < {size}")
-            self._update(raise_largest, "produce")
         first = head.tail - count
         return [position_id(key.lane, first + n) for n in range(count)]
 

@@ -74,10 +74,12 @@ class LogItems(LogEngineBase):
         with self._write() as rows:
             return self._append_in(rows, key, items, now, produced=True)
 
-    def take_positions(self, key: LogKey, count: int, *, now: datetime, created: int = 0) -> list[str]:
+    def take_positions(
+        self, key: LogKey, count: int, *, now: datetime, created: int = 0, largest: int = 0
+    ) -> list[str]:
         # ``created`` is not needed here: a row keeps its items' sum when it is written (``ages``).
         with self._write() as rows:
-            first = rows.take(key, count, start=timestamp_us(now), produce=False)
+            first = rows.take(key, count, start=timestamp_us(now), produce=False, largest=largest)
         return [position_id(key.lane, p) for p in range(first, first + count)]
 
     def write_taken(

@@ -1,0 +1,67 @@
+"""The lease reply cap (docs/api.md, "Limits"): a reply never passes ``MAX_REPLY_BYTES`` however the
+large items got into the queue (a produce, an idempotent produce, a retry that moved them), and
+what it cannot carry is left unclaimed, leased once later. Every store, either engine."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from querator.api import schemas
+from querator.domain.errors import NothingToLeaseError
+from querator.domain.model import NewItem, RetryRequest
+from querator.service import CURSOR_LAG, MAX_REPLY_BYTES
+from tests.contract.helpers import make_queue
+
+if TYPE_CHECKING:
+    from querator.service import QueueService
+    from querator.testing import FakeClock
+
+#: 20 items of 300,000 bytes: 8 MB of base64, more than one reply carries.
+COUNT, SIZE = 20, 300_000
+
+
+def _large() -> list[NewItem]:
+    return [NewItem(payload=bytes([i]) * SIZE) for i in range(COUNT)]
+
+
+def _produce(service: QueueService, clock: FakeClock, how: str) -> None:
+    if how == "produce":
+        service.produce("jobs", _large())
+    elif how == "idempotent produce":
+        service.produce("jobs", _large(), idempotency_key="large-1")
+    else:
+        # Small items once leased and retried as large ones cannot be: a retry moves the item as
+        # stored, so the large items are leased in small leases and retried to the tail.
+        service.produce("jobs", _large())
+        clock.advance(CURSOR_LAG * 2)
+        for _ in range(COUNT):
+            lease = service.lease("jobs", batch_size=1, client_id="mover")
+            service.retry("jobs", lease.partition, [RetryRequest(id=i.id) for i in lease.items])
+    clock.advance(CURSOR_LAG * 2)
+
+
+@pytest.mark.parametrize("how", ["produce", "idempotent produce", "retried"])
+def test_a_lease_reply_of_large_items_stays_under_the_cap(
+    service: QueueService, clock: FakeClock, how: str
+) -> None:
+    make_queue(service)
+    _produce(service, clock, how)
+
+    first = service.lease("jobs", batch_size=COUNT, client_id="c")
+    wire = json.dumps(schemas.LeaseResponse.from_domain(first).to_wire())
+
+    assert 0 < len(first.items) < COUNT
+    assert len(wire.encode()) <= MAX_REPLY_BYTES
+    # Nothing was claimed that the reply did not carry: every other item is leased once later.
+    rest = []
+    while True:
+        try:
+            lease = service.lease("jobs", batch_size=COUNT, client_id="c")
+        except NothingToLeaseError:
+            break
+        assert len(json.dumps(schemas.LeaseResponse.from_domain(lease).to_wire()).encode()) <= MAX_REPLY_BYTES
+        rest += lease.items
+    assert sorted(i.payload[0] for i in first.items + rest) == list(range(COUNT))
