@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from querator.domain.model import NewItem, QueueInfo
 from querator.service.tuning import MAX_REPLY_BYTES
 from querator.spark.export import PAGE_SIZE, iter_partition
 from querator.testing import FakeClock, memory_service
 
+#: ``datetime.UTC`` is Python 3.11+; the Spark suite runs on 3.10 too (docs/adr/0021).
+UTC = timezone.utc
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
