@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from querator.domain.model import Item
+from querator.domain.model import Item, reply_bytes_at_most
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
     POSITION_MARK,
@@ -442,6 +442,42 @@ def test_the_largest_item_size_is_raised_before_its_positions_exist(claim_log: C
     # A smaller item later never lowers it, nor does one under the threshold every item counts as.
     claim_log.take_positions(KEY, 1, now=NOW, largest=1_000)
     claim_log.append(KEY, _items("small"), now=NOW)
+    assert claim_log.head(KEY).largest >= 300_000
+
+
+def test_a_claim_sizes_its_run_by_the_head_it_reads_itself(claim_log: ClaimLog) -> None:
+    # A caller read the head while only small items waited, and sized its count by it; large items
+    # were appended before its claim. The claim's ``room`` keeps the run inside the reply cap.
+    claim_log.append(KEY, _items("a", "b", "c"), now=NOW)
+    seen = claim_log.head(KEY)
+    claim_log.append(KEY, _items(*(bytes([n]) * 300_000 for n in range(20))), now=NOW)
+    room = 5_000_000
+    count = room // reply_bytes_at_most(seen.largest)
+
+    claim = claim_log.claim(KEY, count=count, deadline=NOW + LEASE, now=NOW, room=room)
+
+    assert 3 < len(claim.items) < 23
+    assert sum(reply_bytes_at_most(item.reply_size()) for item in claim.items) <= room
+    # What it could not carry waits, in order, for the next claim.
+    rest = claim_log.claim(KEY, count=100, deadline=NOW + LEASE, now=NOW)
+    assert len(claim.items) + len(rest.items) == 23
+
+
+def test_the_largest_item_size_falls_once_no_large_item_waits(claim_log: ClaimLog) -> None:
+    # A log given one large item sizes claims by it only while it may wait: once a claim took it
+    # and whatever was behind it, small items are claimed a full batch at a time again.
+    claim_log.append(KEY, _items(b"x" * 300_000, "a", "b"), now=NOW)
+    assert claim_log.head(KEY).largest >= 300_000
+    held = _claim(claim_log, 3).items
+    assert len(held) == 3
+
+    claim_log.append(KEY, _items(*(f"small-{n}" for n in range(10))), now=NOW)
+
+    assert reply_bytes_at_most(claim_log.head(KEY).largest) * 1000 <= 5_000_000
+    # A large item put back (a retry to the tail) bounds the log again.
+    big = held[0]
+    moved = claim_log.settle(KEY, [Settlement(id=big.id, to=KEY, item=big)], guard=Guard.LEASE_VALID, now=NOW)
+    assert moved.applied == [big.id]
     assert claim_log.head(KEY).largest >= 300_000
 
 

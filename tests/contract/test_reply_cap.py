@@ -65,3 +65,19 @@ def test_a_lease_reply_of_large_items_stays_under_the_cap(
         assert len(json.dumps(schemas.LeaseResponse.from_domain(lease).to_wire()).encode()) <= MAX_REPLY_BYTES
         rest += lease.items
     assert sorted(i.payload[0] for i in first.items + rest) == list(range(COUNT))
+
+
+def test_a_queue_that_once_held_a_large_item_leases_full_batches_again(
+    service: QueueService, clock: FakeClock
+) -> None:
+    make_queue(service)
+    service.produce("jobs", [NewItem(payload=b"x" * SIZE)])
+    clock.advance(CURSOR_LAG * 2)
+    big = service.lease("jobs", batch_size=1, client_id="c")
+    assert not service.complete("jobs", big.partition, [i.id for i in big.items]).failed
+
+    service.produce("jobs", [NewItem(payload=f"small-{n}".encode()) for n in range(500)])
+    clock.advance(CURSOR_LAG * 2)
+
+    # The large item is gone: 500 small ones fit one reply (sized by one large item, 9 would).
+    assert len(service.lease("jobs", batch_size=500, client_id="c").items) == 500

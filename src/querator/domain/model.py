@@ -33,6 +33,14 @@ MAX_REASON_BYTES = 1024
 #: Items whose ``reply_size`` is under this count as this much when a lease sizes its reply, so the
 #: store need only record the size of larger ones.
 REPLY_SIZE_THRESHOLD = 1024
+#: What an item's fixed fields (id, deadlines, attempts, keys, JSON punctuation) add to a reply.
+REPLY_ITEM_OVERHEAD = 400
+
+
+def reply_bytes_at_most(size: int) -> int:
+    """What an item of ``Item.reply_size`` ``size`` adds to a lease reply at most: base64 payload
+    and strings, plus its fixed part (every item counts as at least ``REPLY_SIZE_THRESHOLD``)."""
+    return 4 * -(-max(size, REPLY_SIZE_THRESHOLD) // 3) + REPLY_ITEM_OVERHEAD
 
 
 #: The latest time a client may schedule an item for. An item id holds its visible-at time in 14 hex

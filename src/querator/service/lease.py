@@ -532,7 +532,9 @@ class Leaser:
         short = False
         for lane_name, share in shares.items():
             lane = by_lane[lane_name]
-            items = self._logs.claim_lane(queue, partition, lane_name, share, now, max_leased=lane.cap)
+            items = self._logs.claim_lane(
+                queue, partition, lane_name, share, now, max_leased=lane.cap, room=share * lane.per_item
+            )
             # Held at once: a later claim that fails gives these back with it.
             self._holdings.logged.setdefault(partition, []).extend(items)
             self._gate.spend(items)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from querator.domain import lifecycle, reasons
 from querator.domain.errors import DeadLetterQueueMissingError, QueueNotFoundError, RetryLaterError
 from querator.domain.lifecycle import Action
-from querator.domain.model import REPLY_SIZE_THRESHOLD, ClearScope, IdFailure, Item, timestamp_us
+from querator.domain.model import ClearScope, IdFailure, Item, reply_bytes_at_most, timestamp_us
 from querator.domain.positions import (
     HOLE_TIMEOUT_S,
     SCHEDULED_MARK,
@@ -33,7 +33,7 @@ from querator.domain.priority import BANDS, band, band_of, lane_of
 from querator.ports import Guard
 from querator.ports.log import ClaimReadError, LogKey, Settled, Settlement
 from querator.service.settle import SettleOutcome
-from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, REPLY_ITEM_OVERHEAD, UNKNOWN_ITEM
+from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -84,12 +84,6 @@ def lane_key(queue: QueueInfo, partition: int, priority: int, group: str) -> Log
 def log_end(band_key: str) -> str:
     """A key after every id of ``band_key``'s log (positions, then its schedule)."""
     return band_key + chr(ord(SCHEDULED_MARK) + 1)
-
-
-def reply_bytes_at_most(size: int) -> int:
-    """What an item of ``Item.reply_size`` ``size`` adds to a lease reply at most: base64 payload
-    and strings, plus its fixed part (every item counts as at least ``REPLY_SIZE_THRESHOLD``)."""
-    return 4 * -(-max(size, REPLY_SIZE_THRESHOLD) // 3) + REPLY_ITEM_OVERHEAD
 
 
 @dataclass(slots=True)
@@ -305,7 +299,7 @@ class Logs:
         if not count:
             return [], reply_bytes, 0, 0
         try:
-            claim = self.log.claim(key, count=count, deadline=now + queue.lease_timeout, now=now)
+            claim = self.log.claim(key, count=count, deadline=now + queue.lease_timeout, now=now, room=room)
         except ClaimReadError as exc:
             # The run was taken but never reached this call: back at once, its attempt not spent
             # (holes of it written since are read first: they are the run's items too).
@@ -357,15 +351,22 @@ class Logs:
         now: datetime,
         *,
         max_leased: int | None = None,
+        room: int | None = None,
     ) -> list[Item]:
         """Lease up to ``count`` items of one lane's log, oldest first, with one claim (one head
         write), never leaving more than ``max_leased`` of its positions leased (a group's
         ``max_leased_per_group``, checked in the claim's own write: concurrent consumers cannot
-        pass it). Returns the items a consumer may have (expired ones are dead-lettered)."""
+        pass it), nor more than ``room`` reply bytes (``ClaimLog.claim``). Returns the items a
+        consumer may have (expired ones are dead-lettered)."""
         key = LogKey(queue.name, partition, lane)
         try:
             claim = self.log.claim(
-                key, count=count, deadline=now + queue.lease_timeout, now=now, max_leased=max_leased
+                key,
+                count=count,
+                deadline=now + queue.lease_timeout,
+                now=now,
+                max_leased=max_leased,
+                room=room,
             )
         except ClaimReadError as exc:
             self._give_back_ids_quietly(queue, key, exc.ids, exc.token)

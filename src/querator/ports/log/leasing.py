@@ -83,6 +83,7 @@ class LogLeasingPort(Protocol):
         deadline: datetime,
         now: datetime,
         max_leased: int | None = None,
+        room: int | None = None,
     ) -> Claim:
         """Take up to ``count`` positions after the cursor as one lease valid until ``deadline``.
 
@@ -94,6 +95,10 @@ class LogLeasingPort(Protocol):
         (they count against ``count``: a claim stays O(count)). On an error after the cursor moved
         it raises ``ClaimReadError`` naming the run, so the caller can give it back at once (else
         the record expires like any lease, and its items go back to the tail then).
+        ``room``: the reply bytes the run may fill; the store takes at most ``room //
+        reply_bytes_at_most(largest)`` positions with ``LogHead.largest`` as its own read of the head
+        sees it, so an item larger than the caller's read of the head showed, appended since,
+        cannot carry a lease reply past the cap.
         """
         ...
 

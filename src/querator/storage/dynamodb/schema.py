@@ -50,7 +50,9 @@ Claim logs (engine v3, docs/adr/0100-engine-v3-candidates.md; ``querator.ports.l
       split-off record, the coming priorities of positions reprioritized while leased) with each
       record's first position in ``la`` (token -> start), tombstones ``tb`` (positions deleted
       while waiting), counters (``nl`` positions leased, ``sp`` records spilled, ``ns`` scheduled,
-      ``tp``/``tc`` produced and completed, ``lg`` the largest item), the first position ``fs``,
+      ``tp``/``tc`` produced and completed), size marks ``z<step>`` (where the last append with an
+      item of that size step ended: what may wait bounds a claim's run, for the reply cap; ``lg``,
+      the largest item ever, on heads written before them), the first position ``fs``,
       and lower bounds (``se`` of the spilled records' deadlines, ``nd`` of the schedule's due
       times, moved with the schedule version ``sv``).
     - ``P<16 hex start><token>``: a lease record spilled out of the head (at 32 records the claim
@@ -190,6 +192,8 @@ LOG_SCHEDULED = "ns"
 LOG_NEXT_DUE = "nd"
 LOG_SCHEDULE_VERSION = "sv"
 LOG_LARGEST = "lg"
+#: ``z<step>``: where the last append with an item of that size step ended (``log.base.size_step``).
+LOG_SIZE_MARK_PREFIX = "z"
 #: The log's first position (the clock when it was first written): where a hole at its very start begins.
 LOG_FIRST = "fs"
 #: Items produced and positions completed, ever (``LogHead.produced``, ``completed``).
@@ -319,3 +323,14 @@ def ledger_sort_key(group: str) -> str:
 def ledger_entry(item_id: str) -> str:
     """The ledger row attribute of an item's lease."""
     return f"{LEDGER_ENTRY_PREFIX}{item_id}"
+
+
+def log_size_mark(step: int) -> str:
+    """The head attribute marking where the last append with an item of size ``step`` ended."""
+    return f"{LOG_SIZE_MARK_PREFIX}{step}"
+
+
+def size_mark_step(name: str) -> int | None:
+    """The size step a head attribute ``name`` marks, if it is a size mark."""
+    rest = name[len(LOG_SIZE_MARK_PREFIX) :]
+    return int(rest) if name.startswith(LOG_SIZE_MARK_PREFIX) and rest.isdigit() else None

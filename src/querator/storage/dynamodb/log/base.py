@@ -7,6 +7,7 @@ atomic with the rest, the records this instance claimed."""
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 import secrets
@@ -134,6 +135,42 @@ def _decoded_numbers(attrs: AttributeMap | None) -> set[int]:
 
 
 # -- item sizes and rows -----------------------------------------------------------------------------
+
+
+#: Item sizes are bounded in steps of 2 ** (1 / SIZE_STEPS), 19 %: a claim sized by a step's bound
+#: counts an item at most that much larger than it is.
+SIZE_STEPS = 4
+
+
+def size_step(size: int) -> int | None:
+    """The step of sizes an item of ``Item.reply_size`` ``size`` is in; ``None`` under
+    ``REPLY_SIZE_THRESHOLD``, which every item counts as anyway (``reply_bytes_at_most``)."""
+    if size < REPLY_SIZE_THRESHOLD:
+        return None
+    step = math.ceil(SIZE_STEPS * math.log2(size))
+    while step_bound(step) < size:  # float rounding: the bound must cover the size
+        step += 1
+    return step
+
+
+def step_bound(step: int) -> int:
+    """The largest size of ``step``."""
+    return math.ceil(2 ** (step / SIZE_STEPS))
+
+
+def _waiting_largest(attrs: AttributeMap, cursor: int) -> int:
+    """The largest item that may wait after ``cursor``: the bound of every size step whose mark
+    (where the last append with an item of that step ended) is past it. An append writes its mark
+    in the write that takes its positions, so the bound covers them from the take, holes
+    included; once the cursor passes a mark, nothing of that size waits (a retry or an expiry
+    that puts one back marks it again). A head written before the marks has ``lg``, the largest
+    item it was ever given, which keeps bounding it."""
+    largest = _int(attrs, schema.LOG_LARGEST)
+    for name, value in attrs.items():
+        step = schema.size_mark_step(name)
+        if step is not None and int(value["N"]) > cursor:
+            largest = max(largest, step_bound(step))
+    return largest
 
 
 def _value_size(value: AttributeMap) -> int:
@@ -374,7 +411,7 @@ def _decode_head(attrs: AttributeMap | None) -> _Head:
         scheduled=_int(attrs, schema.LOG_SCHEDULED),
         next_due=_int(attrs, schema.LOG_NEXT_DUE) if schema.LOG_NEXT_DUE in attrs else None,
         schedule_version=_int(attrs, schema.LOG_SCHEDULE_VERSION),
-        largest=_int(attrs, schema.LOG_LARGEST),
+        largest=_waiting_largest(attrs, _int(attrs, schema.LOG_CURSOR)),
         first=_int(attrs, schema.LOG_FIRST),
         produced=_int(attrs, schema.LOG_PRODUCED),
         completed=_int(attrs, schema.LOG_COMPLETED),
@@ -488,9 +525,6 @@ class DynamoDBLogBase(_Port):
         #: the consumer that leased (the usual case) writes without reading the head first.
         self._mine: OrderedDict[tuple[LogKey, str], _Record] = OrderedDict()
         self._mine_at: dict[tuple[LogKey, int], str] = {}
-        #: What each log's ``lg`` is known to be at least, so a queue of large items raises it once
-        #: per process, not once per produce.
-        self._largest: OrderedDict[LogKey, int] = OrderedDict()
 
     def _each(self, function: Callable[[T], R], values: Sequence[T]) -> list[R]:
         """``function`` over ``values`` with up to ``concurrency`` in flight (results in order); the
@@ -956,13 +990,12 @@ class DynamoDBLogBase(_Port):
                             }
                         }
                     )
-                largest = max(i.reply_size() for i in ready)
-                if largest > state.largest:
-                    # In the same step as the tail; conditional, since a producer may have raised it
-                    # further since the read without moving the tail (``_raise_largest``).
-                    lg, size = change.name(schema.LOG_LARGEST), change.value(_num(largest))
-                    change.sets.append(f"{lg} = {size}")
-                    change.conditions.append(f"attribute_not_exists({lg}) OR {lg} < {size}")
+                step = size_step(max(i.reply_size() for i in ready))
+                if step is not None:
+                    # Where the step's items end, in the same step as the tail (which it is
+                    # conditional on, so the mark only grows).
+                    end = change.value(_num(first + len(ready)))
+                    change.sets.append(f"{change.name(schema.log_size_mark(step))} = {end}")
             if later:
                 for item in later:
                     item_id = _scheduled_id_for(target.lane, item)
@@ -997,28 +1030,6 @@ class DynamoDBLogBase(_Port):
                     for i in items
                 ]
         return others
-
-    def _raise_largest(self, key: LogKey, largest: int) -> None:
-        """Raise the head's ``lg`` (what a claim is sized by, so that its reply stays under the cap)
-        to ``largest`` before the positions of such an item are taken: raised after, a claim that
-        read the head in between would take them (as holes, say) sized by the smaller bound. One
-        conditional write, only for an item larger than any this process saw the log given; under
-        ``REPLY_SIZE_THRESHOLD`` every item counts as that much already."""
-        if largest < REPLY_SIZE_THRESHOLD:
-            return
-        with self._pool_lock:
-            if self._largest.get(key, 0) >= largest:
-                return
-        change = _Change(_key(key, schema.LOG_HEAD_SK))
-        lg, size = change.name(schema.LOG_LARGEST), change.value(_num(largest))
-        change.sets.append(f"{lg} = {size}")
-        # Never lowered: a failed condition means it is at least as large already.
-        change.conditions.append(f"attribute_not_exists({lg}) OR {lg} < {size}")
-        self._update(change, "produce")
-        with self._pool_lock:
-            self._largest[key] = max(largest, self._largest.pop(key, 0))
-            while len(self._largest) > _REMEMBERED:
-                self._largest.popitem(last=False)
 
     def _remember(self, key: LogKey, record: _Record) -> None:
         with self._pool_lock:

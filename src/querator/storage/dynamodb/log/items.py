@@ -47,6 +47,7 @@ from querator.storage.dynamodb.log.base import (
     _schedule_sk,
     _scheduled_id_for,
     _seconds,
+    size_step,
 )
 
 if TYPE_CHECKING:
@@ -107,8 +108,8 @@ class DynamoDBLogItems(DynamoDBLogBase):
         """The sequencer write; it also counts the items as produced (``produced``: not for a late
         writer's second positions) and adds their ``created`` seconds to the waiting items' (a late
         writer's second positions add none: its first take did), so counting costs no write of its
-        own. ``largest`` raises the head's ``lg`` first (``_raise_largest``)."""
-        self._raise_largest(key, largest)
+        own. ``largest`` (the items' largest reply size) marks its size step's end at the new tail
+        in the same write (``_waiting_largest``), so a claim is sized by it from the take on."""
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         tail, cur = change.name(schema.LOG_TAIL), change.name(schema.LOG_CURSOR)
         records, starts = change.name(schema.LOG_RECORDS), change.name(schema.LOG_STARTS)
@@ -124,6 +125,12 @@ class DynamoDBLogItems(DynamoDBLogBase):
         ]
         if produced:
             change.adds.append(f"{change.name(schema.LOG_PRODUCED)} {change.value(_num(count))}")
+        step = size_step(largest)
+        if step is not None:
+            # The new tail, from the same tail the sequencer adds to (were one SET's actions applied
+            # in order, it would be the tail after, which marks further: still a bound).
+            ends = f"if_not_exists({tail}, {now_v}) + {change.value(_num(count))}"
+            change.sets.append(f"{change.name(schema.log_size_mark(step))} = {ends}")
         _add_created(change, waiting=created)
         head = _decode_head(self._update(change, "produce", returns="ALL_NEW"))
         first = head.tail - count
@@ -171,7 +178,12 @@ class DynamoDBLogItems(DynamoDBLogBase):
             # written one at a time, the rows after it) go to new positions at the tail.
             moved = [items[i] for i in late]
             again = self.write_taken(
-                key, self._take(key, len(moved), timestamp_us(now), 0, produced=False), moved, now=now
+                key,
+                self._take(
+                    key, len(moved), timestamp_us(now), max(i.reply_size() for i in moved), produced=False
+                ),
+                moved,
+                now=now,
             )
             for index, item in zip(late, again, strict=True):
                 stored[index] = item

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from querator.domain.errors import QueratorError, StoreThrottledError
-from querator.domain.model import timestamp_us, utc_from_timestamp_us
+from querator.domain.model import reply_bytes_at_most, timestamp_us, utc_from_timestamp_us
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_position_id, parse_scheduled_id, position_id
 from querator.ports import BatchResult, Guard
 from querator.ports.log import Claim, ClaimReadError, LogKey, Settled, Settlement
@@ -106,6 +106,7 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
         deadline: datetime,
         now: datetime,
         max_leased: int | None = None,
+        room: int | None = None,
     ) -> Claim:
         empty = Claim(token="", deadline=deadline)
         if count <= 0:
@@ -116,6 +117,8 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
             head = self._head(key, "lease")
             waiting = head.tail - head.cursor
             count = asked if max_leased is None else min(asked, max_leased - head.leased)
+            if room is not None:
+                count = min(count, room // reply_bytes_at_most(head.largest))
             if not head.exists or waiting <= 0 or count <= 0:
                 return empty
             token = secrets.token_hex(6)

@@ -45,6 +45,9 @@ class HeadRow:
     leases: int = 0
     leased: int = 0
     scheduled: int = 0
+    #: The largest ``Item.reply_size`` that may wait, for sizing claims (the reply cap): raised by
+    #: every append (and take) in its transaction, and back to ``REPLY_SIZE_THRESHOLD`` by a claim
+    #: that leaves nothing waiting (a retry or an expiry that puts a large item back raises it).
     largest: int = 0
     #: Waiting positions deleted (at or above the cursor), sorted; dropped as the cursor passes.
     tombstones: tuple[int, ...] = ()

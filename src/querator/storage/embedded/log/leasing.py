@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from querator.domain.model import Item, timestamp_us, utc_from_timestamp_us
+from querator.domain.model import Item, reply_bytes_at_most, timestamp_us, utc_from_timestamp_us
 from querator.domain.positions import parse_position_id, parse_scheduled_id, position_id
 from querator.ports import BatchResult, Guard
 from querator.ports.log import Claim, Settled, Settlement
@@ -51,10 +51,18 @@ class LogLeasing(LogEngineBase):
         deadline: datetime,
         now: datetime,
         max_leased: int | None = None,
+        room: int | None = None,
     ) -> Claim:
         if count <= 0:
             return Claim(token="", deadline=deadline)
         with self._write() as rows:
+            if room is not None:
+                # Sized by the head as this transaction sees it: an item appended since the caller
+                # read the head is either larger and counted here, or not in the run.
+                head = rows.head(key)
+                count = min(count, room // reply_bytes_at_most(0 if head is None else head.largest))
+                if count <= 0:
+                    return Claim(token="", deadline=deadline)
             run = rows.advance(key, count, max_leased)
             if run is None:
                 return Claim(token="", deadline=deadline)

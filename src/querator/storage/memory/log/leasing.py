@@ -7,6 +7,7 @@ import bisect
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from querator.domain.model import REPLY_SIZE_THRESHOLD
 from querator.storage.memory.log.base import MemoryLogRowsBase
 
 if TYPE_CHECKING:
@@ -29,6 +30,9 @@ class MemoryLogLeasingRows(MemoryLogRowsBase):
         start, head.cursor = head.cursor, min(head.cursor + count, head.tail)
         head.leases += 1
         head.leased += head.cursor - start
+        if head.cursor >= head.tail:
+            # Nothing waits: the largest item size falls back to the threshold (``HeadRow.largest``).
+            head.largest = min(head.largest, REPLY_SIZE_THRESHOLD)
         self.put_head(key, head)
         return start, head.cursor, head.tombstones
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
+from querator.domain.model import REPLY_SIZE_THRESHOLD
 from querator.storage.sqlite.base import _RETURNING
 from querator.storage.sqlite.log.base import (
     _LEASE_COLUMNS,
@@ -28,9 +29,13 @@ if TYPE_CHECKING:
 _LOG_TAIL = f"max(tail, {_ROWS_END})"
 
 
+#: A claim that reaches the tail leaves nothing waiting: the largest item size falls back to the
+#: threshold (``HeadRow.largest``), as the statement sees the old values on its right-hand sides.
 _LOG_ADVANCE = (
     f"UPDATE log_heads SET claimed = cursor, cursor = min(cursor + ?4, cursor + ?5 - leased, {_LOG_TAIL}),"  # noqa: S608
-    f" leases = leases + 1, leased = leased + min(?4, ?5 - leased, {_LOG_TAIL} - cursor)"
+    f" leases = leases + 1, leased = leased + min(?4, ?5 - leased, {_LOG_TAIL} - cursor),"
+    f" largest = CASE WHEN cursor + min(?4, ?5 - leased) >= {_LOG_TAIL}"
+    f" THEN min(largest, {REPLY_SIZE_THRESHOLD}) ELSE largest END"
     f" WHERE queue = ?1 AND part = ?2 AND lane = ?3 AND cursor < {_LOG_TAIL} AND leased < ?5"
     " RETURNING claimed, cursor, tombstones"
 )
