@@ -33,8 +33,8 @@ def _produce(service: QueueService, clock: FakeClock, how: str) -> None:
     elif how == "idempotent produce":
         service.produce("jobs", _large(), idempotency_key="large-1")
     else:
-        # Small items once leased and retried as large ones cannot be: a retry moves the item as
-        # stored, so the large items are leased in small leases and retried to the tail.
+        # Each item leased alone and retried: they wait again at the tail, where the retry's move
+        # wrote them (the claims passed where the produce put them).
         service.produce("jobs", _large())
         clock.advance(CURSOR_LAG * 2)
         for _ in range(COUNT):

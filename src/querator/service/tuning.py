@@ -5,8 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Final
 
-from querator.domain import model
-
 NOT_LEASED: Final = "item is unknown, stale or not leased"
 #: Why an id of ``queue.reprioritize`` was not applied: no item has it (any more).
 UNKNOWN_ITEM: Final = "item is unknown or gone (completed, moved to a new id, or never produced)"
@@ -45,8 +43,6 @@ CURSOR_LAG: Final = timedelta(seconds=1)
 SWEEP_DELAY: Final = timedelta(minutes=2)
 #: A lease or listing reply stays under this: Lambda answers at most 6 MB (6,291,456 bytes).
 MAX_REPLY_BYTES: Final = 5_000_000
-#: What an item's fixed fields add to a reply (``querator.domain.model``, where stores use it too).
-REPLY_ITEM_OVERHEAD: Final = model.REPLY_ITEM_OVERHEAD
 #: Defaults for how long one call may keep writing: a lease claiming after its wait, a clear, the
 #: purge inside ``queues.delete`` (the reaper finishes a delete that needs longer).
 DEFAULT_CLAIM_BUDGET: Final = timedelta(seconds=5)
