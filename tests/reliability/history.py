@@ -17,6 +17,12 @@ The model (docs/adr/0004 and the contract, "Item identity and fencing" and "Life
    from one produce to the next; an item that goes back to the queue (retry now, expired lease) gets
    an id after every item produced before it went back (tail placement);
 5. ``attempts`` counts leases: it grows by one with each lease of the same item.
+
+The leases of one item are put in the order of their ``attempts`` (the store's count of them), and
+that order must agree with real time: a lease that returned before another was invoked comes first.
+Not by deadline: a lease's deadline is its call's clock read plus the lease timeout, and a call that
+read the clock, waited for the store, and then took an item another consumer leased and retried
+meanwhile holds the later lease with the earlier deadline.
 """
 
 from __future__ import annotations
@@ -133,8 +139,15 @@ def check(history: History, *, dead_letter_identities: list[str], left_in_queue:
 
     produce_events = [e for e in events if e.kind == "produce"]
     for identity, leases in leases_by_identity.items():
-        leases.sort(key=lambda lease: lease.deadline)
+        leases.sort(key=lambda lease: (lease.attempts, lease.invoked))
         for before, after in itertools.pairwise(leases):
+            # The order by attempts agrees with real time: the later lease did not end before
+            # the earlier one began.
+            if after.returned + SLACK < before.invoked:
+                verdict.fail(
+                    f"{identity}: the lease with attempts {after.attempts} returned before the one"
+                    f" with attempts {before.attempts} was invoked"
+                )
             # 1. No two live leases: the later grant happened after the earlier lease was over.
             #    The grant is somewhere in [after.invoked, after.returned].
             ended_first = before.ended is not None and before.ended[0] <= after.returned
