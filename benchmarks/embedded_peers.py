@@ -22,7 +22,7 @@ put, so none), then ``lease+complete b1`` (one item leased and completed a call;
 batch lease: their per-item get + ack). Each workload runs in ``rounds`` rounds, and in each round
 every queue takes its share in turn (the order rotating), so a slow spell of the shared machine
 falls on all four. Items/s is items over the summed time of a queue's rounds; each ratio is one of
-Querator's (the embedded v2 store, the claim log) items/s over the best peer's.
+Querator's (``querator``, then ``claim log``) items/s over the best peer's.
 """
 
 from __future__ import annotations

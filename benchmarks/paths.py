@@ -235,8 +235,9 @@ def format_table(results: Sequence[PathResult], count: int) -> str:
 
 def floor_note() -> str:
     return (
-        "A requeue (retry, expiry) or a dead-letter move is a two-item transaction (delete + put, 2x):"
-        f" at least 4 x {write_units(0)} units per item under 1 KB on top of produce and lease."
+        "A requeue (retry, expiry) or a dead-letter move is one transaction per lease record (the"
+        " record's settle, the target head's tail, the moved items' packed rows; 2x units): its"
+        f" units grow with the moved bytes, at least 2 x {write_units(0)} per call, not per item."
     )
 
 

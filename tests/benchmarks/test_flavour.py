@@ -18,7 +18,8 @@ from querator.api.routes import Function
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-#: Batch 10 as benchmarks.idle prices it (docs/capacity.md): Lambda $0.21, 3.40 write units.
+#: Engine v2's batch 10 as benchmarks.idle priced it on 2026-11-25 (docs/capacity.md keeps it beside
+#: v3's): Lambda $0.21, 3.40 write units. The model's arithmetic, not today's figures.
 BATCH_10 = Inputs(batch=10, lambda_per_million=0.21, write_units=3.40, read_units=0.38)
 
 
