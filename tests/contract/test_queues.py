@@ -80,6 +80,24 @@ def test_dead_queue_must_exist_differ_and_have_no_dead_queue_of_its_own(service)
         make_queue(service, "c", dead_queue="work")
 
 
+def test_a_queue_that_is_a_dead_queue_cannot_be_given_one_of_its_own(service):
+    # GIVEN "dlq", the dead_queue of "work", and "other", a plain queue
+    make_queue(service, "dlq")
+    make_queue(service, "work", dead_queue="dlq")
+    make_queue(service, "other")
+
+    # WHEN "dlq" is given a dead_queue THEN it is refused, and "dlq" keeps none (no chain forms)
+    with pytest.raises(InvalidRequestError, match="'dlq' is the dead_queue of 'work'") as refused:
+        service.update_queue(QueueUpdate(name="dlq", dead_queue="other"))
+    assert refused.value.context == {"field": "dead_queue"}
+    assert service.get_queue("dlq").dead_queue == ""
+
+    # ...and once "work" no longer dead-letters there, it may
+    service.update_queue(QueueUpdate(name="work", dead_queue=""))
+    service.update_queue(QueueUpdate(name="dlq", dead_queue="other"))
+    assert service.get_queue("dlq").dead_queue == "other"
+
+
 def test_list_pages_in_name_order_from_an_inclusive_pivot(service):
     for name in ["d", "a", "c", "b", "e"]:
         make_queue(service, name)

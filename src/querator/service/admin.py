@@ -100,6 +100,8 @@ class QueueAdmin:
                 )
             if "dead_queue" in changes:
                 self._check_dead_queue(info)
+                if info.dead_queue:
+                    self._check_not_a_dead_queue(info)
             if info.delivery != current.delivery:
                 self._check_empty_for_delivery(current)
             try:
@@ -180,6 +182,17 @@ class QueueAdmin:
             raise InvalidRequestError(
                 f"dead_queue '{info.dead_queue}' has a dead_queue of its own", field="dead_queue"
             )
+
+    def _check_not_a_dead_queue(self, info: QueueInfo) -> None:
+        """A dead-letter queue gets no ``dead_queue`` of its own: dead letters end there, so a
+        chain never forms. O(queues), as redrive's lookup of the queues feeding one: an update is
+        an operator's call, not the hot path (a create needs none: no queue can name it yet)."""
+        for other in self._catalog.iterate():
+            if other.dead_queue == info.name and other.name != info.name and not other.deleting:
+                raise InvalidRequestError(
+                    f"'{info.name}' is the dead_queue of '{other.name}' and cannot have one of its own",
+                    field="dead_queue",
+                )
 
     def check_health(self) -> None:
         """Read the catalog once; raises the store's error when it cannot be reached."""
