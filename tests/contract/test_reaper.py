@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
+from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import QueueUpdate, RetryRequest
 from querator.testing import FakeClock
 from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
@@ -119,3 +122,29 @@ def test_the_oldest_item_age_is_of_source_queues_and_dead_letters_count_as_depth
     assert report.oldest_item_age == timedelta(minutes=5)  # "fresh"; not the hour-old dead letter
     assert report.oldest_item_queue == "jobs"
     assert report.dead_letter_depth == 1
+
+
+@pytest.mark.parametrize("by", ["reaper", "lease"])
+def test_an_item_dead_lettered_for_its_age_keeps_its_attempts(service, clock, by):
+    # GIVEN "retried" and "ran out", leased once each (one retried, one whose lease ran out), and
+    #       "never", never leased, then all of them past expire_timeout
+    make_queue(service, "dlq")
+    make_queue(
+        service, dead_queue="dlq", lease_timeout=timedelta(minutes=1), expire_timeout=timedelta(minutes=10)
+    )
+    service.produce("jobs", items("retried", "ran out"))
+    retried, _ = service.lease("jobs", batch_size=2, client_id="c").items
+    service.retry("jobs", 0, [RetryRequest(id=retried.id)])
+    service.produce("jobs", items("never"))
+    clock.advance(timedelta(minutes=11))
+
+    # WHEN the reaper, or a lease, meets them
+    if by == "reaper":
+        service.reap(clock.now(), timedelta(seconds=30))
+    else:
+        with pytest.raises(NothingToLeaseError):
+            service.lease("jobs", batch_size=10, client_id="c")
+
+    # THEN each arrives with the leases it had: taking it off the queue is no lease of it
+    letters = {item.payload: item.attempts for item in service.list_items("dlq", 0)}
+    assert letters == {b"never": 0, b"retried": 1, b"ran out": 1}

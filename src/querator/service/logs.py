@@ -1015,9 +1015,14 @@ def _move(
     )
 
 
-def _expired(items: Iterable[Item]) -> dict[str, Item]:
-    """``items`` as the service dead-letters them for outliving ``expire_timeout`` while waiting."""
-    return {item.id: reasons.ended(item, reasons.EXPIRED) for item in items}
+def _expired(claimed: Iterable[Item]) -> dict[str, Item]:
+    """Waiting items a claim took (a lease's, or the reaper's) as the service dead-letters them
+    for outliving ``expire_timeout``: the claim counted an attempt, but nobody was handed them, so
+    they keep the attempts they had (docs/api.md, "Dead letters")."""
+    return {
+        item.id: reasons.ended(replace(item, attempts=max(item.attempts - 1, 0)), reasons.EXPIRED)
+        for item in claimed
+    }
 
 
 def _rank(lane: str) -> int:
