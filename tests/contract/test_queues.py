@@ -87,7 +87,7 @@ def test_a_queue_that_is_a_dead_queue_cannot_be_given_one_of_its_own(service):
     make_queue(service, "other")
 
     # WHEN "dlq" is given a dead_queue THEN it is refused, and "dlq" keeps none (no chain forms)
-    with pytest.raises(InvalidRequestError, match="'dlq' is the dead_queue of 'work'") as refused:
+    with pytest.raises(InvalidRequestError, match="'dlq' is the dead_queue of work and cannot") as refused:
         service.update_queue(QueueUpdate(name="dlq", dead_queue="other"))
     assert refused.value.context == {"field": "dead_queue"}
     assert service.get_queue("dlq").dead_queue == ""

@@ -133,7 +133,7 @@ class QueueAdmin:
     def delete_queue(self, name: str) -> None:
         """Delete a queue and all its items (resumed by the reaper if interrupted)."""
         validate_queue_name(name)
-        users = [q.name for q in self._catalog.iterate() if q.dead_queue == name]
+        users = self._dead_lettering_into(name)
         if users:
             raise InvalidRequestError(
                 f"queue '{name}' is the dead_queue of {', '.join(users)}; change those first", queue=name
@@ -185,14 +185,18 @@ class QueueAdmin:
 
     def _check_not_a_dead_queue(self, info: QueueInfo) -> None:
         """A dead-letter queue gets no ``dead_queue`` of its own: dead letters end there, so a
-        chain never forms. O(queues), as redrive's lookup of the queues feeding one: an update is
-        an operator's call, not the hot path (a create needs none: no queue can name it yet)."""
-        for other in self._catalog.iterate():
-            if other.dead_queue == info.name and other.name != info.name and not other.deleting:
-                raise InvalidRequestError(
-                    f"'{info.name}' is the dead_queue of '{other.name}' and cannot have one of its own",
-                    field="dead_queue",
-                )
+        chain never forms (a create needs no check: no queue can name it yet)."""
+        users = self._dead_lettering_into(info.name)
+        if users:
+            raise InvalidRequestError(
+                f"'{info.name}' is the dead_queue of {', '.join(users)} and cannot have one of its own",
+                field="dead_queue",
+            )
+
+    def _dead_lettering_into(self, name: str) -> list[str]:
+        """The queues whose ``dead_queue`` is ``name``: O(queues), for an operator's call (an
+        update, a delete), never the hot path."""
+        return [q.name for q in self._catalog.iterate() if q.dead_queue == name]
 
     def check_health(self) -> None:
         """Read the catalog once; raises the store's error when it cannot be reached."""

@@ -561,8 +561,7 @@ class Logs:
             Settlement(
                 id=item.id,
                 to=key,
-                # The claim counted an attempt that never reached a consumer: it is not spent.
-                item=replace(item, lease_deadline=None, attempts=max(item.attempts - 1, 0)),
+                item=_unclaimed(item),
             )
             for item in items
         ]
@@ -1015,14 +1014,17 @@ def _move(
     )
 
 
+def _unclaimed(item: Item) -> Item:
+    """A claimed item as it was before the claim, which never reached a consumer: no lease, and
+    the attempt the claim counted not spent."""
+    return replace(item, lease_deadline=None, attempts=max(item.attempts - 1, 0))
+
+
 def _expired(claimed: Iterable[Item]) -> dict[str, Item]:
     """Waiting items a claim took (a lease's, or the reaper's) as the service dead-letters them
-    for outliving ``expire_timeout``: the claim counted an attempt, but nobody was handed them, so
-    they keep the attempts they had (docs/api.md, "Dead letters")."""
-    return {
-        item.id: reasons.ended(replace(item, attempts=max(item.attempts - 1, 0)), reasons.EXPIRED)
-        for item in claimed
-    }
+    for outliving ``expire_timeout``: nobody was handed them, so they keep the attempts they had
+    (docs/api.md, "Dead letters")."""
+    return {item.id: reasons.ended(_unclaimed(item), reasons.EXPIRED) for item in claimed}
 
 
 def _rank(lane: str) -> int:
