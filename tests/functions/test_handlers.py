@@ -297,6 +297,24 @@ def test_a_bad_reason_is_a_400_naming_it_and_nothing_is_applied(api, reason, det
     api.ok("/v1/queue.complete", {"queue_name": "jobs", "partition": 0, "ids": [first["id"], second["id"]]})
 
 
+def test_a_retry_at_past_the_schedulable_range_is_a_400_naming_the_item(api):
+    make_queue(api)
+    produce(api, "a", "b")
+    first, second = lease(api)["items"]
+    body = {
+        "queue_name": "jobs",
+        "partition": 0,
+        "items": [{"id": first["id"]}, {"id": second["id"], "retry_at": "3000-01-01T00:00:00Z"}],
+    }
+
+    reply = api.call("/v1/queue.retry", body)
+
+    assert_error(reply, 400, "Invalid request")
+    assert "items[1]: retry_at must be before 3000" in reply.body["message"]
+    listed = api.ok("/v1/storage/items.list", {"queue_name": "jobs", "partition": 0})["items"]
+    assert [i["is_leased"] for i in listed] == [True, True]
+
+
 def test_import_keeps_source_queue_reason_and_failures_of_a_listed_dead_letter(api):
     make_queue(api)
     item = {

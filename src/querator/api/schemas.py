@@ -488,7 +488,7 @@ class RetryRequest(WireRequest):
     items: list[RetryItem] = field(ListOf(Nested(RetryItem), min_items=1, max_items=MAX_BATCH))
 
     def to_domain(self) -> list[domain.RetryRequest]:
-        return [item.to_domain() for item in self.items]
+        return _each(self.items, RetryItem.to_domain)
 
 
 class RenewRequest(WireRequest):
