@@ -12,18 +12,18 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from unittest import mock
 
 import pytest
 
 from querator.cli import main
 from querator.cli.commands import _name_failures, _stored_items
 from querator.cli.output import ExitCode, Progress, Waiting, table
-from querator.client import ItemNotLeasedError, QueueInfo
+from querator.client import Client, ItemNotLeasedError, QueueInfo, RequestFailedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from querator.client import Client
     from tests.cli.conftest import Result
 
     Run = Callable[..., Result]
@@ -789,3 +789,25 @@ def test_a_listing_limit_stops_reading_every_partition() -> None:
     assert items == [(0, "0-0"), (0, "0-1")]
     # Partitions 1-3 are never asked for, and no page is bigger than the limit.
     assert fake.reads == [(0, 2)]
+
+
+def test_queues_delete_of_a_queue_left_to_the_reaper_says_so_and_succeeds(
+    run: Run, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server answers 453 when the call ran out of time and the reaper removes the rest.
+    refusal = RequestFailedError(
+        453, "Request Failed", f"Queue is being deleted; queue '{queue_name}' is being deleted: ..."
+    )
+    monkeypatch.setattr(Client, "delete_queue", mock.Mock(side_effect=refusal))
+
+    text = run("queues", "delete", queue_name)
+    as_json = run("queues", "delete", queue_name, "-o", "json")
+
+    assert (text.code, text.out.strip()) == (
+        0,
+        f"deleting queue {queue_name}: the reaper removes the rest of its items",
+    )
+    assert (as_json.code, as_json.json()) == (0, {"deleting": queue_name})
+    other = RequestFailedError(453, "Request Failed", "Dead-letter queue does not exist; ...")
+    monkeypatch.setattr(Client, "delete_queue", mock.Mock(side_effect=other))
+    assert run("queues", "delete", queue_name).code != 0

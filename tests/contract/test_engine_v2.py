@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from querator.api import schemas
-from querator.domain.errors import NothingToLeaseError, RetryLaterError
+from querator.domain.errors import NothingToLeaseError, QueueDeletingError, RetryLaterError
 from querator.domain.ids import IdFactory
 from querator.domain.model import ClearScope, NewItem, RetryRequest
 from querator.service import CURSOR_LAG, MAX_REPLY_BYTES, SWEEP_DELAY
@@ -283,7 +283,8 @@ def test_delete_of_a_large_queue_runs_in_pages_and_the_reaper_resumes_it(metered
     make_queue(service, "other", expire_timeout=timedelta(minutes=1))
     service.produce("other", items("expired"))
     # The request's share runs out after its first page.
-    beside(service, clock, purge_budget=timedelta(0)).delete_queue("big")
+    with pytest.raises(QueueDeletingError):
+        beside(service, clock, purge_budget=timedelta(0)).delete_queue("big")
     assert "big" in [q.name for q in service.catalog.iterate()]  # left to the reaper
     clock.advance(timedelta(minutes=2))
 

@@ -7,9 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from querator.domain.errors import InvalidRequestError, QueueAlreadyExistsError, QueueNotFoundError
+from querator.domain.errors import (
+    InvalidRequestError,
+    QueueAlreadyExistsError,
+    QueueDeletingError,
+    QueueNotFoundError,
+)
 from querator.domain.model import QueueUpdate
-from tests.contract.helpers import items, make_queue
+from tests.contract.helpers import beside, items, make_queue
 
 
 def test_created_queue_is_returned_by_info_with_the_service_times(service, clock):
@@ -143,6 +148,29 @@ def test_delete_removes_the_queue_and_its_items(service):
     with pytest.raises(QueueNotFoundError):
         service.get_queue("orders")
     make_queue(service, "orders", partitions=2)  # same name again: nothing left from before
+    assert sum(s.total for s in service.stats("orders")) == 0
+
+
+def test_a_delete_left_to_the_reaper_is_a_453_and_the_queue_answers_453_until_gone(service, clock):
+    make_queue(service, "orders")
+    service.produce("orders", items("a", "b"))
+    # No time for the request's own share: the reaper must finish (a queue bigger than ~10 s).
+    hurried = beside(service, clock, purge_budget=timedelta(0))
+
+    with pytest.raises(QueueDeletingError, match="reaper removes the rest"):
+        hurried.delete_queue("orders")
+
+    for call in (
+        lambda: service.get_queue("orders"),
+        lambda: service.stats("orders"),
+        lambda: make_queue(service, "orders"),
+    ):
+        with pytest.raises(QueueDeletingError):
+            call()
+    service.reap(clock.now(), timedelta(seconds=30))
+    with pytest.raises(QueueNotFoundError):
+        service.get_queue("orders")
+    make_queue(service, "orders")  # the name is free again
     assert sum(s.total for s in service.stats("orders")) == 0
 
 

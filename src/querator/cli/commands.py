@@ -46,6 +46,7 @@ from querator.client import (
     Client,
     ItemNotLeasedError,
     NewItem,
+    RequestFailedError,
     RetryItem,
 )
 from querator.client.models import (
@@ -445,8 +446,18 @@ def _queues_update(args: argparse.Namespace) -> int:
 
 
 def _queues_delete(args: argparse.Namespace) -> int:
-    with make_client(args) as client, Waiting(f"deleting {args.queue_name} and its items"):
-        client.delete_queue(args.queue_name)
+    try:
+        with make_client(args) as client, Waiting(f"deleting {args.queue_name} and its items"):
+            client.delete_queue(args.queue_name)
+    except RequestFailedError as exc:
+        if exc.stable_class != "Queue is being deleted":
+            raise
+        # A queue too big for one call: deleted, and the reaper removes the rest of its items.
+        if args.output == "json":
+            print_json({"deleting": args.queue_name})
+        else:
+            print(f"deleting queue {shown(args.queue_name)}: the reaper removes the rest of its items")  # noqa: T201
+        return ExitCode.OK
     if args.output == "json":
         print_json({"deleted": args.queue_name})
     else:

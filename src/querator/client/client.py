@@ -401,7 +401,9 @@ class Client:
 
     def delete_queue(self, queue_name: str) -> None:
         """``queues.delete``: the queue and its items. Raises ``QueueNotFoundError``, except when an
-        earlier attempt of this same call (whose reply was lost) deleted it."""
+        earlier attempt of this same call (whose reply was lost) deleted it; ``RequestFailedError``
+        (453 ``Queue is being deleted``) when the queue was too big to empty within the call: it is
+        deleted, and the reaper removes the rest of its items."""
         self._call(
             "queues.delete",
             {"queue_name": queue_name},

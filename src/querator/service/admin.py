@@ -6,7 +6,14 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from querator.domain.errors import ConflictError, InvalidRequestError, QueueNotFoundError, RetryLaterError
+from querator.domain.errors import (
+    ConflictError,
+    InvalidRequestError,
+    QueueAlreadyExistsError,
+    QueueDeletingError,
+    QueueNotFoundError,
+    RetryLaterError,
+)
 from querator.domain.ids import visible_bound
 from querator.domain.model import (
     MAX_BATCH,
@@ -60,12 +67,18 @@ class QueueAdmin:
         now = self._clock.now()
         info = replace(info, created_at=now, updated_at=now, deleting=False)
         self._check_dead_queue(info)
-        self._catalog.create(info)
+        try:
+            self._catalog.create(info)
+        except QueueAlreadyExistsError:
+            # The name is free again once the reaper has emptied a deleted queue (docs/api.md).
+            self._queues.live(info.name)
+            raise
         self._queues.forget(info.name)
         return info
 
     def get_queue(self, name: str) -> QueueInfo:
-        return self._catalog.get(validate_queue_name(name))
+        """The queue's record; ``QueueDeletingError`` (453) while ``queues.delete`` removes it."""
+        return self._queues.live(name)
 
     def list_queues(self, *, pivot: str = "", limit: int = 100) -> list[QueueInfo]:
         if not 1 <= limit <= MAX_BATCH:
@@ -144,8 +157,12 @@ class QueueAdmin:
             # Other processes may still trust their copy of the queue for up to the cache TTL and
             # produce into it; purge only once every copy has expired, so nothing lands after.
             self._clock.sleep(self._queues.ttl.total_seconds())
-        # A big queue takes longer than a request may run: the reaper finishes what is left.
-        self.purge(info, stop_at=self._clock.now() + self._purge_budget)
+        # A big queue takes longer than a request may run: the reaper finishes what is left, and
+        # the call says so rather than a 200 while the queue is still there (docs/api.md).
+        if not self.purge(info, stop_at=self._clock.now() + self._purge_budget):
+            raise QueueDeletingError(
+                f"queue '{name}' is being deleted: the reaper removes the rest of its items", queue=name
+            )
 
     def purge(self, info: QueueInfo, *, stop_at: datetime) -> bool:
         """Delete a deleting queue's rows page by page, in bounded memory; True once it is gone.
