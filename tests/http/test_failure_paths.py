@@ -313,3 +313,38 @@ def test_connections_on_file_numbers_past_select_s_limit_are_served(server: Loca
     finally:
         for number in held:
             os.close(number)
+
+
+def _head_of(size: int) -> bytes:
+    """A ``queues.list`` request whose line and headers, the blank line included, are ``size`` bytes."""
+    bare = _post("/v1/queues.list", b"", extra="Connection: close\r\nX-Pad: \r\n")
+    return _post("/v1/queues.list", LIST, extra=f"Connection: close\r\nX-Pad: {'p' * (size - len(bare))}\r\n")
+
+
+def test_a_head_of_64_kib_is_served_and_one_byte_more_is_a_431(server: LocalServer) -> None:
+    at_limit = _head_of(65_536)
+    assert len(at_limit) - len(LIST) == 65_536
+    status, body, _ = _raw(server, at_limit)
+    assert status == 200, body
+
+    status, body, _ = _raw(server, _head_of(65_537))
+    assert status == 431
+    assert body["message"] == "Request headers too large; the request line and headers are over 64 KiB"
+
+
+def test_a_body_over_an_endpoints_limit_names_that_limit_and_an_unknown_path_stays_a_501(
+    server: LocalServer,
+) -> None:
+    big = b"{" + b" " * 300_000 + b"}"
+    status, body, _ = _raw(server, _post("/v1/queues.list", big, extra="Connection: close\r\n"))
+    assert status == 413
+    assert body["message"].endswith(f"body is {len(big)} bytes; this endpoint takes at most 262144")
+
+    huge = b"{" + b" " * 5_000_001 + b"}"
+    status, body, _ = _raw(server, _post("/v1/queues.list", huge, extra="Connection: close\r\n"))
+    assert status == 413
+    assert body["message"].endswith("this endpoint takes at most 262144")
+
+    for payload in (big, huge):
+        status, body, _ = _raw(server, _post("/v1/queue.frobnicate", payload, extra="Connection: close\r\n"))
+        assert status == 501, body

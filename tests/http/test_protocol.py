@@ -42,6 +42,10 @@ def test_bad_values_are_400_and_name_the_field(api, queue_name):
     assert "lease_timeout" in envelope_of(reply, 400)
     reply = api.post("/v1/queue.lease", {"queue_name": queue_name, "batch_size": 0, "client_id": "c"})
     assert "batch_size" in envelope_of(reply, 400)
+    # The local server reads a lease's wait before the handler: a bad one is still the handler's 400.
+    for wait in ("10", "bogus", "", "1.5.5s"):
+        lease = {"queue_name": queue_name, "batch_size": 1, "client_id": "c", "request_timeout": wait}
+        assert "request_timeout" in envelope_of(api.post("/v1/queue.lease", lease), 400)
 
 
 def test_bodies_over_the_limit_are_413(api, queue_name):

@@ -99,7 +99,12 @@ async def read_head(
     except asyncio.IncompleteReadError:
         return None  # the client went away in the middle of a request: nobody to answer
     except TimeoutError as error:
-        raise FramingError(408, f"the request's headers stopped arriving for {timeout:g} s") from error
+        raise FramingError(
+            408, f"the request line and headers did not arrive within {timeout:g} s of its first byte"
+        ) from error
+    if len(first) + len(rest) > HEAD_LIMIT:
+        # The reader's limit counts the bytes before the blank line only; the contract counts them all.
+        raise FramingError(431, "the request line and headers are over 64 KiB")
     return parse_head(first + rest)
 
 

@@ -418,11 +418,21 @@ class _Loop:
     ) -> tuple[int, bool, bool]:
         """(status, close, logged): the request served, whether the connection must close after it,
         and whether a line was logged for it already."""
-        body, refusal = await self._read_body(connection, head)
+        path = head.path
+        known = routes.match(path)
+        body, refusal = await self._read_body(
+            connection, head, known[0].body_limit if known is not None else routes.SMALL_BODY_LIMIT
+        )
         if refusal is not None:
+            if (
+                refusal.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+                and known is None
+                and not (console_assets.is_console_path(path) or path == stream.PATH)
+            ):
+                # An unknown path is a 501 whatever its body (docs/api.md); the body was not read.
+                refusal = _Reply.of(unknown_path(head.method, path))
             await self._write(connection, head, refusal, close=True)
             return refusal.status, True, False
-        path = head.path
         if console_assets.is_console_path(path):
             reply = self._console(head)
             await self._write(connection, head, reply, close=close)
@@ -463,7 +473,7 @@ class _Loop:
         return reply.status, close or not written, False
 
     async def _read_body(
-        self, connection: _Connection, head: http1.RequestHead
+        self, connection: _Connection, head: http1.RequestHead, limit: int
     ) -> tuple[bytes, _Reply | None]:
         """The body, or the reply refusing a body the server will not read (the connection closes
         after it: where the next request would start is unknown).
@@ -486,11 +496,12 @@ class _Loop:
             return b"", _Reply.of(InvalidRequestError(problem))
         length = int(text)
         reader = connection.reader
-        if length > _READ_LIMIT:
-            # Read and discard a moderately oversized body so the client sees the 413 rather than a
-            # reset; past the drain limit just answer and drop the connection.
+        if length > limit:
+            # Read and discard a moderately oversized body so the client sees the 413 (naming the
+            # endpoint's own limit) rather than a reset; past the drain limit just answer and drop
+            # the connection.
             await http1.read_body(reader, min(length, _DRAIN_LIMIT), timeout=self.body_timeout, keep=False)
-            return b"", _Reply.of(body_too_large(length, _READ_LIMIT))
+            return b"", _Reply.of(body_too_large(length, limit))
         body = await http1.read_body(reader, length, timeout=self.body_timeout, keep=True)
         if body is None:
             timeout = WireError(
@@ -802,8 +813,8 @@ def _lease_request(body: bytes, path_queue: str | None) -> tuple[str, str, float
         return None
     try:
         wait = parse_duration(timeout)
-    except ValueError:
-        return None
+    except (ValueError, InvalidRequestError):
+        return None  # the handler answers the 400 naming request_timeout
     if wait < timedelta(0):
         return None
     return queue_name, client_id, wait.total_seconds(), keys[0], request
