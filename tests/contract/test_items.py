@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from querator.domain.errors import (
     RequestInProgressError,
 )
 from querator.domain.model import NewItem, RetryRequest
+from querator.ports import IdempotencyRecord
 from querator.testing import FakeClock
 from tests.contract.helpers import LEASE, beside, items, make_queue, payloads
 
@@ -336,6 +338,33 @@ def test_idempotent_produce_reports_a_request_still_in_progress(service, clock):
     assert payloads(service.list_items("jobs", resumed.partition)) == [b"a"]
     again = service.produce("jobs", items("a"), idempotency_key="k")
     assert (again.ids, again.replayed, resumed.replayed) == (resumed.ids, True, False)
+
+
+def test_a_produce_that_meets_a_key_just_begun_by_another_request_is_in_progress(service, clock):
+    queue = make_queue(service)
+    # Another request has just begun the key's record and taken nothing yet (under engine v3 its
+    # record names no ids then, like this request's own would): this one must not take it for its
+    # own and store the items a second time.
+    other = IdempotencyRecord(
+        key=hashlib.sha256(b"k").hexdigest()[:32],
+        partition=0,
+        ids=[],
+        done=False,
+        started_at=clock.now(),
+        queue_created_at=queue.created_at,
+        owner="another-request",
+    )
+    won, _ = service.store.begin_idempotent(
+        "jobs",
+        other,
+        stale_before=clock.now() - timedelta(minutes=15),
+        expires_at=clock.now() + timedelta(days=1),
+    )
+    assert won
+
+    with pytest.raises(RequestInProgressError):
+        service.produce("jobs", items("a"), idempotency_key="k")
+    assert sum(s.total for s in service.stats("jobs")) == 0
 
 
 class DiesAfterRecordingKey:

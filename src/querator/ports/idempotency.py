@@ -25,6 +25,10 @@ class IdempotencyRecord:
     #: The queue's ``created_at`` when the record was written; a record of a deleted and re-created
     #: queue of the same name does not count.
     queue_created_at: datetime
+    #: A token unique to the request that began the record: a store whose client retried its own
+    #: conditional write after a lost reply (botocore) recognises the record as its own by it, and
+    #: only by it (``ids`` are empty at the start under engine v3, the same for every request).
+    owner: str = ""
 
 
 class IdempotencyPort(Protocol):

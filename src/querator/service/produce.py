@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -85,6 +86,7 @@ class Producer:
             done=False,
             started_at=now,
             queue_created_at=queue.created_at,
+            owner=uuid.uuid4().hex,
         )
         won, previous = self._store.begin_idempotent(
             queue.name, record, stale_before=now - IDEMPOTENCY_STALE_AFTER, expires_at=now + IDEMPOTENCY_TTL

@@ -276,6 +276,7 @@ def encode_idempotency(queue: str, record: IdempotencyRecord, expires_at: dateti
         schema.IDEM_DONE: {"BOOL": record.done},
         schema.IDEM_STARTED: num(record.started_at),
         schema.IDEM_QUEUE_CREATED: num(record.queue_created_at),
+        schema.IDEM_OWNER: {"S": record.owner},
         # TTL works in epoch seconds.
         schema.TTL: {"N": str(int(expires_at.timestamp()))},
     }
@@ -292,6 +293,7 @@ def decode_idempotency(key: str, attrs: AttributeMap | None) -> IdempotencyRecor
         done=bool(attrs[schema.IDEM_DONE]["BOOL"]),
         started_at=_required_time(attrs, schema.IDEM_STARTED),
         queue_created_at=_required_time(attrs, schema.IDEM_QUEUE_CREATED),
+        owner=_str(attrs, schema.IDEM_OWNER),
     )
 
 

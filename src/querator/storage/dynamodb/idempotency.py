@@ -44,10 +44,10 @@ class DynamoDBIdempotency(DynamoDBStoreBase):
             if error_code(exc) == CONDITION_FAILED:
                 old = codec.returned(exc.response, "Item") or self._get_idempotency(queue, record.key)
                 found = codec.decode_idempotency(record.key, old)
-                if found is not None and not found.done and found.ids == record.ids:
-                    # Our own record (ids are unique to the request that minted them): botocore
-                    # retried this put after its reply was lost. What it replaced, if anything, went
-                    # with that reply, so a dead writer's items, if there were any, are not resumed.
+                if found is not None and not found.done and _own(found, record):
+                    # Our own record: botocore retried this put after its reply was lost. What it
+                    # replaced, if anything, went with that reply, so a dead writer's items, if
+                    # there were any, are not resumed.
                     return True, None
                 return False, found
             raise translate(exc, "produce") from exc
@@ -86,3 +86,13 @@ class DynamoDBIdempotency(DynamoDBStoreBase):
             )
         except ClientError as exc:
             raise translate(exc, "produce") from exc
+
+
+def _own(found: IdempotencyRecord, record: IdempotencyRecord) -> bool:
+    """Whether ``found`` is the record ``record``'s request wrote. By its owner token; a record
+    written before tokens by its ids, unique to the request that minted them (engine v2 only: under
+    engine v3 every request begins with none, so equal ids said nothing, and concurrent produces
+    with one key all took themselves for the first)."""
+    if found.owner or record.owner:
+        return found.owner == record.owner
+    return bool(record.ids) and found.ids == record.ids

@@ -159,6 +159,7 @@ IDEM_IDS = "ids"
 IDEM_DONE = "done"
 IDEM_STARTED = "started"
 IDEM_QUEUE_CREATED = "qcreated"
+IDEM_OWNER = "own"
 
 # Lease rate-limit bucket attributes (same table): GCRA's theoretical arrival time, in microseconds.
 BUCKET_TAT = "tat"
