@@ -43,6 +43,8 @@ MAX_MESSAGE_BYTES: Final = 262_144
 CLOSE_TOO_BIG: Final = 1009
 #: Longest client_id, request_id and queue_name accepted before the API sees them.
 _MAX_TEXT: Final = 512
+#: A ``stream.ticket`` of a queue whose name is 512 bytes is 738 characters: expiry, name, signature.
+_MAX_TICKET: Final = 1024
 
 
 class ProtocolError(ValueError):
@@ -121,7 +123,7 @@ def parse(text: str | bytes) -> Message:
             queue_name=_text(message, "queue_name", required=True),
             credit=_credit(message),
             client_id=_text(message, "client_id"),
-            ticket=_text(message, "ticket"),
+            ticket=_text(message, "ticket", limit=_MAX_TICKET),
         )
     if kind == "credit":
         _only(message, {"type", "credit"})
@@ -159,11 +161,11 @@ def _only(message: dict[str, Any], allowed: set[str]) -> None:
         raise ProtocolError(f"Invalid message; unknown key(s) {', '.join(extra)} in {message['type']}")
 
 
-def _text(message: dict[str, Any], key: str, *, required: bool = False) -> str:
+def _text(message: dict[str, Any], key: str, *, required: bool = False, limit: int = _MAX_TEXT) -> str:
     value = message.get(key, "")
-    if not isinstance(value, str) or len(value) > _MAX_TEXT or (required and not value):
+    if not isinstance(value, str) or len(value) > limit or (required and not value):
         need = "a non-empty string" if required else "a string"
-        raise ProtocolError(f"Invalid message; {key} must be {need} of at most {_MAX_TEXT} characters")
+        raise ProtocolError(f"Invalid message; {key} must be {need} of at most {limit} characters")
     return value
 
 
