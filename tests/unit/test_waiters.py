@@ -132,3 +132,31 @@ def test_wake_all_wakes_every_queue() -> None:
         assert _woken(waiters) == [0, 1, 2]
 
     asyncio.run(scenario())
+
+
+def test_the_probes_own_attempt_does_not_skip_the_next_probe() -> None:
+    async def scenario() -> None:
+        registry = Waiters(asyncio.get_running_loop(), probe_interval=3600)  # probes run by hand
+        waiter = Waiter("jobs")
+        registry.add(waiter)
+
+        def look() -> None:
+            registry.attempting(waiter)
+            registry.attempted(waiter, full=False)
+
+        registry._probe("jobs")
+        assert waiter.event.is_set()
+        look()  # the attempt the probe asked for
+        registry._probe("jobs")
+        # Every probe interval a look, not every other one (docs/api.md: within half a second).
+        assert waiter.event.is_set()
+        look()
+
+        registry.notify("jobs", 1)  # a write woke it: that look excuses the next probe
+        look()
+        registry._probe("jobs")
+        assert not waiter.event.is_set()
+        registry._probe("jobs")
+        assert waiter.event.is_set()
+
+    asyncio.run(scenario())

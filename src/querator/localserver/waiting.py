@@ -40,14 +40,16 @@ class Waiter:
 
 
 class _Queue:
-    __slots__ = ("attempted", "pending", "probe", "waiters")
+    __slots__ = ("attempted", "pending", "probe", "probed", "waiters")
 
     def __init__(self) -> None:
         #: Oldest first (a dict keeps insertion order; ``attempting`` moves a waiter to the back).
         self.waiters: dict[Waiter, None] = {}
         self.probe: asyncio.TimerHandle | None = None
-        #: Whether a waiter made an attempt since the last probe.
+        #: Whether a waiter made an attempt since the last probe (other than the probe's own).
         self.attempted = False
+        #: The last probe woke a waiter whose attempt has not begun: that attempt is the probe's.
+        self.probed = False
         #: Waiters woken that have not begun their attempt yet.
         self.pending = 0
 
@@ -91,7 +93,12 @@ class Waiters:
             return
         del queue.waiters[waiter]
         queue.waiters[waiter] = None
-        queue.attempted = True
+        if queue.probed:
+            # The probe's own attempt does not excuse the next probe: counted, it made the
+            # time-based wakes a second apart instead of ``probe_interval``.
+            queue.probed = False
+        else:
+            queue.attempted = True
         if waiter.event.is_set() and not waiter.busy:
             queue.pending -= 1
         waiter.event.clear()
@@ -146,6 +153,7 @@ class Waiters:
         if queue is None:
             return
         if not queue.attempted:
+            queue.probed = True
             self.notify(queue_name, 1)
         queue.attempted = False
         queue.probe = self._loop.call_later(self._probe_interval, self._probe, queue_name)
