@@ -714,8 +714,20 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+#: Digits Python converts to an ``int`` at most (``sys.get_int_max_str_digits``' default).
+_INT_DIGITS = 4300
+
+
+def _integer(text: str) -> int | float:
+    # Valid JSON, but past Python's conversion limit (a guard against quadratic conversion): far out
+    # of every field's range anyway, so it is read as an infinity the field refuses by name.
+    if len(text.lstrip("-")) > _INT_DIGITS:
+        return float("-inf") if text.startswith("-") else float("inf")
+    return int(text)
+
+
 #: ``json.loads`` with these arguments, made once (``loads`` builds a decoder per call when given any).
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_object)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=_integer, object_pairs_hook=_object)
 
 
 def _has_lone_surrogate(data: object) -> bool:

@@ -857,6 +857,15 @@ def test_nan_and_infinity_are_not_json(body: str) -> None:
     assert "invalid JSON" in unsupported(schemas.ListItemsRequest, body)
 
 
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_an_integer_past_pythons_digit_limit_is_a_400_naming_the_field(sign: str) -> None:
+    body = '{"queue_name": "q", "limit": ' + sign + "9" * 4301 + "}"
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(schemas.ListItemsRequest, body)
+    assert status_for(caught.value) == 400
+    assert str(caught.value).startswith("limit: ")
+
+
 def test_a_message_is_immutable_and_equal_by_value() -> None:
     first = parse(schemas.StatsRequest, {"queue_name": "q"})
     assert first == parse(schemas.StatsRequest, {"queueName": "q"})
