@@ -6,6 +6,7 @@ moved by one second, and a waiting lease's sleep moves it too.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from datetime import timedelta
 
@@ -315,6 +316,16 @@ def test_no_limit_by_default_and_settings_show_and_change(service):
     service.update_queue(QueueUpdate(name="jobs", rate_limit=0))
     assert service.get_queue("jobs").rate_limit == 0
     assert service.get_queue("jobs").rate_limit_per_group == 0.5
+
+
+def test_the_least_rate_a_refusal_shows_is_allowed_and_minus_zero_is_no_limit(service):
+    with pytest.raises(InvalidRequestError) as refused:
+        make_queue(service, rate_limit=0.00001157)  # under one a day
+    shown = float(str(refused.value).split("1/86400, ")[1].split(")")[0])
+    assert make_queue(service, rate_limit=shown).rate_limit == shown
+
+    service.update_queue(QueueUpdate(name="jobs", rate_limit=-0.0))
+    assert math.copysign(1, service.get_queue("jobs").rate_limit) == 1.0
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,10 @@ MIN_RATE_LIMIT = 1 / 86_400
 _SECOND_US = 1_000_000
 
 
+#: ``MIN_RATE_LIMIT`` as a refusal shows it: rounded up, so the figure shown is itself allowed.
+_LEAST_SHOWN = f"{math.ceil(MIN_RATE_LIMIT * 1e10) / 1e10:.10f}"
+
+
 def validate_rate_limit(value: float, field: str) -> float:
     """Return ``value`` as a float: 0 (no limit) or leases a second in
     [``MIN_RATE_LIMIT``, ``MAX_RATE_LIMIT``]."""
@@ -30,11 +34,12 @@ def validate_rate_limit(value: float, field: str) -> float:
         raise InvalidRequestError(f"{field} must be a number of leases a second", field=field)
     if value != 0 and not MIN_RATE_LIMIT <= value <= MAX_RATE_LIMIT:
         raise InvalidRequestError(
-            f"{field} must be 0 (no limit) or between one a day ({MIN_RATE_LIMIT:.8f}) and"
-            f" {MAX_RATE_LIMIT:g} leases a second",
+            f"{field} must be 0 (no limit) or between one a day (1/86400, {_LEAST_SHOWN})"
+            f" and {MAX_RATE_LIMIT:g} leases a second",
             field=field,
         )
-    return float(value)
+    # -0.0 is no limit too, and stored as 0.0 on every store (JSON would echo the sign).
+    return float(value) if value != 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
