@@ -310,9 +310,27 @@ def test_a_retry_at_past_the_schedulable_range_is_a_400_naming_the_item(api):
     reply = api.call("/v1/queue.retry", body)
 
     assert_error(reply, 400, "Invalid request")
-    assert "items[1]: retry_at must be before 3000" in reply.body["message"]
+    assert "items[1].retry_at: retry_at must be before 3000" in reply.body["message"]
     listed = api.ok("/v1/storage/items.list", {"queue_name": "jobs", "partition": 0})["items"]
     assert [i["is_leased"] for i in listed] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"enqueue_at": "3000-01-01T00:00:00Z"}, "items[1].enqueue_at: enqueue_at must be before 3000"),
+        ({"enqueue_at": "2999-12-31T23:00:00-02:00"}, "items[1].enqueue_at: enqueue_at must be before 3000"),
+    ],
+)
+def test_a_produce_past_the_schedulable_range_is_a_400_naming_the_field(api, fields, detail):
+    make_queue(api)
+    body = {"queue_name": "jobs", "items": [{"utf8": "a"}, {"utf8": "b", **fields}]}
+
+    reply = api.call("/v1/queue.produce", body)
+
+    assert_error(reply, 400, "Invalid request")
+    assert detail in reply.body["message"]
+    assert api.ok("/v1/storage/items.list", {"queue_name": "jobs", "partition": 0})["items"] == []
 
 
 def test_import_keeps_source_queue_reason_and_failures_of_a_listed_dead_letter(api):

@@ -143,14 +143,25 @@ _ItemT = TypeVar("_ItemT")
 _DomainT = TypeVar("_DomainT")
 
 
+#: Fields of an item that a domain refusal names by path (``items[3].enqueue_at: ...``, as the wire
+#: layer's own refusals do); others name the item (``items[3]: item payload is larger ...``, as
+#: docs/api.md quotes it).
+_PATHED_FIELDS = frozenset(
+    {"enqueue_at", "enqueue_in", "retry_at", "retry_in", "reference", "encoding", "kind"}
+)
+
+
 def _each(items: Sequence[_ItemT], convert: Callable[[_ItemT], _DomainT]) -> list[_DomainT]:
-    """``convert`` of every item; a refusal names the item (``items[3]: item payload is larger...``)."""
+    """``convert`` of every item; a refusal names the item (``items[3]: item payload is larger...``)
+    or the item's field (``items[3].enqueue_at: enqueue_at must be before 3000``)."""
     converted = []
     for index, item in enumerate(items):
         try:
             converted.append(convert(item))
         except InvalidRequestError as exc:
-            raise type(exc)(f"items[{index}]: {exc}", **exc.context) from exc
+            name = exc.context.get("field")
+            where = f"items[{index}].{name}" if name in _PATHED_FIELDS else f"items[{index}]"
+            raise type(exc)(f"{where}: {exc}", **exc.context) from exc
     return converted
 
 
