@@ -567,16 +567,20 @@ class Message:
             problems.extend(Problem((*loc, k), INVALID, "key given more than once") for k in data.repeated)
         keys = cls.keys
         given: dict[str, object] = {}
+        #: The spelling each field was first given in (``queueName`` or ``queue_name``).
+        spelt: dict[str, str] = {}
         for key, raw in data.items():
             declared = keys.get(key)
             if declared is None:
                 problems.append(Problem((*loc, key), UNKNOWN_KEY, _unknown_key(key, cls.fields)))
             elif declared.name in given:
+                first = spelt[declared.name]
                 problems.append(
-                    Problem((*loc, declared.name), INVALID, f"given twice, as {declared.name!r} and {key!r}")
+                    Problem((*loc, declared.name), INVALID, f"given twice, as {first!r} and {key!r}")
                 )
             else:
                 given[declared.name] = raw
+                spelt[declared.name] = key
         values: dict[str, Any] = {}
         for f in cls.fields:
             raw = given.get(f.name, MISSING)

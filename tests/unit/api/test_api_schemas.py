@@ -822,6 +822,9 @@ def test_a_lone_surrogate_deep_in_a_body_is_found_without_recursion() -> None:
 def test_both_spellings_of_one_key_is_400() -> None:
     message = invalid(schemas.StatsRequest, {"queue_name": "a", "queueName": "b"})
     assert message == "queue_name: given twice, as 'queue_name' and 'queueName'"
+    # In the order given: the camelCase one first says so.
+    message = invalid(schemas.StatsRequest, {"queueName": "b", "queue_name": "a"})
+    assert message == "queue_name: given twice, as 'queueName' and 'queue_name'"
 
 
 @pytest.mark.parametrize("value", [True, False, 2.5, "ten", "1e2", [], {}])
