@@ -12,6 +12,7 @@ from querator.domain.ids import parse_item_id, visible_at_of, visible_bound
 from querator.domain.lifecycle import Action
 from querator.domain.model import (
     MAX_BATCH,
+    MAX_PAYLOAD_BYTES,
     BatchOutcome,
     IdFailure,
     Item,
@@ -371,7 +372,11 @@ class ItemCalls:
                 continue
             found += page
             budget -= sum(len(item.payload) for item in page)
-            if len(found) >= limit or budget <= 0:
+            # Each band's page holds at least one item, and stops short of ``limit`` when its range
+            # ended or its next item would pass ``budget``: only a budget that any item fits in
+            # says which, so the next band is read with such a budget only (a page in priority order
+            # that never passes ``MAX_REPLY_BYTES``).
+            if len(found) >= limit or budget < MAX_PAYLOAD_BYTES:
                 break
         return found
 

@@ -33,7 +33,7 @@ from querator.domain.priority import BANDS, band, band_of, lane_of
 from querator.ports import Guard
 from querator.ports.log import ClaimReadError, LogKey, Settled, Settlement
 from querator.service.settle import SettleOutcome
-from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, UNKNOWN_ITEM
+from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, REDRIVE_PAGE_BYTES, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -61,6 +61,9 @@ HOLE_POLL_MAX = 0.25
 SHORT_RUN_CLAIMS = 8
 #: Waiting items the reaper reads from a log's cursor for ones that outlived ``expire_timeout``.
 REAPER_PAGE = 100
+#: Payload bytes a page of a log that a clear or a redrive reads holds at most (and one item more):
+#: a page is read whole and settled before the next, and items are up to 380,000 bytes each.
+PAGE_BYTES = REDRIVE_PAGE_BYTES
 #: Every band a FIFO queue's logs may use: a deleted queue's purge goes through all of them (its
 #: partition head, which names the bands in use, may be gone first).
 ALL_BANDS = BANDS
@@ -817,25 +820,24 @@ class Logs:
     ) -> list[Item]:
         """Up to ``limit`` items of one band's log from ``pivot`` (inclusive), in id order: its
         leased and waiting items, or (``scheduled``) its schedule; at most ``max_bytes`` of payload
-        (at least one item)."""
+        (at least one item). One listing of the log: it reads on past a page the store cut short,
+        so fewer than ``limit`` items here mean the part asked for ended or ``max_bytes`` did."""
         key = LogKey(queue, partition, band_key)
         after = _just_before(pivot) if pivot else ""
         if scheduled:
             after = max(after, band_key + SCHEDULED_MARK)
+        page = self.log.list_items(
+            key, after=after, limit=limit, now=now, max_bytes=max_bytes, schedule=scheduled
+        )
         found: list[Item] = []
         budget = max_bytes
-        while len(found) < limit:
-            page = self.log.list_items(key, after=after, limit=limit - len(found), now=now)
-            for item in page:
-                if (parse_scheduled_id(item.id) is not None) != scheduled:
-                    return found  # positions sort before the schedule: the part asked for ended
-                if found and len(item.payload) > budget:
-                    return found
-                found.append(item)
-                budget -= len(item.payload)
-            if len(page) < limit - len(found) + len(page) or not page:
-                return found
-            after = page[-1].id
+        for item in page:
+            if (parse_scheduled_id(item.id) is not None) != scheduled:
+                break  # positions sort before the schedule: the part asked for ended
+            if found and len(item.payload) > budget:
+                break  # the item that took the page past ``max_bytes``: the next page's first
+            found.append(item)
+            budget -= len(item.payload)
         return found
 
     def counts(self, queue: str, partition: int, bands: Iterable[str]) -> LogCounts:
@@ -905,18 +907,22 @@ class Logs:
         removed: int,
     ) -> int:
         """Settle the log's items from ``after`` on while ``wanted`` says so, in pages of up to
-        ``expected`` (how many the head counts); the first item it refuses ends the run (the part
-        asked for is one key range)."""
+        ``expected`` (how many the head counts) and ``PAGE_BYTES`` of payload; the first item it
+        refuses ends the run (the part asked for is one key range)."""
         done = seen = 0
         limit = max(1, min(REAPER_PAGE, expected))
+        # Leased items are positions: a run of them never reaches the schedule.
+        schedule = after >= key.lane + SCHEDULED_MARK
         while True:
-            page = self.log.list_items(key, after=after, limit=limit, now=now)
+            page = self.log.list_items(
+                key, after=after, limit=limit, now=now, max_bytes=PAGE_BYTES, schedule=schedule
+            )
             taken = list(itertools.takewhile(wanted, page))
             if taken:
                 settled = self._settle(key, [Settlement(id=i.id) for i in taken], guard=Guard.ANY, now=now)
                 done += len(settled.applied)
             seen += len(taken)
-            if len(taken) < limit or seen >= expected:
+            if len(taken) < len(page) or not _goes_on(page, limit, PAGE_BYTES) or seen >= expected:
                 return done
             after = taken[-1].id
             self._check_budget(queue, removed + done, stop_at)
@@ -943,7 +949,7 @@ class Logs:
         (``None``: stranded, it stays) as new items at its tail, each move atomic: (moved,
         stranded, where the next page starts; ``None`` at the log's end)."""
         key = LogKey(source.name, partition, band_key)
-        page = self.log.list_items(key, after=after, limit=limit, now=now)
+        page = self.log.list_items(key, after=after, limit=limit, now=now, max_bytes=PAGE_BYTES)
         moves: list[Settlement] = []
         stranded = 0
         for item in page:
@@ -966,7 +972,7 @@ class Logs:
                 )
             )
         moved = len(self._settle(key, moves, guard=Guard.NOT_VALIDLY_LEASED, now=now).applied) if moves else 0
-        return moved, stranded, (page[-1].id if len(page) == limit else None)
+        return moved, stranded, (page[-1].id if _goes_on(page, limit, PAGE_BYTES) else None)
 
     def holds_items(self, queue: str, partition: int, band_key: str) -> bool:
         """Whether a band's log holds anything (waiting, leased or scheduled)."""
@@ -1042,6 +1048,12 @@ def _is_scheduled(item: Item) -> bool:
 
 def _settled(outcome: SettleOutcome) -> int:
     return outcome.requeued + outcome.dead_lettered + outcome.deleted
+
+
+def _goes_on(page: Sequence[Item], limit: int, max_bytes: int) -> bool:
+    """Whether the log may hold more after a page ``ClaimLog.list_items`` listed with ``limit`` and
+    ``max_bytes``: the page is full, or its payloads passed ``max_bytes``; else its range ended."""
+    return bool(page) and (len(page) >= limit or sum(len(item.payload) for item in page) > max_bytes)
 
 
 def _just_before(item_id: str) -> str:

@@ -113,10 +113,24 @@ class LogItemsPort(Protocol):
         stored (settled, filled, deleted, unknown) are absent. Reads O(ids)."""
         ...
 
-    def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
+    def list_items(
+        self,
+        key: LogKey,
+        *,
+        after: str,
+        limit: int,
+        now: datetime,
+        max_bytes: int | None = None,
+        schedule: bool = True,
+    ) -> list[Item]:
         """Up to ``limit`` stored items with ids after ``after``, in id order: leased (with their
-        deadline) and waiting positions, then scheduled items. Skips settled, filled and deleted
-        positions; reads O(returned + records in the range)."""
+        deadline) and waiting positions, then (``schedule``) scheduled items. Skips settled, filled
+        and deleted positions; reads O(returned + records in the range).
+
+        With ``max_bytes`` it may stop after the item that takes the payloads listed past
+        ``max_bytes`` (so a page holds at most ``max_bytes`` and one item more). Fewer than ``limit``
+        items holding at most ``max_bytes`` mean the range has no more: a page the store cut short
+        (a DynamoDB Query answers at most 1 MB) is read on, never returned as the end."""
         ...
 
     def delete(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> BatchResult[str]:

@@ -53,6 +53,7 @@ from querator.storage.dynamodb.log.base import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
+    from typing import Any
 
     from querator.domain.model import Item
 
@@ -279,10 +280,19 @@ class DynamoDBLogItems(DynamoDBLogBase):
                 )
         return {item_id: found[item_id] for item_id in ids if item_id in found}
 
-    def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
+    def list_items(
+        self,
+        key: LogKey,
+        *,
+        after: str,
+        limit: int,
+        now: datetime,
+        max_bytes: int | None = None,
+        schedule: bool = True,
+    ) -> list[Item]:
         if limit <= 0:
             return []
-        listed: list[Item] = []
+        page = _Page(limit, max_bytes)
         position_floor = f"{key.lane}{POSITION_MARK}"
         schedule_floor = f"{key.lane}{SCHEDULED_MARK}"
         if after < schedule_floor:
@@ -295,7 +305,7 @@ class DynamoDBLogItems(DynamoDBLogBase):
             first = parsed[1] + 1 if parsed is not None and parsed[0] == key.lane else 0
             lowest = min([*held, head.cursor])
             position = max(first, lowest)
-            while position < head.tail and len(listed) < limit:
+            while position < head.tail and not page.full:
                 rows = self._rows_forward(key, position, limit)
                 if not rows:
                     break
@@ -305,13 +315,13 @@ class DynamoDBLogItems(DynamoDBLogBase):
                         continue
                     for offset, entry in enumerate(row.get(schema.LOG_ITEMS, {}).get("L", [])):
                         p = at + offset
-                        if p < position or len(listed) >= limit:
+                        if p < position or page.full:
                             continue
                         item = _item(entry["M"], position_id(key.lane, p))
                         if p in held:
                             # As the claim handed it out: this lease's attempt counted (the row
                             # keeps the attempts before it), as ``get`` shows it.
-                            listed.append(
+                            page.add(
                                 replace(
                                     held[p].coming(item, p),
                                     attempts=item.attempts + 1,
@@ -319,30 +329,43 @@ class DynamoDBLogItems(DynamoDBLogBase):
                                 )
                             )
                         elif head.cursor <= p < head.tail and p not in head.tombstones:
-                            listed.append(item)
+                            page.add(item)
                 last = rows[-1]
                 length = _row_length(last)
                 position = _row_position(last) + length
-        if len(listed) < limit:
+        if schedule and not page.full:
             start = _schedule_sk(after, key.lane) if after > schedule_floor else schema.LOG_SCHEDULE_PREFIX
-            rows, _ = self._query(
-                "list",
-                KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
-                ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
-                ExpressionAttributeValues={
-                    ":pk": _pk(key),
-                    ":lo": {"S": start},
-                    ":hi": {"S": f"{schema.LOG_SCHEDULE_PREFIX}~"},
-                },
-                Limit=limit - len(listed) + 1,
-            )
-            for attrs in rows:
-                item_id = f"{key.lane}{SCHEDULED_MARK}{attrs[schema.SK]['S'][1:]}"
-                if item_id > after:
-                    listed.append(
-                        _item({k: v for k, v in attrs.items() if k not in (schema.PK, schema.SK)}, item_id)
-                    )
-        return listed[:limit]
+            # A Query answers at most 1 MB: a page of large items comes back short of its Limit with
+            # a key to go on from, which is read on (a short page is not the schedule's end). The
+            # first may hold ``after`` itself.
+            extra = 1
+            start_key: AttributeMap | None = None
+            while True:
+                more: dict[str, Any] = {} if start_key is None else {"ExclusiveStartKey": start_key}
+                rows, start_key = self._query(
+                    "list",
+                    KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
+                    ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
+                    ExpressionAttributeValues={
+                        ":pk": _pk(key),
+                        ":lo": {"S": start},
+                        ":hi": {"S": f"{schema.LOG_SCHEDULE_PREFIX}~"},
+                    },
+                    Limit=limit - len(page.items) + extra,
+                    **more,
+                )
+                extra = 0
+                for attrs in rows:
+                    item_id = f"{key.lane}{SCHEDULED_MARK}{attrs[schema.SK]['S'][1:]}"
+                    if item_id > after and not page.full:
+                        page.add(
+                            _item(
+                                {k: v for k, v in attrs.items() if k not in (schema.PK, schema.SK)}, item_id
+                            )
+                        )
+                if start_key is None or page.full:
+                    break
+        return page.items
 
     def _rows_forward(self, key: LogKey, position: int, limit: int) -> list[AttributeMap]:
         """Rows from the one holding ``position`` on, up to a page."""
@@ -448,3 +471,24 @@ class DynamoDBLogItems(DynamoDBLogBase):
         change.adds.append(f"{change.name(schema.LOG_SCHEDULED)} {change.value(_num(-1))}")
         self._update(change, "delete")
         return True
+
+
+class _Page:
+    """The items a listing gathers: up to ``limit``, and (``max_bytes``) until their payloads pass
+    ``max_bytes``, the item that passes it listed last (``ClaimLog.list_items``)."""
+
+    __slots__ = ("items", "limit", "room")
+
+    def __init__(self, limit: int, max_bytes: int | None) -> None:
+        self.items: list[Item] = []
+        self.limit = limit
+        self.room = max_bytes
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.limit or (self.room is not None and self.room < 0)
+
+    def add(self, item: Item) -> None:
+        self.items.append(item)
+        if self.room is not None:
+            self.room -= len(item.payload)

@@ -206,7 +206,27 @@ class LogItems(LogEngineBase):
                         found[item_id] = record.with_priorities(items)[p]
         return found
 
-    def list_items(self, key: LogKey, *, after: str, limit: int, now: datetime) -> list[Item]:
+    def list_items(
+        self,
+        key: LogKey,
+        *,
+        after: str,
+        limit: int,
+        now: datetime,
+        max_bytes: int | None = None,
+        schedule: bool = True,
+    ) -> list[Item]:
+        listed = self._list(key, after=after, limit=limit, schedule=schedule)
+        if max_bytes is None:
+            return listed
+        # As ``ClaimLog.list_items`` says: up to the item that takes the payloads past ``max_bytes``.
+        for n, item in enumerate(listed):
+            max_bytes -= len(item.payload)
+            if max_bytes < 0:
+                return listed[: n + 1]
+        return listed
+
+    def _list(self, key: LogKey, *, after: str, limit: int, schedule: bool) -> list[Item]:
         lane = key.lane
         listed: list[Item] = []
         if limit <= 0:
@@ -220,7 +240,7 @@ class LogItems(LogEngineBase):
                 self._list_leased(rows, key, start, head.cursor, limit, listed)
             if start is not None and len(listed) < limit:
                 self._list_waiting(rows, key, max(start, head.cursor), head, limit, listed)
-            if len(listed) < limit:
+            if schedule and len(listed) < limit:
                 mark = lane + SCHEDULED_MARK
                 for sid, blob in rows.scheduled(key, max(after, mark), mark + "~", limit - len(listed)):
                     listed.append(decode_scheduled(blob, sid))
