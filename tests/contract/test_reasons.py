@@ -130,6 +130,47 @@ def test_a_lease_that_ran_out_is_recorded_when_the_reaper_puts_it_back(service, 
     assert failures(service.list_items("jobs", 0)) == [(b"slow", "lease ran out", 1)]
 
 
+def test_a_lease_that_ran_out_is_recorded_when_reprioritize_moves_it(service, clock):
+    """A lease that ran out and that nothing put back yet: ``queue.reprioritize`` moves the item, and
+    records the failure as the next lease or the reaper would have (the outcome may not depend on
+    which comes first)."""
+    make_queue(service, max_attempts=5)
+    service.produce("jobs", items("slow"))
+    service.retry("jobs", 0, [RetryRequest(id=lease_one(service).id, reason="first")])
+    held = lease_one(service)
+    clock.advance(LEASE + timedelta(milliseconds=30))
+
+    moved = service.reprioritize("jobs", 0, [held.id], 0)
+
+    assert moved.failed == [] and moved.ids[held.id] != held.id
+    assert failures(service.list_items("jobs", 0)) == [(b"slow", "lease ran out", 2)]
+    again = lease_one(service)
+    assert (again.priority, again.last_reason, again.failures, again.attempts) == (0, "lease ran out", 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        ({"max_attempts": 1}, "max attempts: lease ran out"),
+        ({"expire_timeout": LEASE}, "expired: lease ran out"),
+    ],
+)
+def test_a_lease_that_ran_out_on_its_last_chance_is_dead_lettered_by_reprioritize_as_by_expiry(
+    service, clock, limits, reason
+):
+    make_queue(service, "dlq")
+    make_queue(service, dead_queue="dlq", **limits)
+    service.produce("jobs", items("slow"))
+    held = lease_one(service)
+    clock.advance(LEASE + timedelta(milliseconds=30))
+
+    moved = service.reprioritize("jobs", 0, [held.id], 0)
+
+    assert [f.id for f in moved.failed] == [held.id] and moved.ids == {}
+    assert service.list_items("jobs", 0) == []
+    assert failures(service.list_items("dlq", 0)) == [(b"slow", reason, 1)]
+
+
 def test_max_attempts_dead_letters_with_the_consumers_last_reason(service):
     make_queue(service, "dlq")
     make_queue(service, dead_queue="dlq", max_attempts=2)

@@ -85,6 +85,24 @@ def test_clear_destructive_and_scheduled_remove_everything(service, clock):
     assert service.list_items("jobs", 0) == [] and service.list_scheduled("jobs", 0) == []
 
 
+def test_a_destructive_clear_of_scheduled_items_alone_keeps_waiting_and_leased_ones(service, clock):
+    """``destructive`` widens ``queue`` to leased items (docs/api.md, ``queue.clear``); with
+    ``scheduled`` alone it removes the scheduled items only, as the CLI's ``--only-scheduled``."""
+    make_queue(service)
+    service.produce("jobs", items("leased", "idle"))
+    service.produce("jobs", items("sched", enqueue_at=clock.now() + timedelta(minutes=5)))
+    (held,) = lease_ids(service, 1)
+
+    removed = service.clear("jobs", ClearScope.SCHEDULED | ClearScope.DESTRUCTIVE)
+
+    assert removed == 1
+    assert payloads(service.list_items("jobs", 0)) == [b"leased", b"idle"]
+    assert service.list_scheduled("jobs", 0) == []
+    stats = service.stats("jobs")[0]
+    assert (stats.total, stats.total_leased, stats.scheduled) == (2, 1, 0)
+    assert service.complete("jobs", 0, [held]).failed == []
+
+
 def test_clear_needs_queue_or_scheduled(service):
     make_queue(service)
     with pytest.raises(InvalidRequestError):

@@ -249,7 +249,8 @@ class QueueAdmin:
 
     def clear(self, queue_name: str, scope: ClearScope) -> int:
         """Remove un-leased items (``QUEUE``), scheduled ones (``SCHEDULED``), leased ones too
-        (``DESTRUCTIVE``). Returns how many were removed.
+        (``DESTRUCTIVE`` with ``QUEUE``; with ``SCHEDULED`` alone it removes no leased item).
+        Returns how many were removed.
 
         Works page by page in bounded memory; when ``clear_budget`` runs out first it raises
         ``RetryLaterError`` saying how many it removed: calling again continues (removed items are
@@ -261,7 +262,8 @@ class QueueAdmin:
         now = self._clock.now()
         stop_at = self._clock.now() + self._clear_budget
         bound = visible_bound(now)
-        destructive = ClearScope.DESTRUCTIVE in scope
+        # ``destructive`` widens ``queue`` to leased items; it adds nothing to ``scheduled`` alone.
+        destructive = ClearScope.QUEUE in scope and ClearScope.DESTRUCTIVE in scope
         guard = Guard.ANY if destructive else Guard.NOT_VALIDLY_LEASED
         removed = 0
         for partition in range(queue.partitions):

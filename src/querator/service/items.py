@@ -241,10 +241,12 @@ class ItemCalls:
                 # (never behind that band's lease cursor, which a lease may have moved past its time).
                 # A lease that ran out but was not put back yet may carry another priority to go
                 # back with (given while it was leased): it moves now, even within its own band.
+                # A lapsed lease goes with the failure it records, as the expiry path records it
+                # (``Settler.requeue_move``); a waiting or scheduled item's decision records nothing.
                 scheduled = item.enqueue_at is not None and visible_at_of(item_id) > now
                 visible = visible_at_of(item_id) if scheduled else now
                 replacement = replace(
-                    item,
+                    reasons.after_decision(item, decision, now),
                     id=self._ids.new_id(visible, priority, queue.lane_for(item.group)),
                     lease_deadline=None,
                     enqueue_at=item.enqueue_at if scheduled else None,

@@ -488,7 +488,8 @@ class Logs:
         or scheduled item moves to the new priority's log under a new id (at its tail, or in its
         schedule at the same time); a validly leased one keeps its id and lease, and its record
         keeps the priority it goes back with; one whose lease ran out moves now (to where the next
-        lease would send it: a dead letter when its attempts or time are up, and its id fails).
+        lease would send it, with the failure that records: a dead letter when its attempts or time
+        are up, and its id fails).
         Returns each applied id with the id its item has now, and the ids that failed.
 
         Per log: one ``get``, then one ``set_next_priority`` (one write per lease record) and one
@@ -527,8 +528,11 @@ class Logs:
                     result[item_id] = item_id
                 else:
                     # A lease that ran out, not put back yet, moves even within its band: it may
-                    # carry another priority to go back with, given while it was leased.
-                    moves.append(_move(queue, partition, item, priority, item.enqueue_at, now))
+                    # carry another priority to go back with, given while it was leased. It goes
+                    # with the failure its lapse records, as ``recover`` would record it (a waiting
+                    # or scheduled item's decision records nothing).
+                    lapsed = reasons.after_decision(item, decision, now)
+                    moves.append(_move(queue, partition, lapsed, priority, item.enqueue_at, now))
             if leased:
                 marked = self.log.set_next_priority(key, leased, priority=priority, now=now)
                 result.update({i: i for i in marked.applied})
@@ -868,19 +872,22 @@ class Logs:
         stop_at: datetime,
     ) -> int:
         """``queue.clear`` of the partition's logs: waiting items (expired leases first back among
-        them) with one head write a log, scheduled ones and (destructive) leased ones page by page.
-        Raises ``RetryLaterError`` when ``stop_at`` passes with more to remove."""
+        them) with one head write a log, scheduled ones and (``QUEUE`` and ``DESTRUCTIVE``) leased
+        ones page by page. ``DESTRUCTIVE`` only widens ``QUEUE``: with ``SCHEDULED`` alone leased
+        items stay (docs/api.md). Raises ``RetryLaterError`` when ``stop_at`` passes with more to
+        remove."""
         removed = 0
+        leased_too = ClearScope.QUEUE in scope and ClearScope.DESTRUCTIVE in scope
         for band_key in bands:
             key = LogKey(queue.name, partition, band_key)
             if ClearScope.QUEUE in scope:
-                if ClearScope.DESTRUCTIVE not in scope:
+                if not leased_too:
                     # Expired leases are waiting items too: back to the tail, then cleared with them.
                     while _settled(self.recover(queue, key, now)):
                         self._check_budget(queue, removed, stop_at)
                 removed += self.log.skip_waiting(key, now=now)
             head = self.log.head(key)
-            if ClearScope.DESTRUCTIVE in scope and head.leased:
+            if leased_too and head.leased:
                 # Leased items are the positions below the cursor: listed first, in pages as large as
                 # the head says they are, and the listing stops at the first waiting one, so a clear
                 # reads what it removes, not the backlog.
