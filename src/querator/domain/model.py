@@ -30,6 +30,9 @@ MAX_PARTITIONS = 256
 MAX_PAYLOAD_BYTES = 380_000
 #: Most bytes of UTF-8 in a failure reason (``queue.retry``'s ``reason``, ``Item.last_reason``).
 MAX_REASON_BYTES = 1024
+#: The most ``attempts`` and ``failures`` an imported item may carry: a stored row holds counts up to
+#: 2**32 - 1 (engine v3's row codec), and the item's leases and failures after the import count on.
+MAX_IMPORTED_COUNT = 2**31 - 1
 #: Items whose ``reply_size`` is under this count as this much when a lease sizes its reply, so the
 #: store need only record the size of larger ones.
 REPLY_SIZE_THRESHOLD = 1024
@@ -574,8 +577,36 @@ class StorageItem:
         validate_group(self.group)
         validate_reason(self.last_reason, "last_reason")
         check_printable(self.source_queue, "source_queue")
+        # The limits a produced item has (``NewItem``, docs/api.md "Limits"): an import is stored
+        # as a produce is, so what a produce refuses (a DynamoDB item over 400 KB, a string the row
+        # codec cannot hold) an import refuses too, naming the item, before anything is written.
+        if len(self.payload) > MAX_PAYLOAD_BYTES:
+            raise InvalidRequestError(
+                f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload"
+            )
+        for name in ("reference", "encoding", "kind"):
+            if len(getattr(self, name).encode()) > MAX_REFERENCE_BYTES:
+                raise InvalidRequestError(f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes")
+        # An item id and a queue name as a listing gives them are far shorter; the row codecs hold
+        # strings of at most 65,535 bytes, and a DynamoDB item at most 400 KB.
+        if len(self.source_id.encode()) > MAX_REFERENCE_BYTES:
+            raise InvalidRequestError(
+                f"item source_id is longer than {MAX_REFERENCE_BYTES} bytes", field="source_id"
+            )
+        if len(self.source_queue.encode()) > MAX_QUEUE_NAME_BYTES:
+            raise InvalidRequestError(
+                f"item source_queue is longer than {MAX_QUEUE_NAME_BYTES} bytes", field="source_queue"
+            )
         if self.failures < 0:
             raise InvalidRequestError("failures must not be negative", field="failures")
+        for count in ("attempts", "failures"):
+            if not 0 <= getattr(self, count) <= MAX_IMPORTED_COUNT:
+                raise InvalidRequestError(f"{count} must be between 0 and {MAX_IMPORTED_COUNT}", field=count)
+        if self.expire_deadline is not None:
+            # Every deadline the service gives is far earlier; a row's TTL is counted from it.
+            object.__setattr__(
+                self, "expire_deadline", check_schedulable(self.expire_deadline, "expire_deadline")
+            )
         if self.enqueue_at is not None:
             object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
         if self.enqueue_in is not None:

@@ -25,12 +25,14 @@ from querator.domain.model import (
 from querator.domain.positions import POSITION_MARK
 from querator.domain.priority import band_end, band_start, priority_of, validate_priority
 from querator.ports import Guard, Move
+from querator.ports.log import LogKey
 from querator.service.logs import is_log_id, log_end
 from querator.service.queues import check_partition
 from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from datetime import datetime
 
     from querator.domain.ids import IdFactory
     from querator.domain.model import QueueInfo, RetryRequest, StorageItem
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
     from querator.service.logs import Logs
     from querator.service.queues import QueueDirectory
     from querator.service.settle import Settler
+
+
+#: Payload bytes a page of a log that an import reads for the ``source_id`` it holds may take in memory.
+SOURCE_ID_PAGE_BYTES = 4_000_000
 
 
 class ItemCalls:
@@ -390,13 +396,20 @@ class ItemCalls:
         return queue
 
     def import_items(self, queue_name: str, partition: int, items: Sequence[StorageItem]) -> list[str]:
-        """Write items verbatim under new ids, skipping those whose ``source_id`` is already there."""
+        """Write items verbatim under new ids, skipping those whose ``source_id`` is already there.
+
+        With engine v3's logs an imported item is appended as a produced one is (``Logs.write``): at
+        the tail of its priority's log (its group's, in a fair queue), after everything produced or
+        imported before it, or to the log's schedule; it keeps its ``created_at`` (for its age), and
+        its place in lease order is when it was imported (docs/ordering.md). Only an item whose
+        lease is still valid, or whose lapsed lease sends it to the dead-letter queue, is written
+        as engine v2 writes it (``_keeps_v2_row``)."""
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidRequestError(f"import takes 1 to {MAX_BATCH} items", field="items")
         queue = self._queues.live(queue_name)
         check_partition(queue, partition)
         now = self._clock.now()
-        seen = self._store.source_ids(queue.name, partition) if any(i.source_id for i in items) else set()
+        seen = self._source_ids(queue, partition, now) if any(i.source_id for i in items) else set()
         fresh: list[Item] = []
         for item in items:
             if item.source_id and item.source_id in seen:
@@ -415,6 +428,8 @@ class ItemCalls:
                     group=item.group,
                     attempts=item.attempts,
                     lease_deadline=item.lease_deadline,
+                    # ``expire_timeout`` counts from when the item first becomes visible here (the
+                    # import, or its ``enqueue_at``), not from a kept ``created_at`` (docs/api.md).
                     expire_deadline=item.expire_deadline
                     or lifecycle.expire_deadline(visible, queue.expire_timeout),
                     created_at=created,
@@ -425,13 +440,51 @@ class ItemCalls:
                     failures=item.failures,
                 )
             )
-        leased = [i for i in fresh if i.lease_deadline is not None and i.lease_deadline > now]
+        if self._logs is None:
+            self._put_v2_rows(queue, partition, fresh, now)
+            return [i.id for i in fresh]
+        as_rows = [_keeps_v2_row(queue, item, now) for item in fresh]
+        waiting = [_as_waiting(queue, item, now) for item, row in zip(fresh, as_rows, strict=True) if not row]
+        logged = iter(self._logs.write(queue, partition, waiting, now) if waiting else [])
+        rows = [item for item, row in zip(fresh, as_rows, strict=True) if row]
+        if rows:
+            self._put_v2_rows(queue, partition, rows, now)
+        return [item.id if row else next(logged).id for item, row in zip(fresh, as_rows, strict=True)]
+
+    def _put_v2_rows(self, queue: QueueInfo, partition: int, items: Sequence[Item], now: datetime) -> None:
+        leased = [i for i in items if i.lease_deadline is not None and i.lease_deadline > now]
         for deadline in sorted({i.lease_deadline for i in leased if i.lease_deadline is not None}):
             # An imported lease is found by its record when it runs out, like any other.
             ids = [i.id for i in leased if i.lease_deadline == deadline]
             self._store.record_lease(queue.name, partition, ids, deadline=deadline)
-        self._store.put_new(queue.name, partition, fresh, now=now)
-        return [i.id for i in fresh]
+        self._store.put_new(queue.name, partition, items, now=now)
+
+    def _source_ids(self, queue: QueueInfo, partition: int, now: datetime) -> set[str]:
+        """The ``source_id`` of every item stored in the partition: its engine v2 rows and, with
+        engine v3, every lane's log (leased, waiting and scheduled items). Reads the partition, as
+        engine v2's import always did; only an import that gives source ids asks."""
+        seen = self._store.source_ids(queue.name, partition)
+        if self._logs is None:
+            return seen
+        head, _ = self._store.head(queue.name, partition, now=now)
+        if head.has_lanes:
+            head = self._store.with_lanes(queue.name, partition, head)
+        for lane in head.leasable_lanes():
+            key = LogKey(queue.name, partition, lane)
+            log_head = self._logs.log.head(key)
+            if log_head.waiting <= 0 and not log_head.leased and not log_head.scheduled:
+                continue
+            # Pages of whole items, as many as ``SOURCE_ID_PAGE_BYTES`` holds of the largest the
+            # log was given: small items a thousand a read, large ones a few (bounded memory).
+            limit = max(1, min(MAX_BATCH, SOURCE_ID_PAGE_BYTES // max(log_head.largest, 1)))
+            after = ""
+            while True:
+                page = self._logs.log.list_items(key, after=after, limit=limit, now=now)
+                seen.update(item.source_id for item in page if item.source_id)
+                if len(page) < limit:
+                    break
+                after = page[-1].id
+        return seen
 
     def delete_items(self, queue_name: str, partition: int, ids: Sequence[str]) -> None:
         """Delete items in any state; deleting an item that is gone already succeeds."""
@@ -443,6 +496,28 @@ class ItemCalls:
             self._logs.delete(queue, partition, logged, self._clock.now())
         if valid:
             self._store.delete(queue.name, partition, valid, guard=Guard.ANY, now=self._clock.now())
+
+
+def _keeps_v2_row(queue: QueueInfo, item: Item, now: datetime) -> bool:
+    """Whether an imported item is written as engine v2 writes it, even with engine v3's logs: a
+    lease still valid (a log holds a lease only as a claim of its own positions; a v2 row keeps the
+    deadline, with a lease record that finds it when it runs out), or a lapsed lease whose attempts
+    or time are up (the next lease or the reaper dead-letters it, as a lease's decision says: it is
+    never leased again, so its place in the order does not matter)."""
+    if item.lease_deadline is None:
+        return False
+    if item.lease_deadline > now:
+        return True
+    return lifecycle.decide_for_lease(item.state(), queue, now).action is Action.DEAD_LETTER
+
+
+def _as_waiting(queue: QueueInfo, item: Item, now: datetime) -> Item:
+    """An imported item as a log stores it: waiting, without a lease. A lease that ran out is taken
+    back as a lease that finds it takes it back: its failure recorded (``lease ran out``)."""
+    if item.lease_deadline is None:
+        return item
+    decision = lifecycle.decide_for_lease(item.state(), queue, now)
+    return replace(reasons.after_decision(item, decision, now), lease_deadline=None)
 
 
 def _seconds(value: timedelta) -> str:
