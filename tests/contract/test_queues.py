@@ -174,6 +174,22 @@ def test_a_delete_left_to_the_reaper_is_a_453_and_the_queue_answers_453_until_go
     assert sum(s.total for s in service.stats("orders")) == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("a b", "dead_queue may not contain whitespace or '~'"),
+        ("x" * 513, "dead_queue is longer than 512 bytes"),
+    ],
+)
+def test_a_dead_queue_that_cannot_be_a_name_is_refused_naming_dead_queue(service, name, message):
+    with pytest.raises(InvalidRequestError, match=message) as refused:
+        make_queue(service, "orders", dead_queue=name)
+    assert refused.value.context["field"] == "dead_queue"
+    make_queue(service, "orders")
+    with pytest.raises(InvalidRequestError, match=message):
+        service.update_queue(QueueUpdate(name="orders", dead_queue=name))
+
+
 def test_delete_refuses_a_queue_used_as_dead_queue(service):
     make_queue(service, "dlq")
     make_queue(service, "work", dead_queue="dlq")

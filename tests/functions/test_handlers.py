@@ -333,6 +333,17 @@ def test_a_produce_past_the_schedulable_range_is_a_400_naming_the_field(api, fie
     assert api.ok("/v1/storage/items.list", {"queue_name": "jobs", "partition": 0})["items"] == []
 
 
+@pytest.mark.parametrize("field", ["reference", "encoding", "kind"])
+def test_a_produce_with_a_text_field_over_its_limit_is_a_400_naming_the_field(api, field):
+    make_queue(api)
+    body = {"queue_name": "jobs", "items": [{"utf8": "a"}, {"utf8": "b", field: "x" * 2001}]}
+
+    reply = api.call("/v1/queue.produce", body)
+
+    assert_error(reply, 400, "Invalid request")
+    assert f"items[1].{field}: item {field} is longer than 2000 bytes" in reply.body["message"]
+
+
 def test_import_keeps_source_queue_reason_and_failures_of_a_listed_dead_letter(api):
     make_queue(api)
     item = {

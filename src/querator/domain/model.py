@@ -106,18 +106,15 @@ def validate_reason(value: object, what: str = "reason") -> str:
     return value
 
 
-def validate_queue_name(name: str) -> str:
+def validate_queue_name(name: str, what: str = "queue_name") -> str:
+    """``name`` if it can name a queue; ``what``: the field that gave it (``dead_queue``...)."""
     if not name:
-        raise InvalidRequestError("queue_name is required", field="queue_name")
+        raise InvalidRequestError(f"{what} is required", field=what)
     if len(name.encode()) > MAX_QUEUE_NAME_BYTES:
-        raise InvalidRequestError(
-            f"queue_name is longer than {MAX_QUEUE_NAME_BYTES} bytes", field="queue_name"
-        )
+        raise InvalidRequestError(f"{what} is longer than {MAX_QUEUE_NAME_BYTES} bytes", field=what)
     # '~' separates the queue name from the partition in storage keys, so it cannot be in a name.
     if "~" in name or any(ch.isspace() for ch in name):
-        raise InvalidRequestError(
-            "queue_name may not contain whitespace or '~'", field="queue_name", value=name
-        )
+        raise InvalidRequestError(f"{what} may not contain whitespace or '~'", field=what, value=name)
     return name
 
 
@@ -229,7 +226,7 @@ class QueueInfo:
                 f"reference is longer than {MAX_REFERENCE_BYTES} bytes", field="reference"
             )
         if self.dead_queue:
-            validate_queue_name(self.dead_queue)
+            validate_queue_name(self.dead_queue, "dead_queue")
             if self.dead_queue == self.name:
                 raise InvalidRequestError("dead_queue may not be the queue itself", field="dead_queue")
         check_aware(self.created_at, "created_at")
@@ -282,7 +279,9 @@ class NewItem:
             )
         for name in ("reference", "encoding", "kind"):
             if len(getattr(self, name).encode()) > MAX_REFERENCE_BYTES:
-                raise InvalidRequestError(f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes")
+                raise InvalidRequestError(
+                    f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes", field=name
+                )
         if self.enqueue_at is not None:
             object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
 
@@ -586,7 +585,9 @@ class StorageItem:
             )
         for name in ("reference", "encoding", "kind"):
             if len(getattr(self, name).encode()) > MAX_REFERENCE_BYTES:
-                raise InvalidRequestError(f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes")
+                raise InvalidRequestError(
+                    f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes", field=name
+                )
         # An item id and a queue name as a listing gives them are far shorter; the row codecs hold
         # strings of at most 65,535 bytes, and a DynamoDB item at most 400 KB.
         if len(self.source_id.encode()) > MAX_REFERENCE_BYTES:

@@ -153,7 +153,7 @@ class Redriver:
         return RedriveOutcome(moved=moved, remaining=remaining, stranded=stranded)
 
     def _check_target(self, source: QueueInfo, to: str, queues: dict[str, QueueInfo]) -> QueueInfo:
-        validate_queue_name(to)
+        validate_queue_name(to, "to")
         if to == source.name:
             raise InvalidRequestError("'to' must be another queue than 'queue_name'", field="to")
         target = queues.get(to)
