@@ -77,12 +77,11 @@ class Grant:
 def take(tat_us: int | None, now_us: int, wanted: int, limit: RateLimit) -> Grant:
     """Take up to ``wanted`` tokens from a bucket at ``tat_us`` (``None``: never taken from, full).
 
-    A ``tat`` further ahead than ``limit``'s window was set under a lower rate (the queue's limit
-    was raised since): it counts as a bucket of the new shape holding one token, so the new rate
-    applies at once instead of after the old rate's wait (up to an hour at the lowest rate).
+    A ``tat`` further ahead than ``limit``'s window is kept as it is, though a lower rate set it
+    before the queue's limit was raised: a lease's ``now`` is read before it waits on the store, so
+    a bucket another lease filled meanwhile looks the same, and reading it as a fresh bucket would
+    let a burst through (the limit raised waits out the old rate's next token; docs/api.md).
     """
-    if tat_us is not None and tat_us > now_us + limit.window_us:
-        tat_us = now_us + limit.window_us - limit.interval_us
     base = now_us if tat_us is None else max(tat_us, now_us)
     available = max(0, (now_us + limit.window_us - base) // limit.interval_us)
     granted = min(max(wanted, 0), available)
