@@ -106,6 +106,16 @@ def validate_reason(value: object, what: str = "reason") -> str:
     return value
 
 
+def check_item_limits(payload: bytes, *, reference: str, encoding: str, kind: str) -> None:
+    """Refuse an item's payload or text fields over their limits (docs/api.md "Limits"): what a
+    produced item and an imported one are both held to."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise InvalidRequestError(f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload")
+    for name, value in (("reference", reference), ("encoding", encoding), ("kind", kind)):
+        if len(value.encode()) > MAX_REFERENCE_BYTES:
+            raise InvalidRequestError(f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes", field=name)
+
+
 def validate_queue_name(name: str, what: str = "queue_name") -> str:
     """``name`` if it can name a queue; ``what``: the field that gave it (``dead_queue``...)."""
     if not name:
@@ -273,15 +283,7 @@ class NewItem:
         if self.enqueue_in is not None:
             check_delay(self.enqueue_in, "enqueue_in")
             check_one_time(self.enqueue_at, self.enqueue_in, "enqueue_at", "enqueue_in")
-        if len(self.payload) > MAX_PAYLOAD_BYTES:
-            raise InvalidRequestError(
-                f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload"
-            )
-        for name in ("reference", "encoding", "kind"):
-            if len(getattr(self, name).encode()) > MAX_REFERENCE_BYTES:
-                raise InvalidRequestError(
-                    f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes", field=name
-                )
+        check_item_limits(self.payload, reference=self.reference, encoding=self.encoding, kind=self.kind)
         if self.enqueue_at is not None:
             object.__setattr__(self, "enqueue_at", check_schedulable(self.enqueue_at, "enqueue_at"))
 
@@ -579,15 +581,7 @@ class StorageItem:
         # The limits a produced item has (``NewItem``, docs/api.md "Limits"): an import is stored
         # as a produce is, so what a produce refuses (a DynamoDB item over 400 KB, a string the row
         # codec cannot hold) an import refuses too, naming the item, before anything is written.
-        if len(self.payload) > MAX_PAYLOAD_BYTES:
-            raise InvalidRequestError(
-                f"item payload is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload"
-            )
-        for name in ("reference", "encoding", "kind"):
-            if len(getattr(self, name).encode()) > MAX_REFERENCE_BYTES:
-                raise InvalidRequestError(
-                    f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes", field=name
-                )
+        check_item_limits(self.payload, reference=self.reference, encoding=self.encoding, kind=self.kind)
         # An item id and a queue name as a listing gives them are far shorter; the row codecs hold
         # strings of at most 65,535 bytes, and a DynamoDB item at most 400 KB.
         if len(self.source_id.encode()) > MAX_REFERENCE_BYTES:

@@ -439,7 +439,7 @@ class _Loop:
             return reply.status, close, False
         if path == stream.PATH:
             return await self._stream(connection, head), True, True
-        matched = routes.match(path)
+        matched = known  # matched once, before the body: its limit is the route's
         if matched is None:
             # API Gateway has no resource for it either; the contract says 501.
             reply = _Reply.of(unknown_path(head.method, path))
