@@ -10,6 +10,7 @@ In Lambda the handlers call it at init (``observability.lambda_entry(prepare=...
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -35,10 +36,12 @@ if TYPE_CHECKING:
 
     from botocore.client import BaseClient
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
 
     from querator.config import Settings
     from querator.ports import ItemStore, QueueCatalog
     from querator.ports.log import ClaimLog
+    from querator.storage.dynamodb.objects import PayloadObjects
 
 #: The engine whose stores include a claim log (``querator.config.ENGINES``).
 ENGINE_V3 = 3
@@ -77,6 +80,20 @@ def get_client() -> DynamoDBClient:
     config = _CLIENT_CONFIG.merge(Config(read_timeout=settings.store_read_timeout.total_seconds()))
     client = make_client("dynamodb", region_name=settings.region, config=config)
     return cast("DynamoDBClient", client)
+
+
+def payload_objects(settings: Settings) -> PayloadObjects | None:
+    """The payload bucket ``settings`` name (``QUERATOR_PAYLOAD_BUCKET``), or ``None`` without one.
+    An endpoint of its own (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``: moto, LocalStack) is
+    addressed by path, as such endpoints need."""
+    if not settings.payload_bucket:
+        return None
+    from querator.storage.dynamodb.objects import PayloadObjects  # noqa: PLC0415 - only with a bucket
+
+    local = bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+    config = _CLIENT_CONFIG.merge(Config(s3={"addressing_style": "path" if local else "auto"}))
+    client = cast("S3Client", make_client("s3", region_name=settings.region, config=config))
+    return PayloadObjects(client, settings.payload_bucket)
 
 
 #: How to close the stores ``get_service`` opened (files); ``reset`` does.
@@ -148,7 +165,9 @@ def open_stores(url: str, settings: Settings | None = None, *, engine: int | Non
     return Stores(
         catalog,
         DynamoDBItemStore(client, settings.items_table),
-        log=DynamoDBClaimLog(client, settings.items_table) if logged else None,
+        log=DynamoDBClaimLog(client, settings.items_table, payloads=payload_objects(settings))
+        if logged
+        else None,
     )
 
 

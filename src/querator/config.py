@@ -55,6 +55,9 @@ class EnvVar:
     #: ``required``: the stream function refuses a subscribe without a ticket of its queue
     #: (``stream.ticket``; per-queue access). Otherwise a ticket is checked only when one is sent.
     STREAM_TICKETS: Final = "QUERATOR_STREAM_TICKETS"
+    #: The S3 bucket that holds payloads too large for a DynamoDB row (over 380,000 bytes, up to
+    #: 1 MiB: ``querator.storage.dynamodb.objects``). Unset: the DynamoDB store refuses them.
+    PAYLOAD_BUCKET: Final = "QUERATOR_PAYLOAD_BUCKET"
     #: The region, which Lambda sets; the local server sets it too.
     REGION: Final = "AWS_REGION"
     # Powertools reads its own variables; named here so the CDK app sets them from one place.
@@ -189,6 +192,8 @@ class Settings:
     catalog_table: str = ""
     #: The stream functions' (empty elsewhere).
     connections_table: str = ""
+    #: ``EnvVar.PAYLOAD_BUCKET`` (empty: no bucket; the DynamoDB store keeps payloads in rows only).
+    payload_bucket: str = ""
     stream_endpoint: str = ""
     #: Every subscribe must show a ticket of its queue (``EnvVar.STREAM_TICKETS``).
     stream_tickets_required: bool = False
@@ -252,6 +257,7 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
         items_table=environ.get(EnvVar.ITEMS_TABLE, ""),
         catalog_table=environ.get(EnvVar.CATALOG_TABLE, ""),
         connections_table=environ.get(EnvVar.CONNECTIONS_TABLE, ""),
+        payload_bucket=environ.get(EnvVar.PAYLOAD_BUCKET, ""),
         stream_endpoint=environ.get(EnvVar.STREAM_ENDPOINT, ""),
         stream_tickets_required=environ.get(EnvVar.STREAM_TICKETS, "").strip().lower() == "required",
         region=environ.get(EnvVar.REGION) or None,

@@ -26,6 +26,7 @@ from querator.storage.dynamodb import schema
 from querator.storage.dynamodb.base import WRITE_CONCURRENCY
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.log import DynamoDBClaimLog
+from querator.storage.dynamodb.objects import PayloadObjects
 from querator.storage.dynamodb.store import DynamoDBItemStore
 from querator.storage.memory import InMemoryClaimLog, InMemoryItemStore, InMemoryQueueCatalog
 from querator.storage.sqlite import SQLiteClaimLog, SQLiteDatabase, SQLiteItemStore, SQLiteQueueCatalog
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from typing import IO
 
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
     from pyspark.sql import SparkSession
 
     from querator.domain.ids import IdFactory
@@ -103,6 +105,35 @@ def dynamodb_client(endpoint_url: str | None = None, *, max_pool: int = 10) -> D
     )
 
 
+def s3_client(endpoint_url: str | None = None) -> S3Client:
+    """An S3 client with fake credentials, for moto (in-process when ``endpoint_url`` is None),
+    addressing buckets by path as a local endpoint needs."""
+    return boto3.client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url=endpoint_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",  # noqa: S106 - moto's fake credentials
+        config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3}),
+    )
+
+
+def payload_bucket(client: DynamoDBClient, name: str) -> PayloadObjects:
+    """A new payload bucket ``name`` beside ``client``'s moto (the same server, or in-process)."""
+    s3 = s3_client(client.meta.endpoint_url if _is_server(client) else None)
+    s3.create_bucket(Bucket=name)
+    return PayloadObjects(s3, name)
+
+
+def bucket_keys(payloads: PayloadObjects) -> list[str]:
+    """Every key in a payload bucket (tests: what is left after items ended)."""
+    client = payloads._client
+    keys: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=payloads.bucket):
+        keys += [entry["Key"] for entry in page.get("Contents", []) if "Key" in entry]
+    return keys
+
+
 def build_service(
     client: DynamoDBClient,
     *,
@@ -111,13 +142,16 @@ def build_service(
     ids: IdFactory | None = None,
     concurrency: int | None = None,
     engine: int = DEFAULT_ENGINE,
+    payloads: bool = True,
 ) -> QueueService:
     """Create fresh tables (named with ``prefix``) and a service over them.
 
     ``concurrency``: the store's writes in flight at once. By default 1 for moto in-process, whose
     backend is not safe for concurrent requests (docs/adr/0050-engine-v2.md), and the product's
     default against a server (a single-threaded moto server takes one request at a time).
-    ``engine=3``: with engine v3's claim log on the same table (docs/adr/0100).
+    ``engine=3``: with engine v3's claim log on the same table (docs/adr/0100), and (``payloads``)
+    a payload bucket ``<prefix>-payloads`` for payloads over a row's, as the stack has
+    (``QueueService.log.payloads``).
     """
     if concurrency is None:
         concurrency = WRITE_CONCURRENCY if _is_server(client) else 1
@@ -129,7 +163,14 @@ def build_service(
         store=DynamoDBItemStore(client, items_table, concurrency=concurrency),
         clock=clock,
         ids=ids,
-        log=DynamoDBClaimLog(client, items_table, concurrency=concurrency) if engine == 3 else None,
+        log=DynamoDBClaimLog(
+            client,
+            items_table,
+            concurrency=concurrency,
+            payloads=payload_bucket(client, f"{prefix}-payloads") if payloads else None,
+        )
+        if engine == 3
+        else None,
     )
 
 

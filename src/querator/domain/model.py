@@ -10,12 +10,16 @@ import enum
 import zlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from querator.domain.errors import InvalidRequestError
 from querator.domain.groups import group_lane, validate_group
 from querator.domain.priority import DEFAULT_PRIORITY, priority_of, validate_priority
 from querator.domain.ratelimit import RateLimit, validate_rate_limit
 from querator.domain.text import check_printable, clip_utf8
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: ``datetime.UTC`` is Python 3.11+; the package supports 3.10 (docs/adr/0021-python-and-spark-versions.md).
 UTC = timezone.utc
@@ -26,8 +30,12 @@ MAX_ATTEMPTS_LIMIT = 65536
 MAX_BATCH = 1000
 #: Upper bound on the partition count of one queue: a lease that finds nothing visits every partition.
 MAX_PARTITIONS = 256
-#: DynamoDB stores at most 400 KB per item; keys and attributes need some of it.
-MAX_PAYLOAD_BYTES = 380_000
+#: The largest payload of an item: 1 MiB, SQS's limit. Engine v3 on SQLite and memory keeps it in
+#: its row; on DynamoDB a payload over ``ROW_PAYLOAD_BYTES`` goes to the payload bucket.
+MAX_PAYLOAD_BYTES = 1_048_576
+#: The largest payload a DynamoDB row holds in place (DynamoDB stores at most 400 KB per item; the
+#: keys and attributes need some of it): the limit under engine v2, and on DynamoDB without a bucket.
+ROW_PAYLOAD_BYTES = 380_000
 #: Most bytes of UTF-8 in a failure reason (``queue.retry``'s ``reason``, ``Item.last_reason``).
 MAX_REASON_BYTES = 1024
 #: The most ``attempts`` and ``failures`` an imported item may carry: a stored row holds counts up to
@@ -114,6 +122,17 @@ def check_item_limits(payload: bytes, *, reference: str, encoding: str, kind: st
     for name, value in (("reference", reference), ("encoding", encoding), ("kind", kind)):
         if len(value.encode()) > MAX_REFERENCE_BYTES:
             raise InvalidRequestError(f"item {name} is longer than {MAX_REFERENCE_BYTES} bytes", field=name)
+
+
+def check_payload_limit(payloads: Sequence[bytes], limit: int) -> None:
+    """Refuse the first of ``payloads`` (a request's items, in order) over ``limit``, the store's
+    (``ClaimLog.payload_limit``; ``ROW_PAYLOAD_BYTES`` under engine v2), naming the item, before
+    anything is written."""
+    for index, payload in enumerate(payloads):
+        if len(payload) > limit:
+            raise InvalidRequestError(
+                f"items[{index}]: item payload is larger than {limit} bytes", field="payload"
+            )
 
 
 def validate_queue_name(name: str, what: str = "queue_name") -> str:
@@ -324,6 +343,10 @@ class Item:
     last_reason: str = ""
     #: How many failures were recorded on the item (each one set ``last_reason``).
     failures: int = 0
+    #: Where the store keeps a payload too large for its row (on DynamoDB, the S3 object's key:
+    #: ``querator.storage.dynamodb.objects``); ``""``: in the row. A store sets it when it reads the
+    #: item; a move keeps it, so the moved item keeps its object. Not part of the item's value.
+    payload_object: str = field(default="", compare=False, repr=False)
 
     @property
     def priority(self) -> int:
@@ -351,6 +374,7 @@ class Item:
         return Item(
             id=new_id,
             payload=self.payload,
+            payload_object=self.payload_object,
             reference=self.reference,
             encoding=self.encoding,
             kind=self.kind,
@@ -369,6 +393,7 @@ class Item:
         return Item(
             id=new_id,
             payload=self.payload,
+            payload_object=self.payload_object,
             reference=self.reference,
             encoding=self.encoding,
             kind=self.kind,

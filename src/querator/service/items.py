@@ -13,6 +13,7 @@ from querator.domain.lifecycle import Action
 from querator.domain.model import (
     MAX_BATCH,
     MAX_PAYLOAD_BYTES,
+    ROW_PAYLOAD_BYTES,
     BatchOutcome,
     IdFailure,
     Item,
@@ -20,6 +21,7 @@ from querator.domain.model import (
     RenewOutcome,
     Reprioritized,
     check_aware,
+    check_payload_limit,
     resolve_time,
 )
 from querator.domain.positions import POSITION_MARK
@@ -406,14 +408,19 @@ class ItemCalls:
         as engine v2 writes it (``_keeps_v2_row``)."""
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidRequestError(f"import takes 1 to {MAX_BATCH} items", field="items")
+        limit = self._logs.log.payload_limit if self._logs is not None else ROW_PAYLOAD_BYTES
+        check_payload_limit([item.payload for item in items], limit)
         queue = self._queues.live(queue_name)
         check_partition(queue, partition)
         now = self._clock.now()
         seen = self._source_ids(queue, partition, now) if any(i.source_id for i in items) else set()
         fresh: list[Item] = []
-        for item in items:
+        #: Each fresh item's index in ``items`` (a refusal names the item as the request had it).
+        indexes: list[int] = []
+        for index, item in enumerate(items):
             if item.source_id and item.source_id in seen:
                 continue
+            indexes.append(index)
             seen.add(item.source_id)
             created = item.created_at or now
             enqueue_at = resolve_time(item.enqueue_at, item.enqueue_in, now, "enqueue_in")
@@ -444,6 +451,11 @@ class ItemCalls:
             self._put_v2_rows(queue, partition, fresh, now)
             return [i.id for i in fresh]
         as_rows = [_keeps_v2_row(queue, item, now) for item in fresh]
+        # What keeps an engine v2 row holds its payload in the row.
+        in_rows = [b""] * len(items)
+        for index, kept, row in zip(indexes, fresh, as_rows, strict=True):
+            in_rows[index] = kept.payload if row else b""
+        check_payload_limit(in_rows, ROW_PAYLOAD_BYTES)
         waiting = [_as_waiting(queue, item, now) for item, row in zip(fresh, as_rows, strict=True) if not row]
         logged = iter(self._logs.write(queue, partition, waiting, now) if waiting else [])
         rows = [item for item, row in zip(fresh, as_rows, strict=True) if row]

@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING
 
 from querator.domain import lifecycle
 from querator.domain.errors import InvalidRequestError, RequestInProgressError
-from querator.domain.model import MAX_BATCH, Item, ProduceReceipt, resolve_time
+from querator.domain.model import (
+    MAX_BATCH,
+    ROW_PAYLOAD_BYTES,
+    Item,
+    ProduceReceipt,
+    check_payload_limit,
+    resolve_time,
+)
 from querator.ports import IdempotencyRecord
 from querator.service.logs import is_log_id
 from querator.service.tuning import IDEMPOTENCY_STALE_AFTER, IDEMPOTENCY_TTL
@@ -49,6 +56,11 @@ class Producer:
         #: Queue name -> items this process sent to each partition.
         self._produced: dict[str, list[int]] = {}
 
+    @property
+    def payload_limit(self) -> int:
+        """The largest payload the store takes: engine v3's log's, a row's under engine v2."""
+        return self._logs.log.payload_limit if self._logs is not None else ROW_PAYLOAD_BYTES
+
     def produce(
         self, queue_name: str, items: Sequence[NewItem], *, idempotency_key: str | None = None
     ) -> ProduceReceipt:
@@ -59,6 +71,7 @@ class Producer:
         """
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidRequestError(f"produce takes 1 to {MAX_BATCH} items", field="items")
+        check_payload_limit([item.payload for item in items], self.payload_limit)
         queue = self._queues.queue(queue_name)
         now = self._clock.now()
         partition = self._choose_partition(queue, len(items))

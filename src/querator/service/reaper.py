@@ -12,7 +12,14 @@ from querator.domain.lifecycle import Action
 from querator.domain.model import timestamp_us
 from querator.domain.priority import band_start, held_end, unbanded
 from querator.ports import Guard, Recount
-from querator.service.tuning import BAND_IDLE, PAGE_MAX, REAPER_FIRST_PAGE, RECORDS_PER_CALL, SWEEP_DELAY
+from querator.service.tuning import (
+    BAND_IDLE,
+    PAGE_MAX,
+    PAYLOAD_SWEEP,
+    REAPER_FIRST_PAGE,
+    RECORDS_PER_CALL,
+    SWEEP_DELAY,
+)
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -54,6 +61,8 @@ class ReapReport:
     recovered: int = 0
     #: Items put back at the tail after their lease ran out.
     requeued: int = 0
+    #: Payload objects deleted past their time (``ClaimLog.sweep_payloads``).
+    payloads_swept: int = 0
     #: Never-leased items the sweep found behind a cursor (and requeued or dead-lettered).
     stragglers: int = 0
     #: Scheduled items that came due since the last pass.
@@ -115,6 +124,8 @@ class Reaper:
                 report.finished = False
                 break
             report.queues_deleted += 1
+        if self._logs is not None:
+            report.payloads_swept = self._logs.log.sweep_payloads(now=now, limit=PAYLOAD_SWEEP)
         queue_from, partition_from = _parse_bookmark(self._catalog.load_bookmark())
         dead_queues = {q.dead_queue for q in every_queue if q.dead_queue}
         for queue in every_queue:

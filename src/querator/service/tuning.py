@@ -86,3 +86,7 @@ MAX_LANES_PER_LEASE: Final = 100
 #: Lanes read (a Query each, one after the other) before a fair lease claims from them: enough for
 #: a batch of 10 from ten groups, few enough that a batch of 100 starts claiming within its budget.
 LANES_PER_TURN: Final = 16
+
+#: Payload objects a reaper run deletes past their time at most (one ``DeleteObjects`` call): left
+#: only by writers that died between their upload and their rows, or deletes that failed.
+PAYLOAD_SWEEP = 1000

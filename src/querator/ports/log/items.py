@@ -63,6 +63,12 @@ class LogHead:
 class LogItemsPort(Protocol):
     """Items of a log: appended (at once, or at positions taken first), read, listed, deleted."""
 
+    @property
+    def payload_limit(self) -> int:
+        """The largest payload the log stores (the service refuses larger ones before a write):
+        ``MAX_PAYLOAD_BYTES``, or ``ROW_PAYLOAD_BYTES`` on DynamoDB without a payload bucket."""
+        ...
+
     def append(self, key: LogKey, items: Sequence[Item], *, now: datetime) -> list[Item]:
         """Store ``items`` at the tail, in order, and return them as stored, ids assigned (their
         ``id`` and ``lease_deadline`` are ignored). An item whose ``enqueue_at`` is later than

@@ -37,6 +37,12 @@ class LeaseRun:
 class LogUpkeepPort(Protocol):
     """A log's expired leases, schedule, ages, clearing and purge."""
 
+    def sweep_payloads(self, *, now: datetime, limit: int) -> int:
+        """Delete up to ``limit`` stored payloads no item can need any more (a store that keeps
+        payloads apart from rows: a writer that died between the two, a delete that failed);
+        returns how many. A store that keeps every payload in its rows has none: 0."""
+        ...
+
     def expired(self, key: LogKey, *, now: datetime, limit: int) -> list[LeaseRun]:
         """Up to ``limit`` lease records whose deadline passed, oldest deadline first, with their
         undone items: a key range of what is due, never a read of valid leases. The caller settles

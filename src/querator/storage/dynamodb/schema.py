@@ -97,6 +97,9 @@ FAILURES = "nf"
 #: What the item may add to a lease reply (``codec.reply_size``), stored only from 1 KB on, so a lease
 #: keeps its reply under the Lambda response limit from the scan alone (smaller items count as 1 KB).
 PAYLOAD_SIZE = "sz"
+#: In place of ``PAYLOAD``: the key of the S3 object holding a payload too large for a row
+#: (``querator.storage.dynamodb.objects``); ``PAYLOAD_SIZE`` still says its size.
+PAYLOAD_OBJECT = "po"
 #: 8 random bytes a lease's claim writes with the lease deadline: when botocore retries a claim whose
 #: reply was lost, the retry fails its condition on the claim's own write, and finding its own token
 #: tells it the item is its own (a claim in a group is a transaction, idempotent by its token).
@@ -193,6 +196,9 @@ LOG_SCHEDULED = "ns"
 LOG_NEXT_DUE = "nd"
 LOG_SCHEDULE_VERSION = "sv"
 LOG_LARGEST = "lg"
+#: Set once a row with a payload object was written to the log: what it settles may end an
+#: object, so it reads the rows of what it ended (a log that never held one reads nothing more).
+LOG_HAS_OBJECTS = "po"
 #: ``z<step>``: where the last append with an item of that size step ended (``log.base.size_step``).
 LOG_SIZE_MARK_PREFIX = "z"
 #: The log's first position (the clock when it was first written): where a hole at its very start begins.

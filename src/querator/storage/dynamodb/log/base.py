@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 
 from querator.domain.errors import StoreThrottledError
-from querator.domain.model import REPLY_SIZE_THRESHOLD, timestamp_us
+from querator.domain.model import MAX_PAYLOAD_BYTES, REPLY_SIZE_THRESHOLD, timestamp_us
 from querator.domain.positions import parse_position_id, parse_scheduled_id, position_id, scheduled_id
-from querator.storage.dynamodb import codec, schema
+from querator.storage.dynamodb import codec, objects, schema
 from querator.storage.dynamodb.base import BATCH_GET_LIMIT, CONDITION_FAILED, WRITE_CONCURRENCY, write_batches
 from querator.storage.dynamodb.errors import error_code, translate, translating_no_reply
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from querator.domain.model import Item
     from querator.ports import BatchResult
     from querator.ports.log import ClaimLog, LogKey
+    from querator.storage.dynamodb.objects import PayloadObjects
 
 
 #: The log's records keep the name they have always had (its roles' modules log here).
@@ -193,10 +194,16 @@ def _value_size(value: AttributeMap) -> int:
 
 def _entry(item: Item) -> AttributeMap:
     """An item as a packed row holds it: the codec's map without keys (the id is the position) and
-    without a lease deadline (a stored item waits; a lease's deadline lives in its record)."""
+    without a lease deadline (a stored item waits; a lease's deadline lives in its record). A
+    payload in the bucket is its object's key (``DynamoDBLogBase._stored`` put it there)."""
     attrs = codec.encode_item("", 0, item)
     for name in (schema.PK, schema.SK, schema.LEASE_DEADLINE):
         attrs.pop(name, None)
+    if item.payload_object:
+        attrs.pop(schema.PAYLOAD, None)
+        attrs[schema.PAYLOAD_OBJECT] = {"S": item.payload_object}
+    elif len(item.payload) > objects.ROW_PAYLOAD_BYTES:
+        raise ValueError(f"a payload of {len(item.payload)} bytes must be stored in the bucket first")
     if not item.attempts:
         # Most items are stored never leased: 0 is what a missing count decodes to.
         attrs.pop(schema.ATTEMPTS, None)
@@ -222,7 +229,38 @@ def _add_created(change: _Change, *, waiting: int = 0, leased: int = 0) -> None:
 
 
 def _item(entry: AttributeMap, item_id: str) -> Item:
-    return codec.decode_item({**entry, schema.SK: {"S": item_id}})
+    """The item a row entry holds; one whose payload is in the bucket comes without it (its
+    ``payload_object`` set): ``DynamoDBLogBase._with_payloads`` reads it."""
+    item = codec.decode_item({**entry, schema.SK: {"S": item_id}})
+    if schema.PAYLOAD_OBJECT in entry:
+        return replace(item, payload_object=entry[schema.PAYLOAD_OBJECT]["S"])
+    return item
+
+
+def _entry_object(entry: AttributeMap) -> str | None:
+    """The key of the object holding an entry's payload, if it has one."""
+    value = entry.get(schema.PAYLOAD_OBJECT)
+    return None if value is None else str(value["S"])
+
+
+def _entry_payload_bytes(entry: AttributeMap) -> int:
+    """An entry's payload size without reading its object (its reply size bounds it)."""
+    payload = entry.get(schema.PAYLOAD)
+    if payload is not None:
+        return len(payload["B"])
+    return int(entry.get(schema.PAYLOAD_SIZE, {"N": "0"})["N"])
+
+
+def _objects_end(attrs: AttributeMap) -> int:
+    """Where the last append holding an item that may be over a row's payload ended (its size
+    step's mark, written with the positions it took): no position from there on holds an object,
+    so what settles only those reads no row to find one. 0: the log never held one."""
+    end = 0
+    for name, value in attrs.items():
+        step = schema.size_mark_step(name)
+        if step is not None and step_bound(step) > objects.ROW_PAYLOAD_BYTES:
+            end = max(end, int(value["N"]))
+    return end
 
 
 def _pack(entries: Sequence[AttributeMap]) -> list[range]:
@@ -377,6 +415,8 @@ class _Head:
     completed: int = 0
     waiting_created: int = 0
     leased_created: int = 0
+    #: ``_objects_end``: positions before it may hold a payload object.
+    objects_end: int = 0
 
     def find(self, position: int) -> _Record | None:
         for record in self.records.values():
@@ -417,6 +457,7 @@ def _decode_head(attrs: AttributeMap | None) -> _Head:
         completed=_int(attrs, schema.LOG_COMPLETED),
         waiting_created=_int(attrs, schema.LOG_WAITING_CREATED),
         leased_created=_int(attrs, schema.LOG_LEASED_CREATED),
+        objects_end=_objects_end(attrs),
     )
 
 
@@ -514,7 +555,10 @@ class DynamoDBLogBase(_Port):
         *,
         concurrency: int = WRITE_CONCURRENCY,
         sleep: Callable[[float], None] = time.sleep,
+        payloads: PayloadObjects | None = None,
     ) -> None:
+        #: The bucket for payloads over a row's (``objects``); ``None``: none, so none are taken.
+        self._objects = payloads
         self._client = translating_no_reply(client)
         self._table = items_table
         self._concurrency = concurrency
@@ -525,6 +569,80 @@ class DynamoDBLogBase(_Port):
         #: the consumer that leased (the usual case) writes without reading the head first.
         self._mine: OrderedDict[tuple[LogKey, str], _Record] = OrderedDict()
         self._mine_at: dict[tuple[LogKey, int], str] = {}
+
+    @property
+    def payloads(self) -> PayloadObjects | None:
+        """The payload bucket, if the log has one."""
+        return self._objects
+
+    @property
+    def payload_limit(self) -> int:
+        """The largest payload this log stores: 1 MiB with a payload bucket, a row's without."""
+        return MAX_PAYLOAD_BYTES if self._objects is not None else objects.ROW_PAYLOAD_BYTES
+
+    def _stored(self, items: Sequence[Item]) -> tuple[list[Item], list[str], list[str]]:
+        """``items`` ready for rows: a payload over a row's put in the bucket (kept until its
+        item's row goes), an object whose time ends before its item's now does (a dead letter, a
+        redrive) copied to a later one. Returns the items, the objects made and those replaced
+        (released once the write holding the copies is done)."""
+        made: list[str] = []
+        replaced: list[str] = []
+        out: list[Item] = []
+        for given in items:
+            item = given
+            until = item.expire_deadline + _ROW_TTL
+            if item.payload_object:
+                if objects.keep_until(item.payload_object) < until.timestamp():
+                    assert self._objects is not None  # noqa: S101 - only a bucket makes objects
+                    copy = self._objects.copy(item.payload_object, until)
+                    made.append(copy)
+                    replaced.append(item.payload_object)
+                    item = replace(item, payload_object=copy)
+            elif len(item.payload) > objects.ROW_PAYLOAD_BYTES:
+                if self._objects is None:
+                    raise ValueError("a payload over a row's needs a payload bucket (the service checks)")
+                key = self._objects.put(item.payload, until)
+                made.append(key)
+                item = replace(item, payload_object=key)
+            out.append(item)
+        return out, made, replaced
+
+    def _with_payloads(self, items: list[Item]) -> list[Item]:
+        """``items`` with the payloads of those in the bucket read (several at once). An object
+        already swept (its item a day past its expiry, not yet dead-lettered) reads as empty."""
+        keys = [item.payload_object for item in items if item.payload_object and not item.payload]
+        if not keys:
+            return items
+        if self._objects is None:
+            raise ValueError("rows name payload objects, but this store has no payload bucket")
+        got = self._objects.get_many(keys)
+        out: list[Item] = []
+        for item in items:
+            if not item.payload_object or item.payload:
+                out.append(item)
+            elif (payload := got.get(item.payload_object)) is None:
+                log.error("payload object missing", extra={"item_id": item.id})
+                out.append(replace(item, payload_object=""))
+            else:
+                out.append(replace(item, payload=payload))
+        return out
+
+    def _release(self, keys: Iterable[str], operation: str) -> None:
+        """Delete the objects of items that ended (``PayloadObjects.release``)."""
+        if self._objects is not None:
+            self._objects.release(keys, operation)
+
+    def _release_positions(self, key: LogKey, head: _Head, positions: Iterable[int], operation: str) -> None:
+        """Delete the objects of the items at ``positions``, which ended (completed, deleted,
+        dropped): their rows are read only when positions before the head's ``objects_end`` are
+        among them. The rows are write-once, so they still say what the items held."""
+        if self._objects is None:
+            return
+        wanted = sorted(p for p in positions if p < head.objects_end)
+        if not wanted:
+            return
+        found = self._read_positions(key, wanted, operation, consistent=False)
+        self._release((k for e in found.items.values() if (k := _entry_object(e)) is not None), operation)
 
     def _each(self, function: Callable[[T], R], values: Sequence[T]) -> list[R]:
         """``function`` over ``values`` with up to ``concurrency`` in flight (results in order); the
@@ -707,6 +825,37 @@ class DynamoDBLogBase(_Port):
                 return rows[::-1]
             short = _row_position(rows[-1]) - first
             limit = max(1, min(_ROW_PAGE, -(-short // _row_length(rows[-1]))))
+
+    def _rows_forward(self, key: LogKey, position: int, limit: int) -> list[AttributeMap]:
+        """Rows from the one holding ``position`` on, up to a page."""
+        back = self._rows_back(key, position, position, "list")
+        first = back[0] if back else None
+        # Rows under the log's rows key; a log written before they had a key of their own keeps
+        # its earlier ones under the head's, so a listing that starts among those reads both.
+        keys = [_rows_pk(key)]
+        if first is not None and first[schema.PK] == _pk(key):
+            keys.insert(0, _pk(key))
+        rows = []
+        for pk in keys:
+            page, _ = self._query(
+                "list",
+                KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
+                ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
+                ExpressionAttributeValues={
+                    ":pk": pk,
+                    ":lo": {"S": _row_sk(position + 1)},
+                    ":hi": {"S": f"{schema.LOG_ROW_PREFIX}~"},
+                },
+                Limit=max(1, min(limit, _ROW_PAGE)),
+            )
+            rows += page
+        rows = sorted(rows, key=_row_position)[: max(1, min(limit, _ROW_PAGE))]
+        if first is not None:
+            at = _row_position(first)
+            length = _row_length(first)
+            if at + length > position:
+                rows = [first, *rows]
+        return rows
 
     @staticmethod
     def _read(rows: Iterable[AttributeMap], wanted: Iterable[int]) -> _Found:
@@ -951,7 +1100,9 @@ class DynamoDBLogBase(_Port):
         target's ids, in the order of its items (theirs once the parts are committed)."""
         now_us = timestamp_us(now)
         others: list[_Change] = []
-        for target, items in targets.items():
+        for target, given in targets.items():
+            # The settle stored its items already; promote's keep their objects.
+            items, _, _ = self._stored(given)
             change = head_change if target == key else _Change(_key(target, schema.LOG_HEAD_SK))
             state = head if target == key else self._head(target, "move")
             ready = [i for i in items if i.enqueue_at is None or i.enqueue_at <= now]

@@ -23,13 +23,14 @@ from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.errors import translate
 from querator.storage.dynamodb.log.base import (
     _RETRIES,
-    _ROW_PAGE,
     AttributeMap,
     DynamoDBLogBase,
     _add_created,
     _Change,
     _decode_head,
     _entry,
+    _entry_object,
+    _entry_payload_bytes,
     _entry_seconds,
     _filler,
     _item,
@@ -42,8 +43,6 @@ from querator.storage.dynamodb.log.base import (
     _row,
     _row_length,
     _row_position,
-    _row_sk,
-    _rows_pk,
     _schedule_sk,
     _scheduled_id_for,
     _seconds,
@@ -141,8 +140,13 @@ class DynamoDBLogItems(DynamoDBLogBase):
         self, key: LogKey, ids: Sequence[str], items: Sequence[Item], *, now: datetime
     ) -> list[Item]:
         positions = [self._position(key, item_id) for item_id in ids]
+        # Payloads over a row's go to the bucket before the rows that name them: a row never names
+        # an object that is not there. A writer that dies between the two leaves objects nothing
+        # names, which the reaper's sweep deletes past their time.
+        items, _, _ = self._stored(items)
         entries = [_entry(item) for item in items]
         spans = _pack(entries)
+        unused: list[str] = []
 
         def put(span: range) -> bool:
             row = _row(key, positions[span.start], [entries[i] for i in span], [items[i] for i in span])
@@ -151,7 +155,11 @@ class DynamoDBLogItems(DynamoDBLogBase):
             # Taken: by a filler (this writer was taken for dead), or by an earlier try of this
             # same write (an idempotent produce retried), which stays as it is.
             there = self._get_row(key, positions[span.start])
-            return there is not None and schema.LOG_FILLER not in there
+            ours = there is not None and schema.LOG_FILLER not in there
+            if ours:
+                # The earlier try's row names its own objects: the ones this try made are unused.
+                unused.extend(k for i in span if (k := items[i].payload_object))
+            return ours
 
         if self._concurrency <= 1 or len(spans) <= 1:
             # One at a time, in order: the first row found filled stops the write, and it and every
@@ -174,6 +182,7 @@ class DynamoDBLogItems(DynamoDBLogBase):
             # A row after the filled one, never written: its positions are filled now, by this
             # writer (they are its own), so no claim waits HOLE_TIMEOUT for them.
             self._put_absent(_filler(key, positions[span.start], now, len(span)), "produce")
+        self._release(unused, "produce")
         if late:
             # A lease took this writer for dead and filled the row's first position: its items (and,
             # written one at a time, the rows after it) go to new positions at the tail.
@@ -191,6 +200,7 @@ class DynamoDBLogItems(DynamoDBLogBase):
         return stored
 
     def _schedule(self, key: LogKey, items: Sequence[Item], now: datetime) -> list[Item]:
+        items, _, _ = self._stored(items)
         stored = [replace(item, id=_scheduled_id_for(key.lane, item), lease_deadline=None) for item in items]
         self._each(
             lambda item: self._put_absent(
@@ -278,7 +288,8 @@ class DynamoDBLogItems(DynamoDBLogBase):
                 found[item_id] = _item(
                     {k: v for k, v in attrs.items() if k not in (schema.PK, schema.SK)}, item_id
                 )
-        return {item_id: found[item_id] for item_id in ids if item_id in found}
+        wanted_ids = [item_id for item_id in ids if item_id in found]
+        return dict(zip(wanted_ids, self._with_payloads([found[i] for i in wanted_ids]), strict=True))
 
     def list_items(
         self,
@@ -318,6 +329,7 @@ class DynamoDBLogItems(DynamoDBLogBase):
                         if p < position or page.full:
                             continue
                         item = _item(entry["M"], position_id(key.lane, p))
+                        size = _entry_payload_bytes(entry["M"])
                         if p in held:
                             # As the claim handed it out: this lease's attempt counted (the row
                             # keeps the attempts before it), as ``get`` shows it.
@@ -326,10 +338,11 @@ class DynamoDBLogItems(DynamoDBLogBase):
                                     held[p].coming(item, p),
                                     attempts=item.attempts + 1,
                                     lease_deadline=utc_from_timestamp_us(held[p].deadline),
-                                )
+                                ),
+                                size,
                             )
                         elif head.cursor <= p < head.tail and p not in head.tombstones:
-                            page.add(item)
+                            page.add(item, size)
                 last = rows[-1]
                 length = _row_length(last)
                 position = _row_position(last) + length
@@ -358,45 +371,11 @@ class DynamoDBLogItems(DynamoDBLogBase):
                 for attrs in rows:
                     item_id = f"{key.lane}{SCHEDULED_MARK}{attrs[schema.SK]['S'][1:]}"
                     if item_id > after and not page.full:
-                        page.add(
-                            _item(
-                                {k: v for k, v in attrs.items() if k not in (schema.PK, schema.SK)}, item_id
-                            )
-                        )
+                        entry = {k: v for k, v in attrs.items() if k not in (schema.PK, schema.SK)}
+                        page.add(_item(entry, item_id), _entry_payload_bytes(entry))
                 if start_key is None or page.full:
                     break
-        return page.items
-
-    def _rows_forward(self, key: LogKey, position: int, limit: int) -> list[AttributeMap]:
-        """Rows from the one holding ``position`` on, up to a page."""
-        back = self._rows_back(key, position, position, "list")
-        first = back[0] if back else None
-        # Rows under the log's rows key; a log written before they had a key of their own keeps
-        # its earlier ones under the head's, so a listing that starts among those reads both.
-        keys = [_rows_pk(key)]
-        if first is not None and first[schema.PK] == _pk(key):
-            keys.insert(0, _pk(key))
-        rows = []
-        for pk in keys:
-            page, _ = self._query(
-                "list",
-                KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
-                ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
-                ExpressionAttributeValues={
-                    ":pk": pk,
-                    ":lo": {"S": _row_sk(position + 1)},
-                    ":hi": {"S": f"{schema.LOG_ROW_PREFIX}~"},
-                },
-                Limit=max(1, min(limit, _ROW_PAGE)),
-            )
-            rows += page
-        rows = sorted(rows, key=_row_position)[: max(1, min(limit, _ROW_PAGE))]
-        if first is not None:
-            at = _row_position(first)
-            length = _row_length(first)
-            if at + length > position:
-                rows = [first, *rows]
-        return rows
+        return self._with_payloads(page.items)
 
     def delete(self, key: LogKey, ids: Sequence[str], *, now: datetime) -> BatchResult[str]:
         result: BatchResult[str] = BatchResult()
@@ -454,6 +433,9 @@ class DynamoDBLogItems(DynamoDBLogBase):
                     break  # read the head again for the rest
                 for p in chunk:
                     result.applied.append(positions.pop(p))
+                self._release(
+                    (k for p in chunk if (k := _entry_object(found.items[p])) is not None), "delete"
+                )
         if positions:
             raise StoreThrottledError("delete kept losing to concurrent claims; retry")
         return _ordered(result, ids)
@@ -465,11 +447,14 @@ class DynamoDBLogItems(DynamoDBLogBase):
             )
         except ClientError as exc:
             raise translate(exc, "delete") from exc
-        if codec.returned(reply, "Attributes") is None:
+        old = codec.returned(reply, "Attributes")
+        if old is None:
             return False
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         change.adds.append(f"{change.name(schema.LOG_SCHEDULED)} {change.value(_num(-1))}")
         self._update(change, "delete")
+        if (ended := _entry_object(old)) is not None:
+            self._release([ended], "delete")
         return True
 
 
@@ -488,7 +473,8 @@ class _Page:
     def full(self) -> bool:
         return len(self.items) >= self.limit or (self.room is not None and self.room < 0)
 
-    def add(self, item: Item) -> None:
+    def add(self, item: Item, payload_bytes: int) -> None:
+        """``payload_bytes``: the item's payload size (read before a payload in the bucket is)."""
         self.items.append(item)
         if self.room is not None:
-            self.room -= len(item.payload)
+            self.room -= payload_bytes

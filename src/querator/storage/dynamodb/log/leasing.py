@@ -27,6 +27,7 @@ from querator.storage.dynamodb.log.base import (
     _ConflictError,
     _decode_head,
     _entry,
+    _entry_object,
     _entry_seconds,
     _Found,
     _Head,
@@ -199,7 +200,10 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
                 ids = [position_id(key.lane, p) for p in record.positions()]
                 raise ClaimReadError(token, ids, exc) from exc
             if claim is not None:
-                self._remember(key, record)
+                if not any(item.payload_object for item in claim.items):
+                    # A run holding payload objects is settled the long way, which reads its rows
+                    # to find the objects of what it ends.
+                    self._remember(key, record)
                 return claim
         return empty
 
@@ -245,7 +249,7 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
             self._note_claimed(key, record, guessed=guessed)
         if not found.items and not holes:
             return None
-        items = _leased(key, found.items, positions, deadline)
+        items = self._with_payloads(_leased(key, found.items, positions, deadline))
         return Claim(
             token=record.token,
             deadline=deadline,
@@ -368,7 +372,7 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
             except _ConflictError:
                 self._backoff(attempt)
                 continue
-            items = _leased(key, found.items, holes, deadline)
+            items = self._with_payloads(_leased(key, found.items, holes, deadline))
             return Claim(
                 token=token, deadline=deadline, items=items, holes=[position_id(key.lane, p) for p in still]
             )
@@ -387,6 +391,37 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
         guard: Guard,
         now: datetime,
         completed: bool = False,
+    ) -> Settled:
+        if self._objects is None or not any(s.item is not None and s.to is not None for s in settlements):
+            return self._settle(key, settlements, guard=guard, now=now, completed=completed)
+        # Moving items' objects are stored once for the call, not once a retried step: a move that
+        # gives an item a later expiry copies its object to a key kept as long (``_stored``).
+        stored: list[Settlement] = []
+        copies: dict[str, tuple[str, str]] = {}
+        for settlement in settlements:
+            if settlement.item is None or settlement.to is None:
+                stored.append(settlement)
+                continue
+            (item,), made, replaced = self._stored([settlement.item])
+            if made and replaced:
+                copies[settlement.id] = (made[0], replaced[0])
+            stored.append(replace(settlement, item=item))
+        result = self._settle(key, stored, guard=guard, now=now, completed=completed)
+        applied = set(result.applied)
+        # The copy of a move that happened replaces its object; one that did not is dropped.
+        self._release(
+            (old if item_id in applied else copy for item_id, (copy, old) in copies.items()), "settle"
+        )
+        return result
+
+    def _settle(
+        self,
+        key: LogKey,
+        settlements: Sequence[Settlement],
+        *,
+        guard: Guard,
+        now: datetime,
+        completed: bool,
     ) -> Settled:
         result = Settled()
         pending: dict[int, Settlement] = {}
@@ -498,6 +533,8 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
         others = self._appends(key, head, change, targets, now, actions, assigned)
         self._commit([change, *others], actions, "settle")
         _record_moves(moved, [settlement], assigned)
+        if not targets and (ended := _entry_object(there)) is not None:
+            self._release([ended], "settle")
         return True
 
     def _settle_scheduled(
@@ -509,7 +546,8 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
             reply = self._client.get_item(TableName=self._table, Key=_key(key, sort_key), ConsistentRead=True)
         except ClientError as exc:
             raise translate(exc, "settle") from exc
-        if codec.returned(reply, "Item") is None:
+        row = codec.returned(reply, "Item")
+        if row is None:
             return False
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         change.adds.append(f"{change.name(schema.LOG_SCHEDULED)} {change.value(_num(-1))}")
@@ -532,6 +570,8 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
         others = self._appends(key, head, change, targets, now, actions, assigned)
         self._commit([change, *others], actions, "settle")
         _record_moves(moved, [settlement], assigned)
+        if not targets and (ended := _entry_object(row)) is not None:
+            self._release([ended], "settle")
         return True
 
     def _settle_mine(
@@ -626,6 +666,8 @@ class DynamoDBLogLeasing(DynamoDBLogBase):
         self._commit([head_change, *others], actions, "settle")
         self._forget(key, record)
         _record_moves(moved, settlements, assigned)
+        ended = [self._position(key, s.id) for s in settlements if s.to is None or s.item is None]
+        self._release_positions(key, head, ended, "settle")
         return key in targets
 
     def renew(

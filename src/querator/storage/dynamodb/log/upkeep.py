@@ -18,15 +18,24 @@ from querator.storage.dynamodb.log.base import (
     _add_created,
     _Change,
     _ConflictError,
+    _decode_head,
     _decode_spilled,
+    _entry_object,
     _Head,
     _item,
     _key,
     _num,
     _numbers,
     _pk,
+    _row_length,
+    _row_position,
     _rows_pk,
+    step_bound,
 )
+from querator.storage.dynamodb.objects import ROW_PAYLOAD_BYTES
+
+#: Rows a clear reads a page to find the objects of what it ended.
+_CLEAR_PAGE = 16
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -115,7 +124,7 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
                 for p in open_positions
                 if p in found.items
             ]
-            runs.append(LeaseRun(token=record.token, deadline=deadline, items=items))
+            runs.append(LeaseRun(token=record.token, deadline=deadline, items=self._with_payloads(items)))
         return runs
 
     def promote(self, key: LogKey, *, now: datetime, limit: int) -> int:
@@ -154,9 +163,10 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
                 for row in rows
             ]
             change.adds.append(f"{change.name(schema.LOG_SCHEDULED)} {change.value(_num(-len(rows)))}")
-            items = [
-                _item({k: v for k, v in row.items() if k not in (schema.PK, schema.SK)}, "") for row in rows
-            ]
+            # Read whole (a payload in the bucket too): the append sizes the log's claims by them.
+            items = self._with_payloads(
+                [_item({k: v for k, v in row.items() if k not in (schema.PK, schema.SK)}, "") for row in rows]
+            )
             # Due: appended at the tail (``enqueue_at`` kept: when it was scheduled for).
             self._appends(key, head, change, {key: items}, now, actions)
             try:
@@ -206,20 +216,73 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
             if self._update(change, "clear") is None:
                 self._backoff(attempt)
                 continue
+            if self._objects is not None and head.cursor < head.objects_end:
+                self._release_cleared(key, head)
             return head.tail - head.cursor - len(dropped)
         raise StoreThrottledError("clear kept losing to concurrent claims; retry")
+
+    def _release_cleared(self, key: LogKey, head: _Head) -> None:
+        """The objects of the items a clear ended: those waiting when it cleared them, up to the
+        log's ``objects_end`` (a tombstoned position's item was deleted or moved, with its object)."""
+        end = min(head.tail, head.objects_end)
+        position = head.cursor
+        while position < end:
+            rows = self._rows_forward(key, position, _CLEAR_PAGE)
+            if not rows:
+                break
+            ended: list[str] = []
+            for row in rows:
+                at = _row_position(row)
+                for offset, entry in enumerate(row.get(schema.LOG_ITEMS, {}).get("L", [])):
+                    p = at + offset
+                    object_key = _entry_object(entry["M"])
+                    if object_key is not None and head.cursor <= p < end and p not in head.tombstones:
+                        ended.append(object_key)
+            self._release(ended, "clear")
+            last = rows[-1]
+            position = _row_position(last) + _row_length(last)
+
+    def _release_purged(self, key: LogKey) -> None:
+        """Before a deleted queue's log goes: the objects of what it still held, waiting or leased,
+        by the head's account, which names only live positions (a row also holds items that moved
+        on, with their objects, to another queue). Then the head forgets its large size marks, so
+        the purge's later calls (the head goes last) read nothing more for it."""
+        attrs = self._read_head_attrs(key, "purge")
+        head = _decode_head(attrs)
+        if not attrs or head.first >= head.objects_end:
+            return
+        records = list(head.records.values())
+        if head.spilled:
+            records += self._every_spilled(key, "purge")
+        live = {p for r in records for p in r.open()}
+        live |= {p for p in range(head.cursor, head.tail) if p not in head.tombstones}
+        self._release_positions(key, head, live, "purge")
+        change = _Change(_key(key, schema.LOG_HEAD_SK))
+        for name in attrs:
+            step = schema.size_mark_step(name)
+            if step is not None and step_bound(step) > ROW_PAYLOAD_BYTES:
+                change.removes.append(change.name(name))
+        change.conditions.append(f"attribute_exists({change.name(schema.LOG_TAIL)})")
+        self._update(change, "purge")
+
+    def sweep_payloads(self, *, now: datetime, limit: int) -> int:
+        if self._objects is None:
+            return 0
+        return self._objects.sweep(now, limit=limit)
 
     def purge(self, key: LogKey, *, limit: int) -> int:
         if limit <= 0:
             return 0
+        if self._objects is not None:
+            self._release_purged(key)
         # The rows' key first (it holds nothing else), then the log's own, its head last.
         for pk in (_rows_pk(key), _pk(key)):
             rows, _ = self._query(
                 "purge",
                 KeyConditionExpression="#pk = :pk",
-                ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK},
+                ExpressionAttributeNames={"#pk": schema.PK, "#sk": schema.SK, "#po": schema.PAYLOAD_OBJECT},
                 ExpressionAttributeValues={":pk": pk},
-                ProjectionExpression="#pk, #sk",
+                ProjectionExpression="#pk, #sk, #po",
                 Limit=limit + 1,
             )
             if not rows:
@@ -231,6 +294,9 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
                 # The head goes last: other rows first.
                 chosen = [r for r in rows if r[schema.SK]["S"] != schema.LOG_HEAD_SK][:limit]
             keys = [{schema.PK: r[schema.PK], schema.SK: r[schema.SK]} for r in chosen]
+            # A scheduled item's row is live until it goes (a promoted or moved one's went then):
+            # its object goes with it. Packed rows name none here (``_release_purged``).
+            self._release((k for r in chosen if (k := _entry_object(r)) is not None), "purge")
             self._batch_delete(keys, "purge")
             return len(keys)
         return 0

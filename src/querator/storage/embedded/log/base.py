@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from querator.domain.model import Item, timestamp_us
+from querator.domain.model import MAX_PAYLOAD_BYTES, Item, timestamp_us
 from querator.domain.positions import HOLE_TIMEOUT_S, parse_scheduled_id, position_id, scheduled_id
 from querator.storage.embedded.log.codec import (
     _CREATED,
@@ -294,6 +294,15 @@ else:
 class LogEngineBase(_Port):
     """What the role mixins share: the transactions a store provides (``_read``, ``_write``), and
     the steps several roles take."""
+
+    @property
+    def payload_limit(self) -> int:
+        """A packed row holds a payload of any size, so the API's limit is the log's."""
+        return MAX_PAYLOAD_BYTES
+
+    def sweep_payloads(self, *, now: datetime, limit: int) -> int:
+        """Every payload is in its row, which goes with its item: nothing is left to sweep."""
+        return 0
 
     def _read(self) -> AbstractContextManager[LogRows]:
         raise NotImplementedError
