@@ -92,11 +92,11 @@ def test_a_negative_lease_timeout_is_the_servers_to_refuse_not_argparses(run: Ru
 
 def test_a_refused_item_names_its_input_line(run: Run, queue_name: str) -> None:
     run("queues", "create", queue_name)
-    stdin = "ok\nok\n" + "x" * 380_001 + "\nok\n"
+    stdin = "ok\nok\n" + "x" * 1_048_577 + "\nok\n"
     result = run("produce", queue_name, "--batch-size", "2", stdin=stdin)
     assert result.code == ExitCode.BAD_REQUEST
     assert result.err.startswith("querator produce: line 3: 400 Bad Request: ")
-    assert "items[0]: item payload is larger than 380000 bytes" in result.err
+    assert "items[0]: item payload is larger than 1048576 bytes" in result.err
     assert "(2 item(s) before it were produced)" in result.err
 
 

@@ -44,8 +44,8 @@ def stored(service, queue: str = "jobs") -> list:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"payload": b"x" * (MAX_PAYLOAD_BYTES + 1)}, "item payload is larger than 380000 bytes"),
-        ({"payload": b"x" * 1_000_000}, "item payload is larger than 380000 bytes"),
+        ({"payload": b"x" * (MAX_PAYLOAD_BYTES + 1)}, "item payload is larger than 1048576 bytes"),
+        ({"payload": b"x" * 2_000_000}, "item payload is larger than 1048576 bytes"),
         ({"reference": "r" * (MAX_REFERENCE_BYTES + 1)}, "item reference is longer than 2000 bytes"),
         ({"reference": "r" * 200_000}, "item reference is longer than 2000 bytes"),
         ({"encoding": "é" * 1001}, "item encoding is longer than 2000 bytes"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from querator.domain.model import MAX_PAYLOAD_BYTES, ClearScope, Item, NewItem
+from querator.domain.model import ROW_PAYLOAD_BYTES, ClearScope, Item, NewItem
 from querator.domain.positions import SCHEDULED_MARK
 from querator.ports.log import LogKey
 from querator.service.tuning import MAX_REPLY_BYTES
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from querator.ports.log import ClaimLog
 
 #: Items this large: two fill a DynamoDB Query's 1 MB, thirteen a listing page's payload budget.
-SIZE = MAX_PAYLOAD_BYTES
+SIZE = ROW_PAYLOAD_BYTES
 
 
 def large(count: int, **fields: object) -> list[NewItem]:

@@ -57,7 +57,7 @@ CASES: list[tuple[str, str, Any, int]] = [
     (
         "an item over the payload limit",
         "queue.produce",
-        {"queue_name": QUEUE, "items": [{"utf8": "x" * 400_000}]},
+        {"queue_name": QUEUE, "items": [{"utf8": "x" * 1_048_577}]},
         400,
     ),
     (

@@ -55,6 +55,8 @@ from querator.stream import local as stream
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from querator.config import Settings
+
 T = TypeVar("T")
 
 DEFAULT_PORT: Final = 2319
@@ -90,6 +92,8 @@ _WAKES: Final = frozenset({"/v1/queue.produce", "/v1/queue.retry", "/v1/storage/
 _REAPER_SECONDS: Final = 60.0
 #: How long the handlers wait for the embedded store's reply: as long as an invocation may run.
 _EMBEDDED_STORE_READ_TIMEOUT: Final = INVOCATION_SECONDS
+#: The embedded store's payload bucket, unless ``QUERATOR_PAYLOAD_BUCKET`` names one.
+_EMBEDDED_PAYLOAD_BUCKET: Final = "querator-local-payloads"
 #: How long a request's head or body may go without a byte arriving before the server answers 408
 #: (API Gateway's own limit is not documented; a client that stops sending must not hold a request).
 BODY_READ_TIMEOUT: Final = 10.0
@@ -752,6 +756,13 @@ class _Loop:
         self._pool.shutdown(wait=False)
 
 
+def _create_bucket(settings: Settings) -> None:
+    """The embedded store's payload bucket (a stack's is the CDK app's)."""
+    objects = bootstrap.payload_objects(settings)
+    if objects is not None:
+        objects.create_bucket()
+
+
 def _idle(connection: _Connection) -> bool:
     """Between requests with nothing of the next one received: closing it loses nothing. A stream
     is not idle: it closes itself (1001) when the server stops."""
@@ -969,6 +980,10 @@ class LocalServer:
 
             self._store = EmbeddedDynamoDB().start()
             os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = self._store.endpoint_url
+            # The same embedded moto serves the payload bucket (payloads over a row's, up to 1 MiB),
+            # as a stack has one beside its tables.
+            os.environ["AWS_ENDPOINT_URL_S3"] = self._store.endpoint_url
+            os.environ.setdefault(EnvVar.PAYLOAD_BUCKET, _EMBEDDED_PAYLOAD_BUCKET)
             # moto accepts any credentials; set fake ones so a developer's real ones are never sent.
             os.environ["AWS_ACCESS_KEY_ID"] = "local"
             os.environ["AWS_SECRET_ACCESS_KEY"] = "local"  # noqa: S105 - not a secret: moto's dummy
@@ -982,6 +997,8 @@ class LocalServer:
         schema.create_tables(
             bootstrap.get_client(), items_table=settings.items_table, catalog_table=settings.catalog_table
         )
+        if self._store is not None and settings.payload_bucket:
+            _create_bucket(settings)
 
     def _reap_forever(self, reaper: events.Handler) -> None:
         while not self._stop.wait(self._reaper_interval):

@@ -954,8 +954,8 @@ def test_a_negative_delay_or_both_forms_are_a_400_naming_the_field(
 
 
 def test_an_item_the_domain_refuses_is_named_by_its_place() -> None:
-    body = {"queue_name": "q", "items": [{"utf8": "ok"}, {"utf8": "x" * 380_001}]}
-    with pytest.raises(InvalidRequestError, match=r"^items\[1\]: item payload is larger than 380000 bytes$"):
+    body = {"queue_name": "q", "items": [{"utf8": "ok"}, {"utf8": "x" * 1_048_577}]}
+    with pytest.raises(InvalidRequestError, match=r"^items\[1\]: item payload is larger than 1048576 bytes$"):
         parse(schemas.ProduceRequest, body).to_domain()
 
 

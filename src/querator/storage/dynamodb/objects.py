@@ -82,6 +82,18 @@ class PayloadObjects:
         self.bucket = bucket
         self._concurrency = max(concurrency, 1)
 
+    def create_bucket(self) -> None:
+        """Create the bucket when it is missing: for an embedded store (``querator serve --store
+        dynamodb``, the tests); a stack's bucket is the CDK app's."""
+        try:
+            self._client.create_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in (
+                "BucketAlreadyOwnedByYou",
+                "BucketAlreadyExists",
+            ):
+                raise _store_error(exc, "create_bucket") from exc
+
     def put(self, payload: bytes, until: datetime) -> str:
         """Store ``payload``; returns its new key. Raises ``QueratorError`` (nothing was stored)."""
         key = object_key(until)

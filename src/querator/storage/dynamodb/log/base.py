@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from querator.domain.errors import StoreThrottledError
+from querator.domain.errors import QueratorError, StoreThrottledError
 from querator.domain.model import MAX_PAYLOAD_BYTES, REPLY_SIZE_THRESHOLD, timestamp_us
 from querator.domain.positions import parse_position_id, parse_scheduled_id, position_id, scheduled_id
 from querator.storage.dynamodb import codec, objects, schema
@@ -588,23 +588,28 @@ class DynamoDBLogBase(_Port):
         made: list[str] = []
         replaced: list[str] = []
         out: list[Item] = []
-        for given in items:
-            item = given
-            until = item.expire_deadline + _ROW_TTL
-            if item.payload_object:
-                if objects.keep_until(item.payload_object) < until.timestamp():
-                    assert self._objects is not None  # noqa: S101 - only a bucket makes objects
-                    copy = self._objects.copy(item.payload_object, until)
-                    made.append(copy)
-                    replaced.append(item.payload_object)
-                    item = replace(item, payload_object=copy)
-            elif len(item.payload) > objects.ROW_PAYLOAD_BYTES:
-                if self._objects is None:
-                    raise ValueError("a payload over a row's needs a payload bucket (the service checks)")
-                key = self._objects.put(item.payload, until)
-                made.append(key)
-                item = replace(item, payload_object=key)
-            out.append(item)
+        try:
+            for given in items:
+                item = given
+                until = item.expire_deadline + _ROW_TTL
+                if item.payload_object:
+                    if objects.keep_until(item.payload_object) < until.timestamp():
+                        assert self._objects is not None  # noqa: S101 - only a bucket makes objects
+                        copy = self._objects.copy(item.payload_object, until)
+                        made.append(copy)
+                        replaced.append(item.payload_object)
+                        item = replace(item, payload_object=copy)
+                elif len(item.payload) > objects.ROW_PAYLOAD_BYTES:
+                    if self._objects is None:
+                        raise ValueError("a payload over a row's needs a payload bucket (the service checks)")
+                    key = self._objects.put(item.payload, until)
+                    made.append(key)
+                    item = replace(item, payload_object=key)
+                out.append(item)
+        except QueratorError:
+            # Nothing names what this call made yet: delete it now rather than leave it to the sweep.
+            self._release(made, "upload")
+            raise
         return out, made, replaced
 
     def _with_payloads(self, items: list[Item]) -> list[Item]:

@@ -86,7 +86,10 @@ class DynamoDBLogItems(DynamoDBLogBase):
         ready_at = [n for n in range(len(items)) if n not in set(later_at)]
         stored: list[Item | None] = [None] * len(items)
         if ready_at:
-            ready = [items[n] for n in ready_at]
+            # Payloads over a row's go to the bucket before the positions are taken: a bucket that
+            # fails the upload fails the produce with no position taken (no hole for a claim to wait
+            # out, nothing counted). ``write_taken`` finds them uploaded.
+            ready, _, _ = self._stored([items[n] for n in ready_at])
             ids = self._take(
                 key, len(ready), now_us, max(i.reply_size() for i in ready), created=_seconds(ready)
             )
