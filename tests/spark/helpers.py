@@ -37,7 +37,13 @@ class Store:
 def fresh_store(endpoint: str) -> Store:
     prefix = f"s{uuid.uuid4().hex[:8]}"
     service = build_service(dynamodb_client(endpoint), clock=SystemClock(), prefix=prefix)
-    settings = Settings(items_table=f"{prefix}-items", catalog_table=f"{prefix}-queues", region="us-east-1")
+    # build_service makes the payload bucket <prefix>-payloads beside the tables, as a stack has one.
+    settings = Settings(
+        items_table=f"{prefix}-items",
+        catalog_table=f"{prefix}-queues",
+        region="us-east-1",
+        payload_bucket=f"{prefix}-payloads",
+    )
     return Store(
         service=service,
         target=DirectTarget(settings=settings, endpoint_url=endpoint),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from querator.domain.errors import (
     QueueNotFoundError,
     StoreThrottledError,
 )
-from querator.domain.model import MAX_PAYLOAD_BYTES
+from querator.domain.model import MAX_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES
 from querator.domain.priority import band_of
 from querator.spark.job import (
     ProduceCounts,
@@ -34,6 +34,7 @@ from querator.spark.job import (
 from querator.spark.mapping import ColumnMap, row_key, row_to_item
 from querator.spark.plan import PLAN_NAME, PlanMismatchError, RerunTooLateError, job_dir
 from querator.spark.retry import RetryPolicy
+from querator.testing import bucket_keys
 from tests.spark.helpers import Store, count_items, create_queue, fresh_store, stored, stored_by_partition
 
 if TYPE_CHECKING:
@@ -721,3 +722,53 @@ def test_a_plan_staged_before_groups_existed_is_read_and_produced_without_groups
     assert sorted(item.reference for item in items) == sorted(f"ref-{i}" for i in range(30))
     assert {item.group for item in items} == {""}
     assert all(item.priority == item_priority(int(item.reference[4:])) for item in items)
+
+
+# -- large payloads --------------------------------------------------------------------------------
+
+
+def test_rows_of_1_mib_are_stored_through_the_payload_bucket_and_exported_whole(spark, store: Store):
+    queue = create_queue(store.service, "big", partitions=1)
+    schema = T.StructType([T.StructField("id", T.StringType()), T.StructField("body", T.BinaryType())])
+    bodies = {f"b{n}": bytes([65 + n]) * MAX_PAYLOAD_BYTES for n in range(3)}
+    frame = spark.createDataFrame([(key, bytearray(body)) for key, body in bodies.items()], schema)
+
+    counts = produce_dataframe(
+        frame,
+        queue=queue,
+        columns=ColumnMap(payload=("body",), key="id"),
+        target=store.target,
+        staging_dir=store.staging,
+        job_id="big",
+    )
+
+    assert (counts.written, counts.invalid, counts.failed) == (3, 0, 0)
+    assert sorted(item.payload for item in stored(store.service, queue)) == sorted(bodies.values())
+    objects = store.service.log.payloads  # type: ignore[union-attr]
+    assert len(bucket_keys(objects)) == 3
+    leased = store.service.lease(queue, batch_size=3, client_id="c")
+    assert store.service.complete(queue, leased.partition, [item.id for item in leased.items]).applied
+    assert stored(store.service, queue) == [] and bucket_keys(objects) == []
+
+
+def test_without_a_payload_bucket_a_row_over_a_rows_limit_is_an_invalid_row(spark, store: Store):
+    queue = create_queue(store.service, "no-bucket", partitions=1)
+    target = replace(store.target, settings=replace(store.target.settings, payload_bucket=""))
+    assert target.payload_limit == ROW_PAYLOAD_BYTES
+    schema = T.StructType([T.StructField("id", T.StringType()), T.StructField("body", T.StringType())])
+    frame = spark.createDataFrame(
+        [("fits", "x" * ROW_PAYLOAD_BYTES), ("over", "x" * (ROW_PAYLOAD_BYTES + 1))], schema
+    )
+
+    counts = produce_dataframe(
+        frame,
+        queue=queue,
+        columns=ColumnMap(payload=("body",), key="id"),
+        target=target,
+        staging_dir=store.staging,
+        job_id="no-bucket",
+    )
+
+    assert (counts.written, counts.invalid) == (1, 1)
+    assert counts.invalid_rows[0].row == "id='over'"
+    assert f"more than {ROW_PAYLOAD_BYTES}" in counts.invalid_rows[0].reason

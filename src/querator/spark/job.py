@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from querator.api.durations import format_timestamp, parse_timestamp
 from querator.domain.errors import QueratorError
-from querator.domain.model import NewItem
+from querator.domain.model import MAX_PAYLOAD_BYTES, NewItem
 from querator.domain.priority import DEFAULT_PRIORITY
 from querator.spark.mapping import (
     MAX_CHUNK_ITEMS,
@@ -48,7 +48,7 @@ from querator.spark.mapping import (
     wire_size,
 )
 from querator.spark.plan import PLAN_NAME, JobRecord, job_dir, read_record, write_record
-from querator.spark.producer import RUN_PROPERTY
+from querator.spark.producer import RUN_PROPERTY, payload_limit_of
 from querator.spark.retry import RateLimiter, RetriesExhaustedError, RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def produce_dataframe(
     )
     record = read_record(spark, staging_dir, job_id)
     if record is None:
-        record = _stage_plan(df, columns, wanted, staging_dir, expect_rows)
+        record = _stage_plan(df, columns, wanted, staging_dir, expect_rows, payload_limit_of(target))
     else:
         record.check(wanted)
         record.check_window(time.time())
@@ -400,7 +400,12 @@ def plan_schema() -> StructType:
 
 
 def _stage_plan(
-    df: DataFrame, columns: ColumnMap, wanted: JobRecord, staging_dir: str, expect_rows: int | None
+    df: DataFrame,
+    columns: ColumnMap,
+    wanted: JobRecord,
+    staging_dir: str,
+    expect_rows: int | None,
+    payload_limit: int = MAX_PAYLOAD_BYTES,
 ) -> JobRecord:
     """First run: map and key every row, write them under the job id, then commit the job record."""
     spark: SparkSession = df.sparkSession
@@ -410,7 +415,9 @@ def _stage_plan(
     expected = source.count() if expect_rows is None else expect_rows
     buckets = wanted.buckets or plan_buckets(expected, wanted.chunk_items)
     path = f"{job_dir(staging_dir, wanted.job_id)}/{PLAN_NAME}"
-    prepared = source.rdd.map(_RowPreparer(columns=columns, job_id=wanted.job_id, buckets=buckets))
+    prepared = source.rdd.map(
+        _RowPreparer(columns=columns, job_id=wanted.job_id, buckets=buckets, payload_limit=payload_limit)
+    )
     # overwrite: a plan without a job record is an earlier first run that died before committing it.
     # verifySchema off: the rows are ``_RowPreparer``'s tuples, typed by construction; checking
     # every field of every row against the schema in Python cost a third of the mapping.
@@ -526,11 +533,13 @@ class _RowPreparer:
     columns: ColumnMap
     job_id: str
     buckets: int
+    #: The target store's largest payload (``Target.payload_limit``): a larger one is an invalid row.
+    payload_limit: int = MAX_PAYLOAD_BYTES
 
     def __call__(self, row: Any) -> tuple[Any, ...]:
         values: dict[str, Any] = row.asDict(recursive=True)
         try:
-            item = row_to_item(values, self.columns)
+            item = row_to_item(values, self.columns, payload_limit=self.payload_limit)
             key = row_key(values, self.columns, item, job_id=self.job_id)
         except InvalidRowError as exc:
             described = describe_row(values, self.columns)

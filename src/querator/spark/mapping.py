@@ -128,7 +128,9 @@ class RowError:
     reason: str
 
 
-def row_to_item(row: Mapping[str, Any], columns: ColumnMap) -> NewItem:
+def row_to_item(
+    row: Mapping[str, Any], columns: ColumnMap, *, payload_limit: int = MAX_PAYLOAD_BYTES
+) -> NewItem:
     """Map one source row to a ``NewItem``.
 
     Raises
@@ -140,10 +142,10 @@ def row_to_item(row: Mapping[str, Any], columns: ColumnMap) -> NewItem:
         has ``column``.
     """
     payload = _payload(row, columns.payload)
-    if len(payload) > MAX_PAYLOAD_BYTES:
+    if len(payload) > payload_limit:
         column = ",".join(columns.payload)
         raise InvalidRowError(
-            f"{column}: the payload is {len(payload)} bytes, more than {MAX_PAYLOAD_BYTES}", column=column
+            f"{column}: the payload is {len(payload)} bytes, more than {payload_limit}", column=column
         )
     reference = _text(row, columns.reference, "")
     kind = _text(row, columns.kind, columns.default_kind)

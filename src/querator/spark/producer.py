@@ -29,8 +29,9 @@ from querator.domain.errors import (
     StoreThrottledError,
     StoreUnavailableError,
 )
+from querator.domain.model import MAX_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES
 from querator.service import QueueService
-from querator.storage.dynamodb.bulk import ChunkWriter, bulk_client
+from querator.storage.dynamodb.bulk import IN_FLIGHT, ChunkWriter, bulk_client, bulk_payloads
 from querator.storage.dynamodb.catalog import DynamoDBQueueCatalog
 from querator.storage.dynamodb.log import DynamoDBClaimLog
 from querator.storage.dynamodb.store import DynamoDBItemStore
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from querator.config import Settings
     from querator.domain.model import NewItem
+    from querator.storage.dynamodb.objects import PayloadObjects
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +83,13 @@ class Target(Protocol):
     def connect(self) -> Producer: ...
 
 
+#: A target may say the largest payload its path stores (``payload_limit``, as ``DirectTarget`` and
+#: ``HttpTarget`` do): a row with a larger one is an invalid row. Without it, 1 MiB (the API's).
+def payload_limit_of(target: Target) -> int:
+    limit = getattr(target, "payload_limit", MAX_PAYLOAD_BYTES)
+    return limit if isinstance(limit, int) else MAX_PAYLOAD_BYTES
+
+
 # -- direct: QueueService over the DynamoDB tables ------------------------------------------------
 
 #: The Spark local property naming one run of a produce job (set by the driver, read in the tasks):
@@ -113,6 +122,14 @@ class DirectTarget:
     def connect(self) -> DirectProducer:
         return DirectProducer(self.service(), _chunk_writer(self))
 
+    @property
+    def payload_limit(self) -> int:
+        """1 MiB when engine v3 writes with a payload bucket (``settings.payload_bucket``), else
+        what a DynamoDB row holds (docs/spark.md)."""
+        if self.engine == 3 and self.settings.payload_bucket:
+            return MAX_PAYLOAD_BYTES
+        return ROW_PAYLOAD_BYTES
+
     def service(self) -> QueueService:
         """The worker process's ``QueueService`` over these tables (built once, then reused)."""
         return _direct_service(self)
@@ -120,6 +137,11 @@ class DirectTarget:
 
 def _client(target: DirectTarget) -> Any:
     return bulk_client(target.settings.region, target.endpoint_url)
+
+
+def _payloads(target: DirectTarget) -> PayloadObjects | None:
+    # A local store's endpoint (moto) serves the payload bucket too.
+    return bulk_payloads(target.settings.region, target.settings.payload_bucket, target.endpoint_url)
 
 
 @functools.lru_cache(maxsize=4)
@@ -135,6 +157,9 @@ def _chunk_writer(target: DirectTarget) -> ChunkWriter:
         ),
         clock=SystemClock(),
         engine=target.engine,
+        log=DynamoDBClaimLog(
+            client, target.settings.items_table, concurrency=IN_FLIGHT, payloads=_payloads(target)
+        ),
     )
 
 
@@ -151,7 +176,7 @@ def _build_direct_service(target: DirectTarget) -> QueueService:
         ),
         store=DynamoDBItemStore(client, target.settings.items_table),
         clock=SystemClock(),
-        log=DynamoDBClaimLog(client, target.settings.items_table),
+        log=DynamoDBClaimLog(client, target.settings.items_table, payloads=_payloads(target)),
     )
 
 
@@ -218,6 +243,11 @@ class HttpTarget:
 
     def connect(self) -> HttpProducer:
         return HttpProducer(_http_client(self))
+
+    @property
+    def payload_limit(self) -> int:
+        """The API's (1 MiB); a server that keeps less refuses the item, and its chunk fails."""
+        return MAX_PAYLOAD_BYTES
 
 
 @functools.lru_cache(maxsize=4)

@@ -58,13 +58,14 @@ The item store's own part of the bulk load role is here too (``DynamoDBBulkLoad`
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import botocore.session
 from botocore.config import Config
@@ -87,9 +88,12 @@ from querator.storage.dynamodb import codec, schema
 from querator.storage.dynamodb.base import CONDITION_FAILED, DynamoDBStoreBase
 from querator.storage.dynamodb.errors import error_code, translate
 from querator.storage.dynamodb.log import DynamoDBClaimLog
+from querator.storage.dynamodb.objects import PayloadObjects
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from mypy_boto3_s3 import S3Client
 
     from querator.domain.model import NewItem, QueueInfo
     from querator.ports import Clock, QueueCatalog
@@ -662,6 +666,22 @@ def bulk_client(region: str | None, endpoint_url: str | None = None) -> Any:
     )
 
 
+def bulk_payloads(region: str | None, bucket: str, endpoint_url: str | None = None) -> PayloadObjects | None:
+    """The payload bucket of a bulk writer (``None`` without one: payloads stay within a row's).
+
+    ``endpoint_url``: a local store's (moto serves the bucket beside the tables); ``None`` leaves
+    it to botocore, which honours ``AWS_ENDPOINT_URL_S3``. A local endpoint is addressed by path.
+    """
+    if not bucket:
+        return None
+    local = endpoint_url is not None or bool(os.environ.get("AWS_ENDPOINT_URL_S3"))
+    config = BULK_CLIENT_CONFIG.merge(Config(s3={"addressing_style": "path" if local else "auto"}))
+    client = botocore.session.Session().create_client(
+        "s3", region_name=region, endpoint_url=endpoint_url, config=config
+    )
+    return PayloadObjects(cast("S3Client", client), bucket, concurrency=IN_FLIGHT)
+
+
 __all__ = [
     "BULK_CLIENT_CONFIG",
     "CHUNK_LEASE",
@@ -670,4 +690,5 @@ __all__ = [
     "ChunkWriter",
     "DynamoDBBulkLoad",
     "bulk_client",
+    "bulk_payloads",
 ]
