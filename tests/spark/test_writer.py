@@ -23,7 +23,7 @@ from querator.domain.errors import (
     RequestInProgressError,
     StoreThrottledError,
 )
-from querator.domain.model import QueueInfo
+from querator.domain.model import MAX_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES, QueueInfo
 from querator.domain.positions import parse_position_id
 from querator.domain.priority import BANDS, band_of
 from querator.service import QueueService
@@ -818,3 +818,17 @@ def test_v3_a_chunk_of_large_items_keeps_a_lease_reply_under_the_cap(moto_server
     assert len(json.dumps(schemas.LeaseResponse.from_domain(lease).to_wire()).encode()) <= MAX_REPLY_BYTES
     rest = rig.lease_all()
     assert sorted(item.payload[0] for item in [*lease.items, *rest]) == list(range(20))
+
+
+def test_the_payload_bucket_sets_the_largest_row_the_cli_takes(monkeypatch):
+    from querator.spark.cli import direct_target, produce_parser  # noqa: PLC0415
+
+    monkeypatch.delenv("QUERATOR_PAYLOAD_BUCKET", raising=False)
+    base = ["--source", "s", "--queue", "q", "--items-table", "items", "--catalog-table", "queues"]
+    base += ["--region", "us-east-1", "--payload", "body", "--job-id", "j", "--staging-dir", "staging"]
+    without = direct_target(produce_parser().parse_args(base))
+    assert (without.settings.payload_bucket, without.payload_limit) == ("", ROW_PAYLOAD_BYTES)
+    bucket = direct_target(produce_parser().parse_args([*base, "--payload-bucket", "stack-payloads"]))
+    assert (bucket.settings.payload_bucket, bucket.payload_limit) == ("stack-payloads", MAX_PAYLOAD_BYTES)
+    v2 = direct_target(produce_parser().parse_args([*base, "--payload-bucket", "b", "--engine", "2"]))
+    assert v2.payload_limit == ROW_PAYLOAD_BYTES

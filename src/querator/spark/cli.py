@@ -65,6 +65,11 @@ def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
     )
     store.add_argument("--region", default=os.environ.get(EnvVar.REGION), help="AWS region of the tables")
     store.add_argument(
+        "--payload-bucket",
+        default=os.environ.get(EnvVar.PAYLOAD_BUCKET),
+        help="the stack's payload bucket (PayloadBucketName): payloads over 380,000 bytes, up to 1 MiB",
+    )
+    store.add_argument(
         "--endpoint-url",
         default=os.environ.get(_ENDPOINT_ENV),
         help="DynamoDB endpoint other than AWS's (a local store); passed on to the executors",
@@ -197,6 +202,7 @@ def direct_target(args: argparse.Namespace) -> DirectTarget:
         EnvVar.ITEMS_TABLE: args.items_table or "",
         EnvVar.CATALOG_TABLE: args.catalog_table or "",
         EnvVar.REGION: args.region or "",
+        EnvVar.PAYLOAD_BUCKET: getattr(args, "payload_bucket", None) or "",
     }
     return DirectTarget(
         settings=settings_from(environ),
