@@ -30,7 +30,7 @@ from querator.ports import Guard, Move
 from querator.ports.log import LogKey
 from querator.service.logs import is_log_id, log_end
 from querator.service.queues import check_partition
-from querator.service.tuning import MAX_REPLY_BYTES, NOT_LEASED, UNKNOWN_ITEM
+from querator.service.tuning import LISTING_PAYLOAD_BYTES, NOT_LEASED, UNKNOWN_ITEM
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -308,7 +308,8 @@ class ItemCalls:
         """Items of one partition that are not scheduled, in lease order (priority, then FIFO) from
         ``pivot`` (inclusive).
 
-        A page stops early rather than pass ``MAX_REPLY_BYTES`` of payload; ``pivot`` continues it.
+        A page stops early rather than pass ``LISTING_PAYLOAD_BYTES`` of payload (``MAX_REPLY_BYTES``
+        in base64); ``pivot`` continues it.
         """
         queue = self._listable(queue_name, partition, limit)
         bound = visible_bound(self._clock.now())
@@ -343,7 +344,7 @@ class ItemCalls:
         if head.has_lanes:
             head = self._store.with_lanes(queue.name, partition, head)
         found: list[Item] = []
-        budget = MAX_REPLY_BYTES
+        budget = LISTING_PAYLOAD_BYTES
         # Bands and group lanes in key order (a fair queue: each band's items without a group, then
         # each group's), so ``pivot`` pages through them; with logs, each lane's log after its v2
         # range, in key order too (a group lane's log sorts before its band's own).
@@ -385,7 +386,7 @@ class ItemCalls:
             # Each band's page holds at least one item, and stops short of ``limit`` when its range
             # ended or its next item would pass ``budget``: only a budget that any item fits in
             # says which, so the next band is read with such a budget only (a page in priority order
-            # that never passes ``MAX_REPLY_BYTES``).
+            # that never passes ``LISTING_PAYLOAD_BYTES``).
             if len(found) >= limit or budget < MAX_PAYLOAD_BYTES:
                 break
         return found

@@ -62,7 +62,7 @@ SHORT_RUN_CLAIMS = 8
 #: Waiting items the reaper reads from a log's cursor for ones that outlived ``expire_timeout``.
 REAPER_PAGE = 100
 #: Payload bytes a page of a log that a clear or a redrive reads holds at most (and one item more):
-#: a page is read whole and settled before the next, and items are up to 380,000 bytes each.
+#: a page is read whole and settled before the next, and items are up to 1 MiB each.
 PAGE_BYTES = REDRIVE_PAGE_BYTES
 #: Every band a FIFO queue's logs may use: a deleted queue's purge goes through all of them (its
 #: partition head, which names the bands in use, may be gone first).

@@ -43,6 +43,9 @@ CURSOR_LAG: Final = timedelta(seconds=1)
 SWEEP_DELAY: Final = timedelta(minutes=2)
 #: A lease or listing reply stays under this: Lambda answers at most 6 MB (6,291,456 bytes).
 MAX_REPLY_BYTES: Final = 5_000_000
+#: Payload bytes a listing page holds at most: their base64 (4 bytes for 3) is ``MAX_REPLY_BYTES``,
+#: so a page of large items stays within Lambda's reply (three 1 MiB items, nine of 380,000 bytes).
+LISTING_PAYLOAD_BYTES: Final = MAX_REPLY_BYTES * 3 // 4
 #: Defaults for how long one call may keep writing: a lease claiming after its wait, a clear, the
 #: purge inside ``queues.delete`` (the reaper finishes a delete that needs longer).
 DEFAULT_CLAIM_BUDGET: Final = timedelta(seconds=5)
@@ -76,7 +79,7 @@ DEFAULT_QUEUE_CACHE_TTL: Final = timedelta(seconds=1)
 BAND_IDLE: Final = timedelta(hours=1)
 
 #: Payload bytes one page of dead letters a redrive reads may hold in memory (a page is read whole
-#: and moved before the next, and items are up to 380,000 bytes each).
+#: and moved before the next, and items are up to 1 MiB each).
 REDRIVE_PAGE_BYTES: Final = 4_000_000
 
 #: Fair delivery: group lanes read per Query of a band's lanes, and the most lanes one lease call
