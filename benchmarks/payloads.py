@@ -1,5 +1,5 @@
-"""What a large payload costs: DynamoDB and S3 requests per item of 1,000 B, 380,000 B and 1 MiB,
-priced beside SQS (docs/adr/0102-large-payloads.md).
+"""What a large payload costs: DynamoDB and S3 requests per item of 1,000 B, 64 KiB (the largest kept
+in its row), 380,000 B and 1 MiB, priced beside SQS (docs/adr/0102-large-payloads.md).
 
 Run ``uv run python -m benchmarks.payloads`` (``--count N`` items a case, ``--json PATH`` to keep
 the figures).
@@ -10,7 +10,7 @@ Method
   single-threaded moto server (``querator.testing.moto_server_process``), as ``benchmarks.cost``
   runs it: ``metered_service`` builds the service with ``build_service(..., payloads=True)``, so a
   bucket ``<prefix>-payloads`` stands beside the tables on the same server. A payload over
-  ``ROW_PAYLOAD_BYTES`` (380,000 B) is an S3 object; one up to that stays in its row.
+  ``OBJECT_PAYLOAD_BYTES`` (64 KiB) is an S3 object; one up to that stays in its row.
 * DynamoDB requests, read and write units: ``benchmarks.meter.CostMeter`` (AWS's published unit
   rules, catalog reads included), charged to phases by ``benchmarks.cost.PhaseMeter``. S3 requests:
   a ``before-call.s3`` hook on the bucket's boto3 client counts each call by operation (PutObject,
@@ -55,7 +55,7 @@ from benchmarks.cost import PhaseCost, PhaseMeter, metered_service, payload_of, 
 from benchmarks.cost import _stored_size as stored_size
 from querator.domain.errors import NothingToLeaseError
 from querator.domain.model import MAX_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES, NewItem, QueueInfo, RetryRequest
-from querator.storage.dynamodb.objects import PayloadObjects
+from querator.storage.dynamodb.objects import OBJECT_PAYLOAD_BYTES, PayloadObjects
 from querator.testing import bucket_keys, moto_server_process, s3_client
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 UTC = timezone.utc
 
-SIZES = (1_000, ROW_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES)
+SIZES = (1_000, OBJECT_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES)
 BATCHES = (1, 3)
 COUNT = 12
 #: The happy path, then the dead-letter round (lease, retry dead, redrive, lease, complete).
@@ -404,7 +404,7 @@ def format_report(cases: Sequence[Case]) -> str:
         )
     for batch in sorted({c.batch for c in cases}):
         ext = extended_client_dollars(batch)
-        big = [c for c in cases if c.batch == batch and c.payload_bytes > ROW_PAYLOAD_BYTES]
+        big = [c for c in cases if c.batch == batch and c.payload_bytes > OBJECT_PAYLOAD_BYTES]
         versus = "; ".join(f"querator {c.name} {c.dollars()['total'] / ext['total']:.2f}x" for c in big)
         lines.append(
             f"SQS Extended Client, batch {batch} (S3 PUT + GET + DELETE, 3 SQS requests): ${ext['total']:.2f}"

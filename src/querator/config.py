@@ -55,8 +55,9 @@ class EnvVar:
     #: ``required``: the stream function refuses a subscribe without a ticket of its queue
     #: (``stream.ticket``; per-queue access). Otherwise a ticket is checked only when one is sent.
     STREAM_TICKETS: Final = "QUERATOR_STREAM_TICKETS"
-    #: The S3 bucket that holds payloads too large for a DynamoDB row (over 380,000 bytes, up to
-    #: 1 MiB: ``querator.storage.dynamodb.objects``). Unset: the DynamoDB store refuses them.
+    #: The S3 bucket that holds large payloads (over 64 KiB, up to 1 MiB:
+    #: ``querator.storage.dynamodb.objects``). Unset: the DynamoDB store keeps payloads in rows and
+    #: refuses one over 380,000 bytes.
     PAYLOAD_BUCKET: Final = "QUERATOR_PAYLOAD_BUCKET"
     #: The region, which Lambda sets; the local server sets it too.
     REGION: Final = "AWS_REGION"

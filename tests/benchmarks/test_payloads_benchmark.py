@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.payloads import HAPPY, PHASES, ROUND, format_report, measure, sqs_requests
 from querator.domain.model import MAX_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES
+from querator.storage.dynamodb.objects import OBJECT_PAYLOAD_BYTES
 
 pytestmark = pytest.mark.server
 
@@ -20,22 +21,27 @@ def test_sqs_bills_a_request_per_64_kb_chunk() -> None:
     assert sqs_requests(1_000, 3) == pytest.approx({"send": 1 / 3, "receive": 1 / 3, "delete": 1 / 3})
 
 
-def test_only_a_payload_over_a_rows_goes_to_the_bucket_and_none_is_left(moto_server: str) -> None:
+def test_only_a_payload_over_64_kib_goes_to_the_bucket_and_none_is_left(moto_server: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
             patch.setenv(name, "testing")
         patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
         cases = measure(
-            moto_server, sizes=(1_000, ROW_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES), batches=(2,), count=2
+            moto_server,
+            sizes=(1_000, OBJECT_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES),
+            batches=(2,),
+            count=2,
         )
 
-    small, row, big = cases
+    small, row, mid, big = cases
     for case in cases:
         assert case.objects_left == 0, case.name
     for case in (small, row):  # unchanged: the payload in its row, no S3 request at all
         for phase in PHASES:
             assert sum(case.s3[phase].values()) == 0, (case.name, phase)
-    assert row.write_units["produce"] > 300  # a 380,000 B row: a write unit per KB
+    assert row.write_units["produce"] > 60  # a 64 KiB row: a write unit per KB
+    # 380,000 B: in the bucket, so its row costs what a small item's does.
+    assert mid.s3_of(HAPPY, "PutObject") == 1 and mid.write_units["produce"] < 10
 
     assert big.s3["produce"]["PutObject"] == 1
     assert big.s3_of(HAPPY, "PutObject") == 1

@@ -1,8 +1,8 @@
 """Contract: payloads up to 1 MiB on every store, and no payload object outlives its item.
 
 Engine v3 keeps an item of up to ``MAX_PAYLOAD_BYTES`` (1 MiB, SQS's limit). SQLite and memory keep
-it in their rows; DynamoDB keeps a payload over ``ROW_PAYLOAD_BYTES`` in the payload bucket and the
-row keeps the object's key (``querator.storage.dynamodb.objects``, docs/adr/0102-large-payloads.md).
+it in their rows; DynamoDB keeps a payload over ``OBJECT_PAYLOAD_BYTES`` (64 KiB) in the payload
+bucket and the row keeps the object's key (``querator.storage.dynamodb.objects``, ADR 0102).
 Each scenario checks the bucket after it: an item that ended (completed, deleted, cleared, dropped,
 its queue deleted) leaves no object, and one that lives on (retried, dead-lettered, redriven) has
 exactly one. On memory and SQLite there is no bucket, so ``objects`` is empty throughout and the
@@ -20,7 +20,7 @@ from moto import mock_aws
 
 from querator.domain.errors import InvalidRequestError, QueratorError
 from querator.domain.model import MAX_PAYLOAD_BYTES, ROW_PAYLOAD_BYTES, ClearScope, NewItem, RetryRequest
-from querator.storage.dynamodb.objects import PayloadObjects, keep_until
+from querator.storage.dynamodb.objects import OBJECT_PAYLOAD_BYTES, PayloadObjects, keep_until
 from querator.testing import bucket_keys, build_service, dynamodb_client
 from tests.contract.helpers import EXPIRE, LEASE, make_queue, payloads
 
@@ -186,7 +186,7 @@ def test_clear_deletes_the_objects_of_what_it_clears(service, clock, scope):
     }[{ClearScope.QUEUE: "queue", ClearScope.SCHEDULED: "scheduled"}.get(scope, "destructive")]
     assert sorted(left) == sorted(expected)
     assert len(objects(service)) == (
-        len([p for p in left if len(p) > ROW_PAYLOAD_BYTES]) if holds_objects(service) else 0
+        len([p for p in left if len(p) > OBJECT_PAYLOAD_BYTES]) if holds_objects(service) else 0
     )
 
 
@@ -289,6 +289,24 @@ def test_engine_v2_keeps_its_row_limit(service):
         service.produce("jobs", over)
 
     assert every_item(service, "jobs") == [big("fits", ROW_PAYLOAD_BYTES)]
+
+
+def test_a_payload_over_64_kib_goes_to_the_bucket_and_one_of_64_kib_stays_in_its_row(with_bucket):
+    service = with_bucket
+    make_queue(service, "jobs")
+    service.produce("jobs", [NewItem(payload=big("row", OBJECT_PAYLOAD_BYTES))])
+    assert objects(service) == []
+
+    service.produce("jobs", [NewItem(payload=big("object", OBJECT_PAYLOAD_BYTES + 1))])
+
+    assert len(objects(service)) == 1
+    assert every_item(service, "jobs") == [
+        big("row", OBJECT_PAYLOAD_BYTES),
+        big("object", OBJECT_PAYLOAD_BYTES + 1),
+    ]
+    leased = service.lease("jobs", batch_size=2, client_id="c")
+    service.complete("jobs", leased.partition, [item.id for item in leased.items])
+    assert objects(service) == []
 
 
 def test_a_bucket_that_fails_the_upload_fails_the_produce_and_stores_no_item(with_bucket, monkeypatch):

@@ -980,7 +980,7 @@ class LocalServer:
 
             self._store = EmbeddedDynamoDB().start()
             os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = self._store.endpoint_url
-            # The same embedded moto serves the payload bucket (payloads over a row's, up to 1 MiB),
+            # The same embedded moto serves the payload bucket (payloads over 64 KiB, up to 1 MiB),
             # as a stack has one beside its tables.
             os.environ["AWS_ENDPOINT_URL_S3"] = self._store.endpoint_url
             os.environ.setdefault(EnvVar.PAYLOAD_BUCKET, _EMBEDDED_PAYLOAD_BUCKET)

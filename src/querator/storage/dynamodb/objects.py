@@ -1,7 +1,10 @@
-"""Storage layer: payloads too large for a DynamoDB row, kept as S3 objects (docs/adr/0102-large-payloads.md).
+"""Storage layer: large payloads kept as S3 objects (docs/adr/0102-large-payloads.md).
 
-A DynamoDB item holds at most 400 KB, so a payload over ``ROW_PAYLOAD_BYTES`` goes to the payload
-bucket and the row keeps the object's key in its place (``schema.PAYLOAD_OBJECT``). The row entry
+A DynamoDB item holds at most 400 KB (a payload of ``ROW_PAYLOAD_BYTES``), and every write of a row
+costs a write unit per kilobyte of it, so with a payload bucket a payload over
+``OBJECT_PAYLOAD_BYTES`` (64 KiB) goes to the bucket and the row keeps the object's key in its
+place (``schema.PAYLOAD_OBJECT``). Measured (docs/benchmarks.md, section 20), a 380,000-byte item
+in its row costs $240 per million delivered, in the bucket about $9. The row entry
 is what every move copies (retry, expiry, dead letter, redrive, reprioritize), so the key travels
 with the item and the object is never copied for a move within its lifetime.
 
@@ -31,7 +34,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from querator.domain.errors import QueratorError, StoreThrottledError, StoreUnavailableError
 from querator.domain.model import ROW_PAYLOAD_BYTES
 
-__all__ = ["ROW_PAYLOAD_BYTES", "PayloadObjects", "keep_until", "object_key"]
+__all__ = ["OBJECT_PAYLOAD_BYTES", "ROW_PAYLOAD_BYTES", "PayloadObjects", "keep_until", "object_key"]
+
+#: A payload over this goes to the bucket when there is one. By price alone the bucket wins from
+#: about 8 KB (a row's write unit per KB against a PUT's $5 per million); from 64 KiB it is 5x
+#: cheaper or more, and the S3 round trips (a PUT to produce, a GET to lease) stay off the small
+#: items most queues carry.
+OBJECT_PAYLOAD_BYTES = 65_536
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

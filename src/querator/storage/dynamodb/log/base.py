@@ -252,13 +252,13 @@ def _entry_payload_bytes(entry: AttributeMap) -> int:
 
 
 def _objects_end(attrs: AttributeMap) -> int:
-    """Where the last append holding an item that may be over a row's payload ended (its size
+    """Where the last append holding an item that may have a payload object ended (its size
     step's mark, written with the positions it took): no position from there on holds an object,
     so what settles only those reads no row to find one. 0: the log never held one."""
     end = 0
     for name, value in attrs.items():
         step = schema.size_mark_step(name)
-        if step is not None and step_bound(step) > objects.ROW_PAYLOAD_BYTES:
+        if step is not None and step_bound(step) > objects.OBJECT_PAYLOAD_BYTES:
             end = max(end, int(value["N"]))
     return end
 
@@ -557,7 +557,8 @@ class DynamoDBLogBase(_Port):
         sleep: Callable[[float], None] = time.sleep,
         payloads: PayloadObjects | None = None,
     ) -> None:
-        #: The bucket for payloads over a row's (``objects``); ``None``: none, so none are taken.
+        #: The bucket for payloads over ``OBJECT_PAYLOAD_BYTES`` (``objects``); ``None``: none, so
+        #: payloads stay in their rows, up to a row's.
         self._objects = payloads
         self._client = translating_no_reply(client)
         self._table = items_table
@@ -581,7 +582,7 @@ class DynamoDBLogBase(_Port):
         return MAX_PAYLOAD_BYTES if self._objects is not None else objects.ROW_PAYLOAD_BYTES
 
     def _stored(self, items: Sequence[Item]) -> tuple[list[Item], list[str], list[str]]:
-        """``items`` ready for rows: a payload over a row's put in the bucket (kept until its
+        """``items`` ready for rows: a payload over ``OBJECT_PAYLOAD_BYTES`` put in the bucket (kept until its
         item's row goes), an object whose time ends before its item's now does (a dead letter, a
         redrive) copied to a later one. Returns the items, the objects made and those replaced
         (released once the write holding the copies is done)."""
@@ -599,9 +600,9 @@ class DynamoDBLogBase(_Port):
                         made.append(copy)
                         replaced.append(item.payload_object)
                         item = replace(item, payload_object=copy)
-                elif len(item.payload) > objects.ROW_PAYLOAD_BYTES:
-                    if self._objects is None:
-                        raise ValueError("a payload over a row's needs a payload bucket (the service checks)")
+                elif self._objects is not None and len(item.payload) > objects.OBJECT_PAYLOAD_BYTES:
+                    # Without a bucket a payload stays in its row (``_entry`` refuses one over a
+                    # row's; the service checks ``payload_limit`` first).
                     key = self._objects.put(item.payload, until)
                     made.append(key)
                     item = replace(item, payload_object=key)

@@ -86,7 +86,7 @@ class DynamoDBLogItems(DynamoDBLogBase):
         ready_at = [n for n in range(len(items)) if n not in set(later_at)]
         stored: list[Item | None] = [None] * len(items)
         if ready_at:
-            # Payloads over a row's go to the bucket before the positions are taken: a bucket that
+            # Large payloads go to the bucket before the positions are taken: a bucket that
             # fails the upload fails the produce with no position taken (no hole for a claim to wait
             # out, nothing counted). ``write_taken`` finds them uploaded.
             ready, _, _ = self._stored([items[n] for n in ready_at])
@@ -143,7 +143,7 @@ class DynamoDBLogItems(DynamoDBLogBase):
         self, key: LogKey, ids: Sequence[str], items: Sequence[Item], *, now: datetime
     ) -> list[Item]:
         positions = [self._position(key, item_id) for item_id in ids]
-        # Payloads over a row's go to the bucket before the rows that name them: a row never names
+        # Large payloads go to the bucket before the rows that name them: a row never names
         # an object that is not there. A writer that dies between the two leaves objects nothing
         # names, which the reaper's sweep deletes past their time.
         items, _, _ = self._stored(items)

@@ -32,7 +32,7 @@ from querator.storage.dynamodb.log.base import (
     _rows_pk,
     step_bound,
 )
-from querator.storage.dynamodb.objects import ROW_PAYLOAD_BYTES
+from querator.storage.dynamodb.objects import OBJECT_PAYLOAD_BYTES
 
 #: Rows a clear reads a page to find the objects of what it ended.
 _CLEAR_PAGE = 16
@@ -260,7 +260,7 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
         change = _Change(_key(key, schema.LOG_HEAD_SK))
         for name in attrs:
             step = schema.size_mark_step(name)
-            if step is not None and step_bound(step) > ROW_PAYLOAD_BYTES:
+            if step is not None and step_bound(step) > OBJECT_PAYLOAD_BYTES:
                 change.removes.append(change.name(name))
         change.conditions.append(f"attribute_exists({change.name(schema.LOG_TAIL)})")
         self._update(change, "purge")
