@@ -89,7 +89,7 @@ def test_an_import_at_every_item_limit_is_stored_whole(service, clock):
     """The largest item an import takes fits each store (a DynamoDB item is at most 400 KB)."""
     make_queue(service)
     largest = StorageItem(
-        payload=b"p" * MAX_PAYLOAD_BYTES,
+        payload=b"p" * service.payload_limit,
         reference="r" * MAX_REFERENCE_BYTES,
         encoding="e" * MAX_REFERENCE_BYTES,
         kind="k" * MAX_REFERENCE_BYTES,
@@ -335,7 +335,7 @@ def test_an_import_lands_in_the_partition_it_names(service):
 def test_a_repeated_import_of_large_items_skips_them_across_pages(service):
     """The source-id read pages by the bytes the log's largest item may take: ten of these a page."""
     make_queue(service)
-    batch = [StorageItem(payload=bytes([n]) * MAX_PAYLOAD_BYTES, source_id=f"big-{n}") for n in range(12)]
+    batch = [StorageItem(payload=bytes([n]) * service.payload_limit, source_id=f"big-{n}") for n in range(12)]
     assert len(service.import_items("jobs", 0, batch)) == 12
 
     assert service.import_items("jobs", 0, batch) == []

@@ -179,6 +179,12 @@ class QueueService:
         up to ``timeout``."""
         return self._leaser.lease(queue_name, batch_size=batch_size, client_id=client_id, timeout=timeout)
 
+    @property
+    def payload_limit(self) -> int:
+        """The largest payload this service's store keeps: 1 MiB under engine v3 (on DynamoDB with a
+        payload bucket), 380,000 bytes otherwise (docs/adr/0102-large-payloads.md)."""
+        return self._producer.payload_limit
+
     def stop_waiting(self) -> None:
         """The process is stopping: waiting leases answer now (with items, or nothing to lease) and
         later ones do not wait. The local server calls it on SIGTERM; a Lambda never needs it."""

@@ -67,7 +67,7 @@ def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
     store.add_argument(
         "--payload-bucket",
         default=os.environ.get(EnvVar.PAYLOAD_BUCKET),
-        help="the stack's payload bucket (PayloadBucketName): payloads over 380,000 bytes, up to 1 MiB",
+        help="the stack's payload bucket (PayloadBucketName): payloads over 64 KiB, up to 1 MiB",
     )
     store.add_argument(
         "--endpoint-url",
