@@ -1,4 +1,4 @@
-"""Least-privilege DynamoDB actions of every Lambda function, written down once.
+"""Least-privilege DynamoDB and S3 actions of every Lambda function, written down once.
 
 The functions construct grants exactly these actions and the infra tests compare every role's policy
 with this table, so a grant cannot be widened by accident. The table is measured, not guessed:
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 from querator.api import paths
 from querator.api.routes import ROUTES, Function, Route
+from querator.storage.dynamodb import objects
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -149,6 +150,54 @@ DYNAMODB_ACTIONS: Final[MappingProxyType[str, _Grants]] = MappingProxyType(
             items=("Query", "GetItem", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"),
             catalog=("GetItem",),
         ),
+    }
+)
+#: S3 actions on the payload bucket that are about objects: granted on ``<bucket ARN>/o/*`` only
+#: (``PAYLOAD_OBJECTS``), the keys ``querator.storage.dynamodb.objects`` makes.
+S3_OBJECT_ACTIONS: Final = frozenset({"s3:GetObject", "s3:PutObject", "s3:DeleteObject"})
+#: S3 actions on the payload bucket itself: granted on the bucket's ARN, for listings of the objects'
+#: prefix only (an ``s3:prefix`` condition, ``PAYLOAD_LISTING``).
+S3_BUCKET_ACTIONS: Final = frozenset({"s3:ListBucket"})
+#: Every payload object's key starts with this (``querator.storage.dynamodb.objects.PREFIX``).
+PAYLOAD_PREFIX: Final = objects.PREFIX
+#: The object resource of the grants, after the bucket's ARN.
+PAYLOAD_OBJECTS: Final = f"/{PAYLOAD_PREFIX}*"
+#: The condition on a listing: of the objects' prefix (or a longer one), nothing else of the bucket.
+PAYLOAD_LISTING: Final = MappingProxyType(
+    {"StringLike": MappingProxyType({"s3:prefix": f"{PAYLOAD_PREFIX}*"})}
+)
+
+
+def _s3(*actions: str) -> frozenset[str]:
+    return frozenset(f"s3:{action}" for action in actions)
+
+
+#: function name → S3 actions on the payload bucket (docs/adr/0102-large-payloads.md), measured like
+#: ``DYNAMODB_ACTIONS``. In IAM a ``CopyObject`` is ``GetObject`` of its source and ``PutObject`` of
+#: its target, a ``DeleteObjects`` ``DeleteObject`` of each key, a ``ListObjectsV2`` ``ListBucket``.
+#: A function listed here gets ``QUERATOR_PAYLOAD_BUCKET``; one that is not (meta, queues) gets
+#: neither the bucket's name nor a grant. A release of the objects of items that ended, where the
+#: function has no ``DeleteObject``, fails quietly and leaves them to the reaper's sweep.
+S3_ACTIONS: Final[MappingProxyType[str, frozenset[str]]] = MappingProxyType(
+    {
+        # A payload over a row's is uploaded before the rows that name it. (The delete of an upload
+        # left unused, a failed or retried write, is refused and logged: the sweep deletes it.)
+        Function.PRODUCE: _s3("PutObject"),
+        # A lease reads its items' objects; an item out of attempts is dead-lettered by the lease
+        # (its object copied to a key kept as long as the dead letter, the old one deleted), one
+        # with no dead-letter queue dropped (its object deleted).
+        Function.LEASE: _s3("GetObject", "PutObject", "DeleteObject"),
+        # complete (the object deleted), retry into the dead-letter queue (copied, the old deleted).
+        Function.ITEMS: _s3("GetObject", "PutObject", "DeleteObject"),
+        # storage items.list reads the objects; items.import uploads; items.delete and clear
+        # delete; a redrive copies an object when the item's new expiry outlasts its key's time.
+        Function.ADMIN: _s3("GetObject", "PutObject", "DeleteObject"),
+        # Expired items read whole, dead-lettered (copies) or dropped (deletes); purges of deleted
+        # queues; the sweep of objects past their time: a listing of the objects' prefix, deletes.
+        REAPER: _s3("GetObject", "PutObject", "DeleteObject", "ListBucket"),
+        # Pushes lease as queue.lease does, messages settle as queue.complete / retry do.
+        STREAM: _s3("GetObject", "PutObject", "DeleteObject"),
+        DISPATCHER: _s3("GetObject", "PutObject", "DeleteObject"),
     }
 )
 #: Functions that post to WebSocket connections (``execute-api:ManageConnections`` on the stream API).

@@ -1,13 +1,13 @@
 """The queue service as one construct: what a stage deploys, for this app's stack or anyone's CDK app.
 
-``QueratorService(scope, id, config=StageConfig(...))`` adds the tables, the core layer, the
-functions, the REST API, the reaper's schedule, the stream, the alarms and dashboard, and the three
-whole-API caller policies to ``scope``; ``QueratorStack`` is this construct and the stack's outputs.
+``QueratorService(scope, id, config=StageConfig(...))`` adds the tables, the payload bucket, the core
+layer, the functions, the REST API, the reaper's schedule, the stream, the alarms and dashboard, and
+the three whole-API caller policies to ``scope``; ``QueratorStack`` is this construct and the stack's outputs.
 A user's own app embeds it the same way and grants its own principals with ``grant_produce``,
 ``grant_consume`` and ``grant_admin`` (docs/deploy.md, "The service in your own CDK app").
 
 Construct ids below are stable: they make the logical ids, and a renamed Tables/Items/Catalog would
-replace the tables (and lose their data).
+replace the tables (and lose their data), a renamed Payloads/Bucket the payload bucket.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
 from infra.constructs.http_api import HttpQueueApi
 from infra.constructs.monitoring import QueueMonitoring
+from infra.constructs.payloads import PayloadBucket
 from infra.constructs.reaper import Reaper
 from infra.constructs.stream import QueueStream
 from infra.constructs.table import QueueTables
@@ -36,19 +37,23 @@ if TYPE_CHECKING:
 
 
 class QueratorService(Construct):
-    """Tables, layer, functions, API, reaper schedule, stream, alarms, dashboard and caller policies
-    of one stage."""
+    """Tables, payload bucket, layer, functions, API, reaper schedule, stream, alarms, dashboard and
+    caller policies of one stage."""
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
         super().__init__(scope, construct_id)
         self.config = config
         self.tables = QueueTables(self, "Tables", config=config)
+        self.payloads = PayloadBucket(self, "Payloads", config=config)
         self.layer = CoreLayer(self, "CoreLayer", config=config)
+        tables, payloads, layer = self.tables, self.payloads, self.layer
         self.api_functions = QueueFunctions(
-            self, "Functions", config=config, layer=self.layer, tables=self.tables
+            self, "Functions", config=config, layer=layer, tables=tables, payloads=payloads
         )
-        self.reaper = Reaper(self, "Reaper", config=config, layer=self.layer, tables=self.tables)
-        self.stream = QueueStream(self, "Stream", config=config, layer=self.layer, tables=self.tables)
+        self.reaper = Reaper(self, "Reaper", config=config, layer=layer, tables=tables, payloads=payloads)
+        self.stream = QueueStream(
+            self, "Stream", config=config, layer=layer, tables=tables, payloads=payloads
+        )
         self.functions: dict[str, ServiceFunction] = {
             **self.api_functions.by_name,
             REAPER: self.reaper.function,

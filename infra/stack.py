@@ -41,6 +41,7 @@ class QueratorStack(Stack):
         self.service = service = QueratorService(self, SERVICE_ID, config=config)
         # The parts under the names they had on the stack, which the infra tests and scripts read.
         self.tables, self.layer, self.api_functions = service.tables, service.layer, service.api_functions
+        self.payloads = service.payloads
         self.reaper, self.stream, self.functions = service.reaper, service.stream, service.functions
         self.api, self.monitoring, self.callers = service.api, service.monitoring, service.callers
         CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL; append /v1/<noun>.<verb>")
@@ -70,3 +71,9 @@ class QueratorStack(Stack):
             )
         CfnOutput(self, "ItemsTableName", value=self.tables.items.table_name)
         CfnOutput(self, "CatalogTableName", value=self.tables.catalog.table_name)
+        CfnOutput(
+            self,
+            "PayloadBucketName",
+            value=self.payloads.bucket_name,
+            description="Payloads over 64 KiB, as S3 objects under o/ (docs/deploy.md)",
+        )

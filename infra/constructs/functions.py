@@ -3,15 +3,17 @@ its own role.
 
 Every function gets the same environment (names from ``querator.config.EnvVar``), JSON logs into its
 own log group with the stage's retention, and only the DynamoDB actions that
-``infra.permissions.DYNAMODB_ACTIONS`` lists for it, on only the tables listed there. Roles are
-explicit so no AWS-managed policy (with ``logs:*`` on every log group) is attached.
+``infra.permissions.DYNAMODB_ACTIONS`` lists for it, on only the tables listed there; a function that
+``infra.permissions.S3_ACTIONS`` lists also gets the payload bucket's name and exactly those actions,
+on the payload objects' keys (and a listing of their prefix). Roles are explicit so no AWS-managed
+policy (with ``logs:*`` on every log group) is attached.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
-from aws_cdk import Duration
+from aws_cdk import CfnElement, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -19,7 +21,15 @@ from constructs import Construct
 
 from infra.constructs.common import ARCHITECTURES, RUNTIMES, removal_policy, retention
 from infra.nag import acknowledge
-from infra.permissions import DYNAMODB_ACTIONS, TableRole
+from infra.permissions import (
+    DYNAMODB_ACTIONS,
+    PAYLOAD_LISTING,
+    PAYLOAD_OBJECTS,
+    S3_ACTIONS,
+    S3_BUCKET_ACTIONS,
+    S3_OBJECT_ACTIONS,
+    TableRole,
+)
 from infra.timeouts import REAPER_MARGIN_SECONDS, limits
 from querator.api.routes import Function
 from querator.config import METRICS_NAMESPACE, SERVICE_NAME, EnvVar
@@ -35,14 +45,20 @@ if TYPE_CHECKING:
 
     from infra.config import StageConfig
     from infra.constructs.core_layer import CoreLayer
+    from infra.constructs.payloads import PayloadBucket
     from infra.constructs.table import QueueTables
 
 
-def environment(config: StageConfig, tables: QueueTables) -> dict[str, str]:
-    """The environment every function starts with (names from ``querator.config``)."""
+def environment(
+    config: StageConfig, tables: QueueTables, payloads: PayloadBucket | None = None
+) -> dict[str, str]:
+    """The environment every function starts with (names from ``querator.config``); ``payloads``:
+    the payload bucket, for a function that handles items (``S3_ACTIONS``)."""
     stage_settings = {}
     if config.store_read_timeout_seconds is not None:
         stage_settings[EnvVar.STORE_READ_TIMEOUT] = str(config.store_read_timeout_seconds)
+    if payloads is not None:
+        stage_settings[EnvVar.PAYLOAD_BUCKET] = payloads.bucket_name
     return {
         **stage_settings,
         EnvVar.ITEMS_TABLE: tables.items.table_name,
@@ -72,6 +88,7 @@ class ServiceFunction(Construct):
         config: StageConfig,
         layer: CoreLayer,
         tables: QueueTables,
+        payloads: PayloadBucket,
     ) -> None:
         super().__init__(scope, construct_id)
         self.name = name
@@ -111,6 +128,8 @@ class ServiceFunction(Construct):
                         actions=["dynamodb:Query"], resources=[f"{arn}/index/{index}" for index in indexes]
                     )
                 )
+        s3_actions = S3_ACTIONS.get(name, frozenset())
+        self._grant_payloads(payloads, s3_actions)
 
         size = limits(config)[name]
         code, handler = layer.function_code(config.functions_asset_root, name)
@@ -125,7 +144,7 @@ class ServiceFunction(Construct):
             layers=layer.layers,
             memory_size=size.memory_mb,
             timeout=Duration.seconds(size.timeout_seconds),
-            environment=environment(config, tables),
+            environment=environment(config, tables, payloads if s3_actions else None),
             role=self.role,
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
@@ -158,6 +177,38 @@ class ServiceFunction(Construct):
                 "CDK adds them with Resource * when tracing is active.",
             )
 
+    def _grant_payloads(self, payloads: PayloadBucket, actions: frozenset[str]) -> None:
+        """Exactly ``actions`` on the payload bucket: object actions on ``<bucket>/o/*``, a listing
+        on the bucket for the objects' prefix only. Not CDK's ``grant_*``, which add ``s3:*Object*``
+        style wildcards and ``s3:List*`` on the whole bucket."""
+        unknown = actions - S3_OBJECT_ACTIONS - S3_BUCKET_ACTIONS
+        if unknown:
+            raise ValueError(f"{self.name}: S3 actions with no resource here: {sorted(unknown)}")
+        on_objects = sorted(actions & S3_OBJECT_ACTIONS)
+        if on_objects:
+            self.role.add_to_policy(
+                iam.PolicyStatement(actions=on_objects, resources=[payloads.bucket_arn + PAYLOAD_OBJECTS])
+            )
+            acknowledge(
+                self.role,
+                f"AwsSolutions-IAM5[Resource::<{self._logical_id(payloads)}.Arn>{PAYLOAD_OBJECTS}]",
+                "Object keys are made at run time (a time and a random part); the grant is the "
+                "payload bucket's o/ prefix, the only keys the store writes, and nothing else.",
+            )
+        on_bucket = sorted(actions & S3_BUCKET_ACTIONS)
+        if on_bucket:
+            self.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=on_bucket,
+                    resources=[payloads.bucket_arn],
+                    conditions={op: dict(values) for op, values in PAYLOAD_LISTING.items()},
+                )
+            )
+
+    @staticmethod
+    def _logical_id(payloads: PayloadBucket) -> str:
+        return Stack.of(payloads).get_logical_id(cast("CfnElement", payloads.bucket.node.default_child))
+
 
 class QueueFunctions(Construct):
     """The functions behind the API, by ``routes.Function`` name."""
@@ -170,11 +221,18 @@ class QueueFunctions(Construct):
         config: StageConfig,
         layer: CoreLayer,
         tables: QueueTables,
+        payloads: PayloadBucket,
     ) -> None:
         super().__init__(scope, construct_id)
         self.by_name: dict[str, ServiceFunction] = {
             name: ServiceFunction(
-                self, name.capitalize(), name=name, config=config, layer=layer, tables=tables
+                self,
+                name.capitalize(),
+                name=name,
+                config=config,
+                layer=layer,
+                tables=tables,
+                payloads=payloads,
             )
             for name in (
                 Function.PRODUCE,

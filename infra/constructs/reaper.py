@@ -19,6 +19,7 @@ from infra.permissions import REAPER
 if TYPE_CHECKING:
     from infra.config import StageConfig
     from infra.constructs.core_layer import CoreLayer
+    from infra.constructs.payloads import PayloadBucket
     from infra.constructs.table import QueueTables
 
 
@@ -33,10 +34,11 @@ class Reaper(Construct):
         config: StageConfig,
         layer: CoreLayer,
         tables: QueueTables,
+        payloads: PayloadBucket,
     ) -> None:
         super().__init__(scope, construct_id)
         self.function = ServiceFunction(
-            self, "Function", name=REAPER, config=config, layer=layer, tables=tables
+            self, "Function", name=REAPER, config=config, layer=layer, tables=tables, payloads=payloads
         )
         self.function.function.configure_async_invoke(retry_attempts=0, max_event_age=Duration.minutes(1))
         self.schedule = events.Rule(

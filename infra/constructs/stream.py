@@ -34,6 +34,7 @@ from querator.config import EnvVar
 if TYPE_CHECKING:
     from infra.config import StageConfig
     from infra.constructs.core_layer import CoreLayer
+    from infra.constructs.payloads import PayloadBucket
     from infra.constructs.table import QueueTables
 
 #: Stream records per dispatcher invocation: one produce call of up to 1,000 items is ~10 batches.
@@ -69,13 +70,14 @@ class QueueStream(Construct):
         config: StageConfig,
         layer: CoreLayer,
         tables: QueueTables,
+        payloads: PayloadBucket,
     ) -> None:
         super().__init__(scope, construct_id)
         self.function = ServiceFunction(
-            self, "Function", name=STREAM, config=config, layer=layer, tables=tables
+            self, "Function", name=STREAM, config=config, layer=layer, tables=tables, payloads=payloads
         )
         self.dispatcher = ServiceFunction(
-            self, "Dispatcher", name=DISPATCHER, config=config, layer=layer, tables=tables
+            self, "Dispatcher", name=DISPATCHER, config=config, layer=layer, tables=tables, payloads=payloads
         )
 
         def route(name: str) -> apigw2.WebSocketRouteOptions:

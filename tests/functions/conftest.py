@@ -19,6 +19,7 @@ from querator.api import routes
 from querator.config import EnvVar
 from querator.localserver import LocalContext, response_headers
 from querator.storage.dynamodb import schema
+from querator.testing import s3_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -117,6 +118,16 @@ class Api:
         return reply.body
 
 
+#: The functions' payload bucket (``QUERATOR_PAYLOAD_BUCKET``), on moto.
+PAYLOAD_BUCKET = "functions-payloads"
+
+
+def payload_objects() -> list[str]:
+    """The keys in the functions' payload bucket."""
+    reply = s3_client().list_objects_v2(Bucket=PAYLOAD_BUCKET)
+    return [entry["Key"] for entry in reply.get("Contents", []) if "Key" in entry]
+
+
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     with _functions_over_moto(monkeypatch):
@@ -136,9 +147,12 @@ def _functions_over_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(EnvVar.CATALOG_TABLE, "queues")
     monkeypatch.setenv(EnvVar.REGION, "us-east-1")
     monkeypatch.setenv(EnvVar.POWERTOOLS_METRICS_NAMESPACE, "QueratorTest")
+    # As the stack's functions have it: payloads over 64 KiB, up to 1 MiB, go to this bucket.
+    monkeypatch.setenv(EnvVar.PAYLOAD_BUCKET, PAYLOAD_BUCKET)
     with mock_aws():
         bootstrap.reset()
         schema.create_tables(bootstrap.get_client(), items_table="items", catalog_table="queues")
+        s3_client().create_bucket(Bucket=PAYLOAD_BUCKET)
         yield
     bootstrap.reset()
 

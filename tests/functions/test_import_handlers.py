@@ -7,6 +7,7 @@ import base64
 
 import pytest
 
+from tests.functions.conftest import payload_objects
 from tests.functions.test_handlers import assert_error, lease, make_queue, payloads, produce
 
 B64 = base64.b64encode
@@ -20,14 +21,14 @@ def listed(api, queue: str = "jobs") -> list[dict]:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("payload", B64(b"x" * 380_001).decode(), "item payload is larger than 380000 bytes"),
-        ("payload", B64(b"x" * 1_000_000).decode(), "item payload is larger than 380000 bytes"),
+        ("payload", B64(b"x" * 1_048_577).decode(), "item payload is larger than 1048576 bytes"),
+        ("payload", B64(b"x" * 2_000_000).decode(), "item payload is larger than 1048576 bytes"),
         ("reference", "r" * 2001, "item reference is longer than 2000 bytes"),
         ("reference", "r" * 200_000, "item reference is longer than 2000 bytes"),
         ("encoding", "e" * 2001, "item encoding is longer than 2000 bytes"),
         ("kind", "k" * 2001, "item kind is longer than 2000 bytes"),
     ],
-    ids=["payload-380001", "payload-1MB", "reference-2001", "reference-200KB", "encoding-2001", "kind-2001"],
+    ids=["payload-1MiB+1", "payload-2MB", "reference-2001", "reference-200KB", "encoding-2001", "kind-2001"],
 )
 def test_an_import_over_an_item_limit_is_a_400_naming_the_item_and_applies_nothing(
     api, field, value, message
@@ -50,7 +51,7 @@ def test_an_import_over_an_item_limit_is_a_400_naming_the_item_and_applies_nothi
 def test_an_import_at_the_item_limits_is_taken(api):
     make_queue(api)
     largest = {
-        "payload": B64(b"p" * 380_000).decode(),
+        "payload": B64(b"p" * 1_048_576).decode(),
         "reference": "r" * 2000,
         "encoding": "e" * 2000,
         "kind": "k" * 2000,
@@ -59,7 +60,8 @@ def test_an_import_at_the_item_limits_is_taken(api):
     api.ok("/v1/storage/items.import", {"queue_name": "jobs", "partition": 0, "items": [largest]})
 
     (item,) = listed(api)
-    assert payloads([item]) == [b"p" * 380_000] and item["reference"] == "r" * 2000
+    assert payloads([item]) == [b"p" * 1_048_576] and item["reference"] == "r" * 2000
+    assert len(payload_objects()) == 1  # on DynamoDB, in the payload bucket
 
 
 def test_an_imported_listing_item_is_leased_after_items_produced_before_it(api):

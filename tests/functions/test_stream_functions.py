@@ -22,14 +22,14 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from querator import bootstrap
 from querator.client.stream import _Assembler
 from querator.config import EnvVar, load_settings
-from querator.domain.model import NewItem, QueueInfo
+from querator.domain.model import MAX_PAYLOAD_BYTES, NewItem, QueueInfo
 from querator.localserver import LocalContext
 from querator.storage.dynamodb.connections import DynamoDBConnections, connections_table_definition
 from querator.stream import aws as stream_aws
 from querator.stream import protocol
 from querator.stream.dispatch import MAX_FRAME_BYTES, Dispatcher, lease_frames
 from querator.testing import FakeClock, build_service, dynamodb_client
-from tests.functions.conftest import EVENTS, scheduled_event
+from tests.functions.conftest import EVENTS, payload_objects, scheduled_event
 
 if TYPE_CHECKING:
     from tests.functions.conftest import Api
@@ -267,6 +267,26 @@ def test_an_item_too_large_for_one_message_arrives_in_parts(api: Api, streams: S
     assert [f["type"] for f in frames].count("part") >= 3
     streams._read[connection] = 0  # the same frames again, assembled
     assert [item["payload"] for item in streams.leased(connection)] == [b"small", big.encode(), b"after"]
+
+
+def test_a_1_mib_item_from_the_payload_bucket_arrives_in_parts_and_leaves_no_object(
+    api: Api, streams: Streams
+) -> None:
+    queue = new_queue(api)
+    big = "b" * MAX_PAYLOAD_BYTES
+    produce(api, queue, [big])
+    assert len(payload_objects()) == 1
+
+    connection = streams.connect(queue_name=queue, credit=1)
+
+    frames = streams.frames(connection)
+    assert all(len(json.dumps(frame).encode()) <= MAX_FRAME_BYTES for frame in frames)
+    assert [f["type"] for f in frames].count("part") >= 10
+    streams._read[connection] = 0
+    (item,) = streams.leased(connection)
+    assert item["payload"] == big.encode()
+    api.ok("/v1/queue.complete", {"queue_name": queue, "partition": 0, "ids": [item["id"]]})
+    assert payload_objects() == []
 
 
 def test_lease_frames_keep_every_frame_under_the_limit_and_in_order() -> None:

@@ -4,6 +4,11 @@ IAM authorizes some operations through the actions of their parts: a ``TransactW
 ``PutItem`` / ``UpdateItem`` / ``DeleteItem`` / ``ConditionCheckItem`` on each part's table (there is no
 ``dynamodb:TransactWriteItems`` action), a ``TransactGetItems`` is ``GetItem`` on each. Batch
 operations have their own actions, on every table they name.
+
+S3 (the payload bucket) likewise: a ``CopyObject`` is ``s3:GetObject`` on its source and
+``s3:PutObject`` on its target, a ``DeleteObjects`` ``s3:DeleteObject`` on each key, a ``HeadObject``
+``s3:GetObject``, a ``ListObjectsV2`` ``s3:ListBucket`` on the bucket with its prefix as
+``s3:prefix``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,32 @@ def _table(name: str) -> str:
     return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
 
 
+def _object(bucket: str, key: str) -> str:
+    return f"arn:aws:s3:::{bucket}/{key}"
+
+
+def s3_requests(call: Call) -> list[Request]:
+    """What IAM checks for an S3 call as ``deployment.s3_call`` named it."""
+    body = call.body
+    bucket = body["Bucket"]
+    if call.operation in {"GetObject", "HeadObject"}:
+        return [Request("s3:GetObject", _object(bucket, body["Key"]))]
+    if call.operation in {"PutObject", "DeleteObject"}:
+        return [Request(f"s3:{call.operation}", _object(bucket, body["Key"]))]
+    if call.operation == "CopyObject":
+        source_bucket, _, source_key = body["CopySource"].lstrip("/").partition("/")
+        source_key = source_key.split("?versionId=")[0]
+        return [
+            Request("s3:GetObject", _object(source_bucket, source_key)),
+            Request("s3:PutObject", _object(bucket, body["Key"])),
+        ]
+    if call.operation == "DeleteObjects":
+        return [Request("s3:DeleteObject", _object(bucket, key)) for key in body["Keys"]]
+    if call.operation == "ListObjectsV2":
+        return [Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", (("s3:prefix", body["Prefix"]),))]
+    raise AssertionError(f"a function called s3:{call.operation}; teach the audit its IAM actions")
+
+
 def iam_requests(call: Call, stream_api: str = "", stage: str = "") -> list[Request]:
     """What IAM checks for ``call``; fails on a call this audit cannot map (so it is never ignored).
     ``stream_api`` / ``stage``: the WebSocket API's id and stage, for posts to its connections."""
@@ -41,6 +72,8 @@ def iam_requests(call: Call, stream_api: str = "", stage: str = "") -> list[Requ
             f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{stream_api}/{stage}/POST/@connections/{connection}"
         )
         return [Request("execute-api:ManageConnections", resource)]
+    if call.service == "s3":
+        return s3_requests(call)
     if call.service != "dynamodb":
         raise AssertionError(
             f"a function called {call.service}:{call.operation}; teach the audit its resource"
@@ -128,9 +161,13 @@ class Audit:
 
 def short(resource: str) -> str:
     """A grant's or call's resource as one word a stage does not change: the table's role
-    (`items`, `catalog`, ...), `own log group`, or the resource itself."""
+    (`items`, `catalog`, ...), `payloads` (the payload bucket) and `payloads/o/*` (any of its
+    objects under the prefix the store writes), `own log group`, or the resource itself."""
     if table := re.search(r":table/.*Tables([A-Za-z]+?)[0-9A-F]{8}-", resource):
         return table.group(1).lower()
+    if bucket := re.fullmatch(r"arn:aws:s3:::[^/]*payloadsbucket[^/]*(/.*)?", resource, re.IGNORECASE):
+        key = bucket.group(1) or ""
+        return "payloads" + ("/o/*" if key.startswith("/o/") else key)
     if ":log-group:" in resource:
         return "own log group"
     return resource
@@ -162,9 +199,12 @@ def report(stage: str, audits: list[Audit]) -> str:
     """A table a reviewer can read: per function, the actions used and the grants left over."""
     lines = [f"policy audit, stage {stage}: function | used (calls) | granted but unused | platform"]
     for a in audits:
-        used = ", ".join(
-            f"{r.action.removeprefix('dynamodb:')}@{short(r.resource)}x{n}" for r, n in sorted(a.used.items())
-        )
+        # One entry per action and resource role: each object key is a resource of its own.
+        counted: dict[tuple[str, str], int] = {}
+        for r, n in a.used.items():
+            pair = (r.action.removeprefix("dynamodb:"), short(r.resource))
+            counted[pair] = counted.get(pair, 0) + n
+        used = ", ".join(f"{action}@{resource}x{n}" for (action, resource), n in sorted(counted.items()))
         unused = ", ".join(f"{r.action}@{short(r.resource)}" for r in a.unused) or "-"
         platform = ", ".join(sorted({r.action for r in a.platform})) or "-"
         lines.append(f"  {a.function:8} | {used} | {unused} | {platform}")

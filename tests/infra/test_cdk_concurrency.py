@@ -12,6 +12,7 @@ from infra.config import StageConfig
 from infra.constructs.api import QueueApi
 from infra.constructs.core_layer import CoreLayer
 from infra.constructs.functions import QueueFunctions
+from infra.constructs.payloads import PayloadBucket
 from infra.constructs.reaper import Reaper
 from infra.constructs.table import QueueTables
 from querator.api.routes import for_function
@@ -36,9 +37,12 @@ def prod_like(
     )
     stack = Stack(App(), "Concurrency")
     tables = QueueTables(stack, "Tables", config=config)
+    payloads = PayloadBucket(stack, "Payloads", config=config)
     layer = CoreLayer(stack, "Layer", config=config)
-    functions = QueueFunctions(stack, "Functions", config=config, layer=layer, tables=tables)
-    reaper = Reaper(stack, "Reaper", config=config, layer=layer, tables=tables)
+    functions = QueueFunctions(
+        stack, "Functions", config=config, layer=layer, tables=tables, payloads=payloads
+    )
+    reaper = Reaper(stack, "Reaper", config=config, layer=layer, tables=tables, payloads=payloads)
     QueueApi(stack, "Api", config=config, functions=functions.by_name)
     return stack, functions, reaper, Template.from_stack(stack).to_json()["Resources"]
 

@@ -9,7 +9,10 @@ deployed resources, methods, integrations and Lambda permissions, the reaper thr
 Every AWS call the functions make is recorded at the (moto) server and checked against the caller's
 deployed policy, both ways: a call its policy does not allow fails, and so does a grant that no call
 needed (least privilege is measured, not written down). The audit is printed (``-s``) and, when
-``QUERATOR_POLICY_AUDIT`` names a file, written there.
+``QUERATOR_POLICY_AUDIT`` names a file, written there. S3 calls to the payload bucket are recorded
+and audited the same way (``deployment.s3_call``, ``iam_audit.s3_requests``): 1 MiB payloads go
+through every function that handles items (``drive_payloads``, the stream's big queue), and the
+bucket is listed afterwards to show that every object of an item that ended is gone.
 
 Per-queue grants: beside the stage's template each stage deploys two roles (``grant_test_roles``),
 granted produce and consume by the service's own ``grant_*`` on one queue and on a prefix. Requests
@@ -44,6 +47,7 @@ lifecycles, 27 workers and moto.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -390,8 +394,115 @@ def drive(d: Deployment) -> dict[str, Any]:
     post("produce_last", "/v1/queue.produce", {"queue_name": work, "items": [{"utf8": "g"}]})
     post("delete_work", "/v1/queues.delete", {"queue_name": work})
     post("info_deleted", "/v1/queues.info", {"queue_name": work})
+    drive_payloads(d, r, tag)
     drive_stream(d, r, tag)
+    r["stream"]["objects_left"] = payload_objects(d)
     return r
+
+
+#: The largest payload (``querator.domain.model.MAX_PAYLOAD_BYTES``): past the 64 KiB a row keeps,
+#: stored in the payload bucket under engine v3.
+MIB = 1_048_576
+
+
+def big(letter: str) -> dict[str, str]:
+    """An item of 1 MiB, every byte ``letter``."""
+    return {"utf8": letter * MIB}
+
+
+def payload_objects(d: Deployment) -> list[str]:
+    """Every object in the stage's payload bucket, listed as the test's own principal."""
+    s3 = d.moto.client("s3")
+    listed = s3.list_objects_v2(Bucket=d.outputs["PayloadBucketName"]).get("Contents", [])
+    return [o["Key"] for o in listed]
+
+
+def drive_payloads(d: Deployment, r: dict[str, Any], tag: str) -> None:
+    """1 MiB payloads through every function that handles items: produce; lease; storage items.list;
+    retry into the dead-letter queue; its listing; redrive; a lease that runs out and is
+    dead-lettered by the next lease; redrive again, lease and complete; a storage items.delete; the
+    reaper dead-lettering and dropping expired ones. Under engine v2 a produce of one is refused."""
+    work, dead, brief, expiring, doomed = (
+        f"{n}-{tag}" for n in ("bigwork", "bigdead", "bigbrief", "bigexp", "bigdoom")
+    )
+    # The replies by step, apart from the lifecycle's (and "stdout", as the metrics test reads it).
+    seen: dict[str, Any] = {"stdout": ""}
+    r["payloads"] = seen
+
+    def post(step: str, path: str, body: dict[str, Any]) -> Reply:
+        seen[step] = reply = d.request("POST", path, body)
+        seen["stdout"] += reply.stdout
+        return reply
+
+    def lease(step: str, queue: str = work) -> Reply:
+        body = {"queue_name": queue, "batch_size": 1, "client_id": "big", "request_timeout": "0s"}
+        return post(step, "/v1/queue.lease", body)
+
+    post(
+        "create_dead",
+        "/v1/queues.create",
+        {"queue_name": dead, "lease_timeout": "1m", "expire_timeout": "24h"},
+    )
+    # work's leases outlast the steps between a lease and its settle on a loaded machine; brief's
+    # run out (LEASE) while the test waits
+    for name, lease_timeout in ((work, "1m"), (brief, f"{int(LEASE * 1000)}ms")):
+        post(f"create_{name.split('-')[0]}", "/v1/queues.create",
+             {"queue_name": name, "lease_timeout": lease_timeout, "expire_timeout": "1h",
+              "max_attempts": 1, "dead_queue": dead})  # fmt: skip
+    for name, dead_queue in ((expiring, dead), (doomed, "")):
+        short = f"{int(SHORT * 1000)}ms"
+        post(f"create_{name.split('-')[0]}", "/v1/queues.create",
+             {"queue_name": name, "lease_timeout": short, "expire_timeout": short,
+              "dead_queue": dead_queue})  # fmt: skip
+    if post("produce_a", "/v1/queue.produce", {"queue_name": work, "items": [big("a")]}).status != 200:
+        return  # engine v2: a row's limit (the test asserts the refusal)
+    post("produce_b", "/v1/queue.produce", {"queue_name": work, "items": [big("b")]})
+    (a,) = lease("lease_a").body["items"]
+    (b,) = lease("lease_b").body["items"]
+    post("list", "/v1/storage/items.list", {"queue_name": work, "partition": 0})
+    partition = seen["lease_a"].body.get("partition", 0)
+    post("retry_dead", "/v1/queue.retry",
+         {"queue_name": work, "partition": partition, "items": [{"id": a["id"], "dead": True}]})  # fmt: skip
+    post("complete_b", "/v1/queue.complete", {"queue_name": work, "partition": partition, "ids": [b["id"]]})
+    post("list_dead", "/v1/storage/items.list", {"queue_name": dead, "partition": 0})
+    post("redrive", "/v1/queue.redrive", {"queue_name": dead})
+    post("list_dead_after_redrive", "/v1/storage/items.list", {"queue_name": dead, "partition": 0})
+    (again,) = lease("lease_again").body["items"]
+    post("complete_a", "/v1/queue.complete",
+         {"queue_name": work, "partition": partition, "ids": [again["id"]]})  # fmt: skip
+    # one attempt that runs out: the next lease dead-letters it (a copy of its object, by the lease);
+    # redriven, leased and completed
+    post("produce_j", "/v1/queue.produce", {"queue_name": brief, "items": [big("j")]})
+    lease("lease_runs_out", brief)
+    time.sleep(LEASE + 0.2)
+    lease("lease_exhausted", brief)
+    post("redrive_again", "/v1/queue.redrive", {"queue_name": dead})
+    (last,) = lease("lease_redriven", brief).body["items"]
+    post("complete_j", "/v1/queue.complete",
+         {"queue_name": brief, "partition": partition, "ids": [last["id"]]})  # fmt: skip
+    # another large item, and one imported (storage items.import uploads it), deleted by items.delete
+    post("produce_c", "/v1/queue.produce", {"queue_name": work, "items": [big("c")]})
+    imported = {"payload": base64.b64encode(("i" * MIB).encode()).decode()}
+    post("import_i", "/v1/storage/items.import", {"queue_name": work, "partition": 0, "items": [imported]})
+    # a page holds what fits a reply: listed and deleted page by page
+    seen["listed_c"] = []
+    for page in range(4):
+        listed = post(f"list_c{page}", "/v1/storage/items.list", {"queue_name": work, "partition": 0})
+        if not listed.body["items"]:
+            break
+        seen["listed_c"] += [i["payload"] for i in listed.body["items"]]
+        ids = [i["id"] for i in listed.body["items"]]
+        post(f"delete_c{page}", "/v1/storage/items.delete", {"queue_name": work, "partition": 0, "ids": ids})
+    seen["objects_left"] = payload_objects(d)
+    # the reaper: one expired item dead-lettered (its object copied), one dropped (no dead-letter queue)
+    post("produce_expiring", "/v1/queue.produce", {"queue_name": expiring, "items": [big("d")]})
+    post("produce_doomed", "/v1/queue.produce", {"queue_name": doomed, "items": [big("e")]})
+    time.sleep(SHORT + 0.1)
+    seen["reaper"] = d.run_schedule()
+    reaped = post("list_reaped", "/v1/storage/items.list", {"queue_name": dead, "partition": 0}).body["items"]
+    post("delete_reaped", "/v1/storage/items.delete",
+         {"queue_name": dead, "partition": 0, "ids": [i["id"] for i in reaped]})  # fmt: skip
+    seen["objects_left_after_reaper"] = payload_objects(d)
 
 
 def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
@@ -419,9 +530,9 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
         seen["stdout"] += answer.get("stdout", "")
         return dict(answer["result"])
 
-    def inserts() -> dict[str, Any]:
-        """Every item row of the stream's queues as a recorded INSERT record (moto's dynamodbstreams
-        does not serve this botocore; the dispatcher reads only the keys)."""
+    def inserts(queues: tuple[str, ...] = (live, doomed)) -> dict[str, Any]:
+        """Every item row of ``queues`` as a recorded INSERT record (moto's dynamodbstreams does not
+        serve this botocore; the dispatcher reads only the keys)."""
         recorded = json.loads((EVENTS / "dynamodb_stream_insert.json").read_text(encoding="utf-8"))
         template = recorded["Records"][0]
         rows = d.moto.client("dynamodb").scan(TableName=d.outputs["ItemsTableName"])["Items"]
@@ -429,7 +540,7 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
             "Records": [
                 {**template, "dynamodb": {**template["dynamodb"], "Keys": {"pk": row["pk"], "sk": row["sk"]}}}
                 for row in rows
-                if row["pk"]["S"].startswith((f"{live}~", f"{doomed}~"))
+                if row["pk"]["S"].startswith(tuple(f"{queue}~" for queue in queues))
                 and not row["sk"]["S"].startswith("~")
             ]
         }
@@ -464,10 +575,57 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
     ws(consumer, "$default", renew)
     ws(consumer, "$default", {"type": "complete", "request_id": "c1", "partition": 0, "ids": [first]})
     ws(consumer, "$default", {"type": "retry", "request_id": "r1", "partition": 0, "items": [{"id": second}]})
+    big_stream = f"bigstream-{tag}"
+    big_dead = f"bigsdead-{tag}"
+    big_consumer = f"c{tag}D"
+    logged = d.functions["produce"].environment.get("QUERATOR_ENGINE") == "3"
+    if logged:
+        # 1 MiB items pushed (the dispatcher reads their objects), one retried into the dead-letter
+        # queue and one completed over the connection (the stream function copies and deletes), one
+        # left to run out of its one attempt (dead-lettered by the dispatcher's sweep below).
+        d.request("POST", "/v1/queues.create",
+                  {"queue_name": big_dead, "lease_timeout": "1m", "expire_timeout": "1h"})  # fmt: skip
+        d.request("POST", "/v1/queues.create",
+                  {"queue_name": big_stream, "lease_timeout": "1s", "expire_timeout": "1h", "max_attempts": 1,
+                   "dead_queue": big_dead})  # fmt: skip
+        ws(big_consumer, "$connect")
+        subscribe = {"type": "subscribe", "queue_name": big_stream, "credit": 1, "ticket": ticket(big_stream)}
+        ws(big_consumer, "$default", subscribe)
+        big_pushed = []
+        big_frames: list[dict[str, Any]] = []
+        for letter in "fgh":
+            d.request("POST", "/v1/queue.produce", {"queue_name": big_stream, "items": [big(letter)]})
+            seen[f"big_dispatch_{letter}"] = dispatch(inserts((big_stream,)))
+            frames_big = stream_frames(d, big_consumer)
+            big_frames += frames_big
+            (pushed,) = [item for frame in frames_big if frame["type"] == "lease" for item in frame["items"]]
+            # Over API Gateway's 128 KB a message: the payload follows in ``part`` frames, in order.
+            parts = sorted((f["index"], f["bytes"]) for f in frames_big if f["type"] == "part")
+            seen[f"big_parts_{letter}"] = (pushed.get("parts"), len(parts))
+            big_pushed.append({**pushed, "bytes": pushed["bytes"] + "".join(chunk for _, chunk in parts)})
+            if letter == "f":
+                settle = {"type": "retry", "request_id": "bf", "partition": 0,
+                          "items": [{"id": pushed["id"], "dead": True}]}  # fmt: skip
+                ws(big_consumer, "$default", settle)
+            elif letter == "g":
+                settle = {"type": "complete", "request_id": "bg", "partition": 0, "ids": [pushed["id"]]}
+                ws(big_consumer, "$default", settle)
+        seen["big_pushed"] = [base64.b64decode(item["bytes"]) == (letter * MIB).encode()
+                              for item, letter in zip(big_pushed, "fgh", strict=True)]  # fmt: skip
+        big_frames += stream_frames(d, big_consumer)
+        seen["big_answers"] = {f["request_id"]: f["type"] for f in big_frames if f.get("request_id")}
     # The doomed queue goes: its subscriber's next push is refused and the subscription forgotten.
     d.request("POST", "/v1/queues.delete", {"queue_name": doomed})
     time.sleep(1.2)  # the queue cache's second, and the consumer's 1 s leases run out
     seen["sweep"] = dispatch()  # expired leases: credit back, the items leased and pushed again
+    if logged:
+        # the big stream's dead letters (f, retried; h, out of attempts), deleted with their objects
+        listed = d.request("POST", "/v1/storage/items.list", {"queue_name": big_dead, "partition": 0})
+        seen["big_dead"] = [i["payload"][:4] for i in listed.body["items"]]
+        ids = [i["id"] for i in listed.body["items"]]
+        d.request("POST", "/v1/storage/items.delete", {"queue_name": big_dead, "partition": 0, "ids": ids})
+        seen["big_frames_after_sweep"] = stream_frames(d, big_consumer)
+        ws(big_consumer, "$disconnect")
     # Kept apart, so a sweep that pushed nothing shows what the consumer was sent instead.
     seen["sweep_frames"] = stream_frames(d, consumer)
     seen["sweep_stats"] = d.request("POST", "/v1/queue.stats", {"queue_name": live}).body
@@ -555,7 +713,7 @@ def test_the_deployed_functions_serve_the_whole_lifecycle(lifecycle: dict[str, A
     failed = {
         step: (reply.status, reply.body)
         for step, reply in r.items()
-        if step not in ("reaper", "stream")
+        if step not in ("reaper", "stream", "payloads")
         and reply.status != 200
         and step not in EXPECTED_ERRORS
         and not step.startswith("scoped_")
@@ -819,3 +977,88 @@ def test_the_stacks_example_policies_grant_what_they_say_once_attached(deployed:
         ("queue.stats", "emails"): 403,
     }
     assert replies["queue.lease", "emails"].function == "lease"
+
+
+# -- payloads over a row's, in the payload bucket ---------------------------------------------------
+
+
+def _b64(letter: str) -> str:
+    return base64.b64encode((letter * MIB).encode()).decode()
+
+
+def _engine(deployed: Deployment) -> int:
+    return int(deployed.functions["produce"].environment["QUERATOR_ENGINE"])
+
+
+def _s3_calls(deployed: Deployment) -> dict[str, Counter[str]]:
+    """Per function, its S3 calls by operation."""
+    return {
+        name: Counter(c.operation for c in deployed.calls_of(name) if c.service == "s3")
+        for name in deployed.functions
+    }
+
+
+def test_a_1_mib_payload_is_produced_leased_listed_dead_lettered_redriven_and_completed(
+    deployed: Deployment, lifecycle: dict[str, Any]
+) -> None:
+    seen = lifecycle["payloads"]
+    if _engine(deployed) == 2:
+        # Engine v2 keeps payloads in rows: a payload over a row's is refused, and no function
+        # touched the bucket although its name is in their environment.
+        assert seen["produce_a"].status == 400, seen["produce_a"].body
+        assert "larger than 380000 bytes" in json.dumps(seen["produce_a"].body)
+        assert {name: dict(calls) for name, calls in _s3_calls(deployed).items() if calls} == {}
+        return
+    summary = {step: reply.status for step, reply in seen.items() if hasattr(reply, "status")}
+    assert {s: status for s, status in summary.items() if status != 200} == {"lease_exhausted": 454}, summary
+    # Leased whole, each payload read from its object.
+    assert seen["lease_a"].body["items"][0]["bytes"] == _b64("a")
+    assert seen["lease_b"].body["items"][0]["bytes"] == _b64("b")
+    # Listed whole (storage items.list reads the objects too), while leased.
+    listed = seen["list"].body["items"]
+    assert listed and {i["payload"] for i in listed} <= {_b64("a"), _b64("b")}
+    assert seen["retry_dead"].body.get("failed") in (None, []), seen["retry_dead"].body
+    assert seen["complete_b"].body.get("failed") in (None, []), seen["complete_b"].body
+    # The dead letter's payload is whole in the dead-letter queue's listing (an export of it).
+    assert [i["payload"] for i in seen["list_dead"].body["items"]] == [_b64("a")]
+    assert seen["redrive"].body == {"moved": 1, "remaining": 0, "stranded": 0}
+    assert seen["list_dead_after_redrive"].body["items"] == []
+    assert seen["lease_again"].body["items"][0]["bytes"] == _b64("a")
+    assert seen["complete_a"].body.get("failed") in (None, []), seen["complete_a"].body
+    # Its one attempt ran out: the next lease dead-lettered it (and had nothing else to lease).
+    assert seen["lease_runs_out"].body["items"][0]["bytes"] == _b64("j")
+    assert seen["redrive_again"].body == {"moved": 1, "remaining": 0, "stranded": 0}
+    assert seen["lease_redriven"].body["items"][0]["bytes"] == _b64("j")
+    assert seen["complete_j"].body.get("failed") in (None, []), seen["complete_j"].body
+    assert sorted(seen["listed_c"]) == sorted([_b64("c"), _b64("i")])
+    # Completed, and deleted by storage items.delete: no object is left in the deployed bucket.
+    assert seen["objects_left"] == []
+    reaped = seen["reaper"]["result"]
+    assert reaped["dead_lettered"] >= 1 and reaped["deleted"] >= 1, reaped
+    assert [i["payload"] for i in seen["list_reaped"].body["items"]] == [_b64("d")]
+    assert seen["objects_left_after_reaper"] == []
+
+
+def test_1_mib_payloads_are_pushed_whole_over_the_stream_and_leave_no_object_behind(
+    deployed: Deployment, lifecycle: dict[str, Any]
+) -> None:
+    seen = lifecycle["stream"]
+    if _engine(deployed) == 2:
+        assert "big_pushed" not in seen
+        return
+    # Each too large for one message: its lease frame, then its payload in parts.
+    assert [seen[f"big_parts_{letter}"][0] for letter in "fgh"] == [seen[f"big_parts_{x}"][1] for x in "fgh"]
+    assert all(seen[f"big_parts_{letter}"][1] > 1 for letter in "fgh")
+    assert seen["big_pushed"] == [True, True, True]
+    assert seen["big_answers"] == {"bf": "ok", "bg": "ok"}
+    # f retried into the dead-letter queue over the connection, h out of its one attempt (the sweep).
+    assert sorted(seen["big_dead"]) == sorted([_b64("f")[:4], _b64("h")[:4]])
+    assert not [f for f in seen["big_frames_after_sweep"] if f["type"] == "lease"]
+    assert seen["objects_left"] == []
+
+
+def test_the_s3_calls_each_function_made(deployed: Deployment, lifecycle: dict[str, Any]) -> None:
+    """Printed for the record (``-s``): which operation each function called how often."""
+    calls = {name: dict(sorted(c.items())) for name, c in _s3_calls(deployed).items() if c}
+    print(f"\nS3 calls, stage {deployed.stage}: {json.dumps(calls, sort_keys=True)}")
+    assert not calls.get("meta") and not calls.get("queues")
