@@ -292,9 +292,9 @@ def test_enqueue_at_must_have_an_offset() -> None:
 def test_payload_over_the_item_limit_is_400_from_the_domain() -> None:
     request = parse(
         schemas.ProduceRequest,
-        {"queue_name": "q", "items": [{"bytes": base64.b64encode(b"x" * 400_000).decode()}]},
+        {"queue_name": "q", "items": [{"bytes": base64.b64encode(b"x" * 1_048_577).decode()}]},
     )
-    with pytest.raises(InvalidRequestError):
+    with pytest.raises(InvalidRequestError, match="larger than 1048576 bytes"):
         request.to_domain()
 
 
