@@ -582,9 +582,11 @@ def drive_stream(d: Deployment, r: dict[str, Any], tag: str) -> None:
     if logged:
         # 1 MiB items pushed (the dispatcher reads their objects), one retried into the dead-letter
         # queue and one completed over the connection (the stream function copies and deletes), one
-        # left to run out of its one attempt (dead-lettered by the dispatcher's sweep below).
+        # left to run out of its one attempt (dead-lettered by the dispatcher's sweep below). The
+        # dead-letter queue keeps items a day, longer than the queue's hour, so every dead letter's
+        # object is copied to a later key whatever the timing (the stream's PutObject grant).
         d.request("POST", "/v1/queues.create",
-                  {"queue_name": big_dead, "lease_timeout": "1m", "expire_timeout": "1h"})  # fmt: skip
+                  {"queue_name": big_dead, "lease_timeout": "1m", "expire_timeout": "24h"})  # fmt: skip
         d.request("POST", "/v1/queues.create",
                   {"queue_name": big_stream, "lease_timeout": "1s", "expire_timeout": "1h", "max_attempts": 1,
                    "dead_queue": big_dead})  # fmt: skip
