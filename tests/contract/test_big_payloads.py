@@ -309,6 +309,28 @@ def test_a_payload_over_64_kib_goes_to_the_bucket_and_one_of_64_kib_stays_in_its
     assert objects(service) == []
 
 
+def test_a_clear_reads_a_bounded_number_of_rows_and_leaves_the_rest_to_the_sweep(
+    with_bucket, clock, monkeypatch
+):
+    from querator.storage.dynamodb.log import upkeep  # noqa: PLC0415 - the bound, made small
+
+    monkeypatch.setattr(upkeep, "_CLEAR_PAGES", 1)
+    monkeypatch.setattr(upkeep, "_CLEAR_PAGE", 1)
+    service = with_bucket
+    make_queue(service, "jobs")
+    for n in range(3):  # a row each
+        service.produce("jobs", [NewItem(payload=big(f"c{n}"))])
+
+    service.clear("jobs", ClearScope.QUEUE)
+
+    assert every_item(service, "jobs") == []
+    # One page: the row holding the cursor and one more. Their objects went; the third waits.
+    assert len(objects(service)) == 1
+    clock.advance(EXPIRE + timedelta(days=1, minutes=1))
+    assert service.reap(clock.now(), timedelta(seconds=30)).payloads_swept == 1
+    assert objects(service) == []
+
+
 def test_a_bucket_that_fails_the_upload_fails_the_produce_and_stores_no_item(with_bucket, monkeypatch):
     service = with_bucket
     make_queue(service, "jobs")

@@ -30,12 +30,16 @@ from querator.storage.dynamodb.log.base import (
     _row_length,
     _row_position,
     _rows_pk,
+    log,
     step_bound,
 )
 from querator.storage.dynamodb.objects import OBJECT_PAYLOAD_BYTES
 
-#: Rows a clear reads a page to find the objects of what it ended.
+#: Rows a clear reads a page to find the objects of what it ended, and the most pages one clear
+#: reads: a clear stays one bounded call however much the log holds, and the objects of what it
+#: cleared past them are left to the reaper's sweep (``PayloadObjects.sweep``).
 _CLEAR_PAGE = 16
+_CLEAR_PAGES = 64
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -226,10 +230,12 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
         log's ``objects_end`` (a tombstoned position's item was deleted or moved, with its object)."""
         end = min(head.tail, head.objects_end)
         position = head.cursor
-        while position < end:
+        for _ in range(_CLEAR_PAGES):
+            if position >= end:
+                return
             rows = self._rows_forward(key, position, _CLEAR_PAGE)
             if not rows:
-                break
+                return
             ended: list[str] = []
             for row in rows:
                 at = _row_position(row)
@@ -241,6 +247,8 @@ class DynamoDBLogUpkeep(DynamoDBLogBase):
             self._release(ended, "clear")
             last = rows[-1]
             position = _row_position(last) + _row_length(last)
+        if position < end:
+            log.info("clear left payload objects to the sweep", extra={"from_position": position, "end": end})
 
     def _release_purged(self, key: LogKey) -> None:
         """Before a deleted queue's log goes: the objects of what it still held, waiting or leased,
